@@ -138,8 +138,7 @@ def stat(layout, title, description, expr, unit="short", thresholds=None, decima
     return panel
 
 
-def timeseries(layout, title, description, targets, unit="short", w=12, h=8, stack=False,
-               bars=False, max_value=None):
+def timeseries(layout, title, description, targets, unit="short", w=12, h=8, stack=False, bars=False, max_value=None):
     panel = base_panel(layout, "timeseries", title, description, w, h, targets)
     custom = {
         "axisBorderShow": False,
@@ -162,8 +161,7 @@ def timeseries(layout, title, description, targets, unit="short", w=12, h=8, sta
         defaults["max"] = max_value
     panel["fieldConfig"] = {"defaults": defaults, "overrides": []}
     panel["options"] = {
-        "legend": {"calcs": ["max", "lastNotNull"], "displayMode": "table", "placement": "right",
-                   "showLegend": True},
+        "legend": {"calcs": ["max", "lastNotNull"], "displayMode": "table", "placement": "right", "showLegend": True},
         "tooltip": {"mode": "multi", "sort": "desc"},
     }
     return panel
@@ -175,79 +173,109 @@ def build():
 
     # ---- Overview -------------------------------------------------------------------------
     panels.append(row(layout, "Overview"))
-    panels.append(stat(
-        layout, "Breakers open now",
-        "Number of breakers currently open (rejecting calls). Each breaker is one tool "
-        "(optionally per agent) in one process.",
-        f'sum({STATE}{{{SEL}, otel_breaker_state="open"}})',
-        thresholds=[{"color": "green", "value": None}, {"color": "red", "value": 1}],
-    ))
-    panels.append(stat(
-        layout, "Breakers half-open now",
-        "Breakers admitting a probe call after their cooldown.",
-        f'sum({STATE}{{{SEL}, otel_breaker_state="half_open"}})',
-        thresholds=[{"color": "green", "value": None}, {"color": "yellow", "value": 1}],
-    ))
-    panels.append(stat(
-        layout, "Openings in range",
-        "Transitions into the open state over the selected time range.",
-        f'sum(increase({TRANSITIONS}{{{SEL}, otel_breaker_to_state="open"}}[$__range]))',
-        thresholds=[{"color": "green", "value": None}, {"color": "orange", "value": 1}],
-        decimals=0,
-    ))
-    panels.append(stat(
-        layout, "Rejected calls in range",
-        "Tool calls the breakers rejected (enforce mode) or would have rejected (observe mode) "
-        "over the selected time range.",
-        f"sum(increase({REJECTED}{{{SEL}}}[$__range]))",
-        thresholds=[{"color": "green", "value": None}, {"color": "orange", "value": 1}],
-        decimals=0,
-    ))
-    panels.append(stat(
-        layout, "Estimated tokens saved in range",
-        "Estimated LLM tokens not spent because rejected tool calls were not executed and their "
-        "results not fed back to the model.",
-        f"sum(increase({TOKENS_SAVED}{{{SEL_NO_AGENT}}}[$__range]))",
-        decimals=0,
-    ))
-    panels.append(stat(
-        layout, "Estimated cost saved in range",
-        "Estimated USD saved by rejected calls; shown only when a price per token is configured.",
-        f"sum(increase({COST_SAVED}{{{SEL_NO_AGENT}}}[$__range]))",
-        unit="currencyUSD", decimals=2,
-    ))
+    panels.append(
+        stat(
+            layout,
+            "Breakers open now",
+            "Number of breakers currently open (rejecting calls). Each breaker is one tool "
+            "(optionally per agent) in one process.",
+            f'sum({STATE}{{{SEL}, otel_breaker_state="open"}})',
+            thresholds=[{"color": "green", "value": None}, {"color": "red", "value": 1}],
+        )
+    )
+    panels.append(
+        stat(
+            layout,
+            "Breakers half-open now",
+            "Breakers admitting a probe call after their cooldown.",
+            f'sum({STATE}{{{SEL}, otel_breaker_state="half_open"}})',
+            thresholds=[{"color": "green", "value": None}, {"color": "yellow", "value": 1}],
+        )
+    )
+    panels.append(
+        stat(
+            layout,
+            "Openings in range",
+            "Transitions into the open state over the selected time range.",
+            f'sum(increase({TRANSITIONS}{{{SEL}, otel_breaker_to_state="open"}}[$__range]))',
+            thresholds=[{"color": "green", "value": None}, {"color": "orange", "value": 1}],
+            decimals=0,
+        )
+    )
+    panels.append(
+        stat(
+            layout,
+            "Rejected calls in range",
+            "Tool calls the breakers rejected (enforce mode) or would have rejected (observe mode) "
+            "over the selected time range.",
+            f"sum(increase({REJECTED}{{{SEL}}}[$__range]))",
+            thresholds=[{"color": "green", "value": None}, {"color": "orange", "value": 1}],
+            decimals=0,
+        )
+    )
+    panels.append(
+        stat(
+            layout,
+            "Estimated tokens saved in range",
+            "Estimated LLM tokens not spent because rejected tool calls were not executed and their "
+            "results not fed back to the model.",
+            f"sum(increase({TOKENS_SAVED}{{{SEL_NO_AGENT}}}[$__range]))",
+            decimals=0,
+        )
+    )
+    panels.append(
+        stat(
+            layout,
+            "Estimated cost saved in range",
+            "Estimated USD saved by rejected calls; shown only when a price per token is configured.",
+            f"sum(increase({COST_SAVED}{{{SEL_NO_AGENT}}}[$__range]))",
+            unit="currencyUSD",
+            decimals=2,
+        )
+    )
 
     # ---- Breaker state ----------------------------------------------------------------------
     panels.append(row(layout, "Breaker state"))
     timeline = base_panel(
-        layout, "state-timeline", "Breaker state per tool",
+        layout,
+        "state-timeline",
+        "Breaker state per tool",
         "Worst state per tool across processes and agents: closed, half-open or open.",
-        24, 8,
-        [target(
-            "max by (gen_ai_tool_name) ("
-            f'{STATE}{{{SEL}, otel_breaker_state="open"}} * 2'
-            f' or {STATE}{{{SEL}, otel_breaker_state="half_open"}} * 1'
-            f' or {STATE}{{{SEL}, otel_breaker_state="closed"}} * 0'
-            ")",
-            legend="{{gen_ai_tool_name}}",
-        )],
+        24,
+        8,
+        [
+            target(
+                "max by (gen_ai_tool_name) ("
+                f'{STATE}{{{SEL}, otel_breaker_state="open"}} * 2'
+                f' or {STATE}{{{SEL}, otel_breaker_state="half_open"}} * 1'
+                f' or {STATE}{{{SEL}, otel_breaker_state="closed"}} * 0'
+                ")",
+                legend="{{gen_ai_tool_name}}",
+            )
+        ],
     )
     timeline["fieldConfig"] = {
         "defaults": {
             "color": {"mode": "thresholds"},
             "custom": {"fillOpacity": 80, "lineWidth": 0},
             "mappings": [
-                {"options": {
-                    "0": {"color": STATE_COLORS["closed"], "index": 0, "text": "closed"},
-                    "1": {"color": STATE_COLORS["half_open"], "index": 1, "text": "half-open"},
-                    "2": {"color": STATE_COLORS["open"], "index": 2, "text": "open"},
-                }, "type": "value"},
+                {
+                    "options": {
+                        "0": {"color": STATE_COLORS["closed"], "index": 0, "text": "closed"},
+                        "1": {"color": STATE_COLORS["half_open"], "index": 1, "text": "half-open"},
+                        "2": {"color": STATE_COLORS["open"], "index": 2, "text": "open"},
+                    },
+                    "type": "value",
+                },
             ],
-            "thresholds": {"mode": "absolute", "steps": [
-                {"color": "green", "value": None},
-                {"color": "yellow", "value": 1},
-                {"color": "red", "value": 2},
-            ]},
+            "thresholds": {
+                "mode": "absolute",
+                "steps": [
+                    {"color": "green", "value": None},
+                    {"color": "yellow", "value": 1},
+                    {"color": "red", "value": 2},
+                ],
+            },
         },
         "overrides": [],
     }
@@ -262,86 +290,116 @@ def build():
     panels.append(timeline)
     layout.newline()
 
-    panels.append(timeseries(
-        layout, "Openings per tool",
-        "Transitions into the open state, per tool (from closed after failures, or from "
-        "half-open after a failed probe).",
-        [target(
-            "sum by (gen_ai_tool_name) (increase("
-            f'{TRANSITIONS}{{{SEL}, otel_breaker_to_state="open"}}[$__rate_interval]))',
-            legend="{{gen_ai_tool_name}}",
-        )],
-        bars=True,
-    ))
-    panels.append(timeseries(
-        layout, "Rejected calls per second per tool",
-        "Calls rejected by an open or half-open breaker. Mode observe = would have been "
-        "rejected (shadow mode, the call still ran).",
-        [target(
-            "sum by (gen_ai_tool_name, otel_breaker_mode) (rate("
-            f"{REJECTED}{{{SEL}}}[$__rate_interval]))",
-            legend="{{gen_ai_tool_name}} ({{otel_breaker_mode}})",
-        )],
-        unit="reqps",
-    ))
+    panels.append(
+        timeseries(
+            layout,
+            "Openings per tool",
+            "Transitions into the open state, per tool (from closed after failures, or from "
+            "half-open after a failed probe).",
+            [
+                target(
+                    "sum by (gen_ai_tool_name) (increase("
+                    f'{TRANSITIONS}{{{SEL}, otel_breaker_to_state="open"}}[$__rate_interval]))',
+                    legend="{{gen_ai_tool_name}}",
+                )
+            ],
+            bars=True,
+        )
+    )
+    panels.append(
+        timeseries(
+            layout,
+            "Rejected calls per second per tool",
+            "Calls rejected by an open or half-open breaker. Mode observe = would have been "
+            "rejected (shadow mode, the call still ran).",
+            [
+                target(
+                    f"sum by (gen_ai_tool_name, otel_breaker_mode) (rate({REJECTED}{{{SEL}}}[$__rate_interval]))",
+                    legend="{{gen_ai_tool_name}} ({{otel_breaker_mode}})",
+                )
+            ],
+            unit="reqps",
+        )
+    )
 
     # ---- Calls --------------------------------------------------------------------------------
     panels.append(row(layout, "Tool calls"))
-    panels.append(timeseries(
-        layout, "Call outcomes per tool",
-        "Calls the breakers admitted, by outcome: success, failure (counts towards opening) "
-        "or ignored (excluded errors such as cancellations or permission denials).",
-        [target(
-            "sum by (gen_ai_tool_name, otel_breaker_outcome) (rate("
-            f"{CALLS}{{{SEL}}}[$__rate_interval]))",
-            legend="{{gen_ai_tool_name}} {{otel_breaker_outcome}}",
-        )],
-        unit="reqps", stack=True,
-    ))
-    panels.append(timeseries(
-        layout, "Failure ratio per tool",
-        "failure / (success + failure) of admitted calls; ignored outcomes are left out.",
-        [target(
-            "(sum by (gen_ai_tool_name) (rate("
-            f'{CALLS}{{{SEL}, otel_breaker_outcome="failure"}}[$__rate_interval]))'
-            " or sum by (gen_ai_tool_name) (rate("
-            f"{CALLS}{{{SEL}}}[$__rate_interval])) * 0)"
-            " / sum by (gen_ai_tool_name) (rate("
-            f'{CALLS}{{{SEL}, otel_breaker_outcome=~"success|failure"}}[$__rate_interval]))',
-            legend="{{gen_ai_tool_name}}",
-        )],
-        unit="percentunit", max_value=1,
-    ))
-    panels.append(timeseries(
-        layout, "Tool latency p50 / p95",
-        "Duration of executed tool calls (gen_ai.execute_tool.duration), from histogram buckets.",
+    panels.append(
+        timeseries(
+            layout,
+            "Call outcomes per tool",
+            "Calls the breakers admitted, by outcome: success, failure (counts towards opening) "
+            "or ignored (excluded errors such as cancellations or permission denials).",
+            [
+                target(
+                    f"sum by (gen_ai_tool_name, otel_breaker_outcome) (rate({CALLS}{{{SEL}}}[$__rate_interval]))",
+                    legend="{{gen_ai_tool_name}} {{otel_breaker_outcome}}",
+                )
+            ],
+            unit="reqps",
+            stack=True,
+        )
+    )
+    panels.append(
+        timeseries(
+            layout,
+            "Failure ratio per tool",
+            "failure / (success + failure) of admitted calls; ignored outcomes are left out.",
+            [
+                target(
+                    "(sum by (gen_ai_tool_name) (rate("
+                    f'{CALLS}{{{SEL}, otel_breaker_outcome="failure"}}[$__rate_interval]))'
+                    " or sum by (gen_ai_tool_name) (rate("
+                    f"{CALLS}{{{SEL}}}[$__rate_interval])) * 0)"
+                    " / sum by (gen_ai_tool_name) (rate("
+                    f'{CALLS}{{{SEL}, otel_breaker_outcome=~"success|failure"}}[$__rate_interval]))',
+                    legend="{{gen_ai_tool_name}}",
+                )
+            ],
+            unit="percentunit",
+            max_value=1,
+        )
+    )
+    panels.append(
+        timeseries(
+            layout,
+            "Tool latency p50 / p95",
+            "Duration of executed tool calls (gen_ai.execute_tool.duration), from histogram buckets.",
+            [
+                target(
+                    "histogram_quantile(0.5, sum by (le, gen_ai_tool_name) (rate("
+                    f"{DURATION_BUCKET}{{{SEL_NO_AGENT}}}[$__rate_interval])))",
+                    legend="{{gen_ai_tool_name}} p50",
+                    ref="A",
+                ),
+                target(
+                    "histogram_quantile(0.95, sum by (le, gen_ai_tool_name) (rate("
+                    f"{DURATION_BUCKET}{{{SEL_NO_AGENT}}}[$__rate_interval])))",
+                    legend="{{gen_ai_tool_name}} p95",
+                    ref="B",
+                ),
+            ],
+            unit="s",
+        )
+    )
+    top = base_panel(
+        layout,
+        "table",
+        "Top tools by rejections",
+        "Tools with the most rejected calls over the selected time range.",
+        12,
+        8,
         [
             target(
-                "histogram_quantile(0.5, sum by (le, gen_ai_tool_name) (rate("
-                f"{DURATION_BUCKET}{{{SEL_NO_AGENT}}}[$__rate_interval])))",
-                legend="{{gen_ai_tool_name}} p50", ref="A",
-            ),
-            target(
-                "histogram_quantile(0.95, sum by (le, gen_ai_tool_name) (rate("
-                f"{DURATION_BUCKET}{{{SEL_NO_AGENT}}}[$__rate_interval])))",
-                legend="{{gen_ai_tool_name}} p95", ref="B",
-            ),
+                f"topk(10, sum by (job, gen_ai_tool_name) (increase({REJECTED}{{{SEL}}}[$__range])))",
+                legend="",
+                instant=True,
+                fmt="table",
+            )
         ],
-        unit="s",
-    ))
-    top = base_panel(
-        layout, "table", "Top tools by rejections",
-        "Tools with the most rejected calls over the selected time range.",
-        12, 8,
-        [target(
-            "topk(10, sum by (job, gen_ai_tool_name) (increase("
-            f"{REJECTED}{{{SEL}}}[$__range])))",
-            legend="", instant=True, fmt="table",
-        )],
     )
     top["fieldConfig"] = {
-        "defaults": {"custom": {"align": "auto", "cellOptions": {"type": "auto"}},
-                     "decimals": 0, "unit": "short"},
+        "defaults": {"custom": {"align": "auto", "cellOptions": {"type": "auto"}}, "decimals": 0, "unit": "short"},
         "overrides": [],
     }
     top["options"] = {
@@ -349,50 +407,67 @@ def build():
         "showHeader": True,
         "sortBy": [{"desc": True, "displayName": "rejected calls"}],
     }
-    top["transformations"] = [{
-        "id": "organize",
-        "options": {
-            "excludeByName": {"Time": True},
-            "indexByName": {"gen_ai_tool_name": 0, "job": 1, "Value": 2},
-            "renameByName": {"Value": "rejected calls", "gen_ai_tool_name": "tool",
-                             "job": "service"},
-        },
-    }]
+    top["transformations"] = [
+        {
+            "id": "organize",
+            "options": {
+                "excludeByName": {"Time": True},
+                "indexByName": {"gen_ai_tool_name": 0, "job": 1, "Value": 2},
+                "renameByName": {"Value": "rejected calls", "gen_ai_tool_name": "tool", "job": "service"},
+            },
+        }
+    ]
     panels.append(top)
 
     # ---- Savings and store --------------------------------------------------------------------
     panels.append(row(layout, "Savings and shared store"))
-    panels.append(timeseries(
-        layout, "Estimated tokens saved per second",
-        "Rate of estimated tokens saved, per tool and estimate source (observed = learned from "
-        "gen_ai.usage.* of earlier calls, configured = a fixed estimate).",
-        [target(
-            "sum by (gen_ai_tool_name, otel_breaker_estimate_source) (rate("
-            f"{TOKENS_SAVED}{{{SEL_NO_AGENT}}}[$__rate_interval]))",
-            legend="{{gen_ai_tool_name}} ({{otel_breaker_estimate_source}})",
-        )],
-        w=8,
-    ))
-    panels.append(timeseries(
-        layout, "Estimated cost saved (USD per hour)",
-        "Estimated USD saved per hour by rejected calls; empty when no price is configured.",
-        [target(
-            "sum by (gen_ai_tool_name) (rate("
-            f"{COST_SAVED}{{{SEL_NO_AGENT}}}[$__rate_interval])) * 3600",
-            legend="{{gen_ai_tool_name}}",
-        )],
-        unit="currencyUSD", w=8,
-    ))
-    panels.append(timeseries(
-        layout, "Shared store errors per second",
-        "Errors talking to the shared breaker store (e.g. Redis). Breakers fall back to local "
-        "state while the store is unavailable.",
-        [target(
-            f"sum by (job) (rate({STORE_ERRORS}{{{SEL_SERVICE}}}[$__rate_interval]))",
-            legend="{{job}}",
-        )],
-        unit="reqps", w=8,
-    ))
+    panels.append(
+        timeseries(
+            layout,
+            "Estimated tokens saved per second",
+            "Rate of estimated tokens saved, per tool and estimate source (observed = learned from "
+            "gen_ai.usage.* of earlier calls, configured = a fixed estimate).",
+            [
+                target(
+                    "sum by (gen_ai_tool_name, otel_breaker_estimate_source) (rate("
+                    f"{TOKENS_SAVED}{{{SEL_NO_AGENT}}}[$__rate_interval]))",
+                    legend="{{gen_ai_tool_name}} ({{otel_breaker_estimate_source}})",
+                )
+            ],
+            w=8,
+        )
+    )
+    panels.append(
+        timeseries(
+            layout,
+            "Estimated cost saved (USD per hour)",
+            "Estimated USD saved per hour by rejected calls; empty when no price is configured.",
+            [
+                target(
+                    f"sum by (gen_ai_tool_name) (rate({COST_SAVED}{{{SEL_NO_AGENT}}}[$__rate_interval])) * 3600",
+                    legend="{{gen_ai_tool_name}}",
+                )
+            ],
+            unit="currencyUSD",
+            w=8,
+        )
+    )
+    panels.append(
+        timeseries(
+            layout,
+            "Shared store errors per second",
+            "Errors talking to the shared breaker store (e.g. Redis). Breakers fall back to local "
+            "state while the store is unavailable.",
+            [
+                target(
+                    f"sum by (job) (rate({STORE_ERRORS}{{{SEL_SERVICE}}}[$__rate_interval]))",
+                    legend="{{job}}",
+                )
+            ],
+            unit="reqps",
+            w=8,
+        )
+    )
 
     templating = [
         {
@@ -410,12 +485,11 @@ def build():
             "type": "datasource",
         },
         query_variable("service", "Service", f"label_values({STATE}, job)"),
-        query_variable("agent", "Agent",
-                       f'label_values({STATE}{{job=~"$service"}}, gen_ai_agent_name)'),
+        query_variable("agent", "Agent", f'label_values({STATE}{{job=~"$service"}}, gen_ai_agent_name)'),
         query_variable(
-            "tool", "Tool",
-            f'label_values({STATE}{{job=~"$service", gen_ai_agent_name=~"$agent"}}, '
-            "gen_ai_tool_name)",
+            "tool",
+            "Tool",
+            f'label_values({STATE}{{job=~"$service", gen_ai_agent_name=~"$agent"}}, gen_ai_tool_name)',
         ),
     ]
 
@@ -450,7 +524,7 @@ def build():
     return {
         "annotations": {"list": annotations},
         "description": "Circuit breakers on AI agent tool calls: state, openings, rejections, "
-                       "outcomes, latency and estimated savings.",
+        "outcomes, latency and estimated savings.",
         "editable": True,
         "fiscalYearStartMonth": 0,
         "graphTooltip": 1,
@@ -502,8 +576,9 @@ def render():
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, default=OUTPUT)
-    parser.add_argument("--check", action="store_true",
-                        help="exit 1 if the file on disk differs from the generated dashboard")
+    parser.add_argument(
+        "--check", action="store_true", help="exit 1 if the file on disk differs from the generated dashboard"
+    )
     args = parser.parse_args(argv)
     text = render()
     if args.check:
