@@ -34,7 +34,7 @@ STORE_ERRORS = "otel_breaker_store_errors_total"
 # Label matchers driven by the template variables. ``gen_ai_agent_name`` is optional on the
 # breaker metrics; ``=~".*"`` (the "All" value) also matches series without the label.
 SEL = 'job=~"$service", gen_ai_agent_name=~"$agent", gen_ai_tool_name=~"$tool"'
-# Metrics that never carry the agent label (tokens saved, cost saved, tool duration).
+# Metrics that never carry the agent label (tokens saved, cost saved).
 SEL_NO_AGENT = 'job=~"$service", gen_ai_tool_name=~"$tool"'
 SEL_SERVICE = 'job=~"$service"'
 
@@ -368,13 +368,13 @@ def build():
             [
                 target(
                     "histogram_quantile(0.5, sum by (le, gen_ai_tool_name) (rate("
-                    f"{DURATION_BUCKET}{{{SEL_NO_AGENT}}}[$__rate_interval])))",
+                    f"{DURATION_BUCKET}{{{SEL}}}[$__rate_interval])))",
                     legend="{{gen_ai_tool_name}} p50",
                     ref="A",
                 ),
                 target(
                     "histogram_quantile(0.95, sum by (le, gen_ai_tool_name) (rate("
-                    f"{DURATION_BUCKET}{{{SEL_NO_AGENT}}}[$__rate_interval])))",
+                    f"{DURATION_BUCKET}{{{SEL}}}[$__rate_interval])))",
                     legend="{{gen_ai_tool_name}} p95",
                     ref="B",
                 ),
