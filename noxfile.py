@@ -1,0 +1,55 @@
+"""Test sessions: lint, the core suite, and one environment per agent framework.
+
+The frameworks' dependencies conflict (and CrewAI alone is about 1 GB), so each
+framework suite runs in its own virtual environment, created with uv.
+Run everything with ``nox``; one framework with ``nox -s "framework(name='crewai')"``.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import nox
+
+nox.options.default_venv_backend = "uv|virtualenv"
+nox.options.reuse_existing_virtualenvs = False
+nox.options.error_on_missing_interpreters = True
+
+ROOT = pathlib.Path(__file__).parent
+FRAMEWORKS = sorted(p.parent.name for p in (ROOT / "tests" / "frameworks").glob("*/requirements.txt"))
+TEST_DEPS = [
+    "pytest>=8",
+    "pytest-asyncio>=0.23",
+    "opentelemetry-sdk>=1.27",
+    "opentelemetry-exporter-prometheus>=0.48b0",
+    "prometheus-client>=0.20",
+]
+
+
+@nox.session(python=False)
+def lint(session: nox.Session) -> None:
+    """Ruff lint and format check."""
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The core suite: state machine, registry, guard, telemetry, CLI, dashboards, Redis."""
+    session.install("-e", ".[dev]")
+    session.run("pytest", "tests", "--ignore=tests/frameworks", "-q", *session.posargs)
+
+
+@nox.session
+@nox.parametrize("name", FRAMEWORKS)
+def framework(session: nox.Session, name: str) -> None:
+    """One agent framework's real offline agent loops, in its own environment."""
+    session.install("-e", ".", *TEST_DEPS, "-r", f"tests/frameworks/{name}/requirements.txt")
+    session.run("pytest", f"tests/frameworks/{name}", "-q", *session.posargs)
+
+
+@nox.session
+def benchmarks(session: nox.Session) -> None:
+    """Speed against a bare call and the peer breakers (numbers go to the README)."""
+    session.install("-e", ".[dev]")
+    session.run("pytest", "benchmarks", "-q", "--benchmark-columns=min,median,mean,ops", *session.posargs)

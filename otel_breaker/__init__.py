@@ -1,0 +1,55 @@
+"""otel-breaker: per-tool circuit breakers for AI agents, visible in OpenTelemetry.
+
+Every tool call passes a per-tool breaker: after repeated failures it opens and
+later calls are rejected at once, without running the tool, with a message the
+agent loop understands; after a cooldown one probe tests recovery.
+"""
+
+from otel_breaker._version import __version__
+from otel_breaker.breaker import (
+    PRESETS,
+    BreakerStats,
+    CircuitBreaker,
+    CircuitBreakerConfig,
+    CircuitOpenError,
+    State,
+    StateChange,
+)
+from otel_breaker.classify import ApprovalDeniedError, PermissionDeniedError
+from otel_breaker.config import ConfigError, load_settings
+from otel_breaker.degrade import Rejection, set_escalation
+from otel_breaker.guard import Guard, ToolTimeoutError, guard
+from otel_breaker.registry import (
+    BreakerRegistry,
+    breaker_scope,
+    get_circuit_breaker,
+    release,
+    reset_all_circuit_breakers,
+)
+from otel_breaker.toolcall import ToolCall
+
+__all__ = [
+    "PRESETS",
+    "ApprovalDeniedError",
+    "BreakerRegistry",
+    "BreakerStats",
+    "CircuitBreaker",
+    "CircuitBreakerConfig",
+    "CircuitOpenError",
+    "ConfigError",
+    "Guard",
+    "PermissionDeniedError",
+    "Rejection",
+    "State",
+    "StateChange",
+    "ToolCall",
+    "ToolTimeoutError",
+    "__version__",
+    "breaker_scope",
+    "get_circuit_breaker",
+    "guard",
+    "load_settings",
+    "release",
+    "reset_all_circuit_breakers",
+    "set_escalation",
+]

@@ -1,0 +1,641 @@
+"""The circuit breaker state machine: closed, open, half-open.
+
+This module is the pure state machine. It never imports OpenTelemetry: telemetry
+subscribes to its transitions, so the machine stays fast and easy to test. The
+clock is injected (a zero-argument callable returning monotonic seconds), so
+every time-based rule is testable without sleeping.
+
+The hot path (closed state) is two short critical sections on plain integers:
+``acquire`` hands out a *permit* (the breaker's generation number, bumped on
+every transition) and ``record`` reports the outcome with it. A permit from an
+older generation still counts in the statistics but never moves the state: a
+slow call admitted before the breaker opened can never pass as a probe.
+"""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import logging
+import math
+import threading
+import time
+import weakref
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, NamedTuple
+
+from otel_breaker.classify import FAILURE, IGNORED, SUCCESS
+
+logger = logging.getLogger("otel_breaker")
+
+Clock = Callable[[], float]
+
+#: ``acquire`` result: the call must not run.
+REJECTED = -1
+#: ``acquire`` result in observe mode: the call runs, but enforce mode would
+#: have rejected it, so its outcome must not move the state.
+SHADOW = -2
+
+
+class State(str, enum.Enum):
+    """Breaker states; the values are the ``otel_breaker.state`` attribute values."""
+
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half_open"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_CLOSED = State.CLOSED
+_OPEN = State.OPEN
+_HALF_OPEN = State.HALF_OPEN
+
+MODES = ("enforce", "observe")
+
+#: Starting points from the agent circuit breaker pattern's table.
+PRESETS: dict[str, dict[str, Any]] = {
+    "fast_api": {"failure_threshold": 3, "recovery_timeout": 30.0},
+    "slow_tool": {"failure_threshold": 2, "recovery_timeout": 120.0},
+    "code_executor": {"failure_threshold": 2, "recovery_timeout": 60.0},
+}
+
+
+@dataclass(frozen=True)
+class CircuitBreakerConfig:
+    """How one breaker decides. Defaults are the ones agent users already know.
+
+    Every option is documented in the README with its default.
+    """
+
+    failure_threshold: int = 5
+    recovery_timeout: float = 60.0
+    success_threshold: int = 2
+    timeout: float | None = 30.0
+    monitor_window: float = 300.0
+    graceful_degradation: bool = True
+    failure_rate_threshold: float | None = None
+    minimum_calls: int = 20
+    half_open_max_calls: int = 1
+    backoff_multiplier: float = 1.0
+    max_recovery_timeout: float = 600.0
+    ignore_exceptions: tuple[type[BaseException], ...] = ()
+    record_exceptions: tuple[type[BaseException], ...] = ()
+    is_failure: Callable[[BaseException], bool] | None = field(default=None, compare=False)
+    is_failure_result: Callable[[Any], bool] | None = field(default=None, compare=False)
+    mode: str = "enforce"
+    enable_health_check: bool = True
+    health_check_interval: float = 30.0
+    health_check: Callable[[], bool | Awaitable[bool]] | None = field(default=None, compare=False)
+    fallbacks: tuple[str, ...] = ()
+    high_stakes: bool = False
+
+    def __post_init__(self) -> None:
+        problems = list(_config_problems(self))
+        if problems:
+            raise ValueError("invalid CircuitBreakerConfig: " + "; ".join(problems))
+        # Accept lists from users, store tuples so configs stay hashable-ish.
+        for name in ("ignore_exceptions", "record_exceptions", "fallbacks"):
+            value = getattr(self, name)
+            if not isinstance(value, tuple):
+                object.__setattr__(self, name, tuple(value))
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> CircuitBreakerConfig:
+        """A config from the pattern's table (``fast_api``, ``slow_tool``, ``code_executor``)."""
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+        return cls(**{**PRESETS[name], **overrides})
+
+    def with_changes(self, **changes: Any) -> CircuitBreakerConfig:
+        """A copy with some options changed (validated like a new config)."""
+        return replace(self, **changes)
+
+    def cooldown(self, reopenings: int) -> float:
+        """Seconds to stay open after ``reopenings`` failed probes in a row."""
+        base = self.recovery_timeout
+        if reopenings <= 0 or self.backoff_multiplier == 1.0:
+            return base
+        grown = base * self.backoff_multiplier**reopenings
+        return max(base, min(grown, self.max_recovery_timeout))
+
+
+CONFIG_FIELDS = tuple(f.name for f in fields(CircuitBreakerConfig))
+
+
+def _config_problems(c: CircuitBreakerConfig):
+    def positive_int(name: str) -> None:
+        value = getattr(c, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            problems.append(f"{name}={value!r} (must be an integer >= 1)")
+
+    def non_negative(name: str, allow_none: bool = False) -> None:
+        value = getattr(c, name)
+        if value is None and allow_none:
+            return
+        if isinstance(value, bool) or not isinstance(value, int | float) or not value >= 0:
+            problems.append(f"{name}={value!r} (must be a number >= 0)")
+
+    problems: list[str] = []
+    for name in ("failure_threshold", "success_threshold", "minimum_calls", "half_open_max_calls"):
+        positive_int(name)
+    for name in ("recovery_timeout", "max_recovery_timeout", "health_check_interval"):
+        non_negative(name)
+    non_negative("timeout", allow_none=True)
+    if not isinstance(c.monitor_window, int | float) or not c.monitor_window > 0:
+        problems.append(f"monitor_window={c.monitor_window!r} (must be a number > 0)")
+    rate = c.failure_rate_threshold
+    if rate is not None and (not isinstance(rate, int | float) or not 0 < rate <= 1):
+        problems.append(f"failure_rate_threshold={rate!r} (must be in (0, 1] or None)")
+    if not isinstance(c.backoff_multiplier, int | float) or c.backoff_multiplier < 1:
+        problems.append(f"backoff_multiplier={c.backoff_multiplier!r} (must be >= 1)")
+    if c.mode not in MODES:
+        problems.append(f"mode={c.mode!r} (must be one of {', '.join(MODES)})")
+    yield from problems
+
+
+class StateChange(NamedTuple):
+    """One transition, as delivered to listeners."""
+
+    breaker: CircuitBreaker
+    from_state: State
+    to_state: State
+    reason: str
+    at: float
+
+
+@dataclass(frozen=True)
+class BreakerStats:
+    """A consistent snapshot of a breaker's counters (since its last reset)."""
+
+    state: State
+    failure_count: int
+    success_count: int
+    ignored_count: int
+    total_requests: int
+    rejected_requests: int
+    consecutive_failures: int
+    opened_count: int
+    last_state_change: float | None
+
+
+class CircuitOpenError(Exception):
+    """Raised instead of running a tool whose breaker is open.
+
+    Only when ``graceful_degradation=False``; otherwise callers get an error
+    result they can hand to the model.
+    """
+
+    def __init__(self, tool: str, state: State, retry_after: float | None, message: str | None = None):
+        self.tool = tool
+        self.state = state
+        self.retry_after = retry_after
+        super().__init__(message or f"Tool '{tool}' circuit breaker {state.value} - too many recent failures")
+
+
+class _FailureWindow:
+    """Calls and failures over the last ``monitor_window`` seconds, in 10 buckets.
+
+    Only maintained when a failure-rate threshold is configured.
+    """
+
+    __slots__ = ("_calls", "_epochs", "_failures", "_width")
+    BUCKETS = 10
+
+    def __init__(self, window: float) -> None:
+        self._width = window / self.BUCKETS
+        self._epochs = [-1] * self.BUCKETS
+        self._calls = [0] * self.BUCKETS
+        self._failures = [0] * self.BUCKETS
+
+    def add(self, now: float, failed: bool) -> None:
+        epoch = int(now // self._width)
+        slot = epoch % self.BUCKETS
+        if self._epochs[slot] != epoch:
+            self._epochs[slot] = epoch
+            self._calls[slot] = 0
+            self._failures[slot] = 0
+        self._calls[slot] += 1
+        if failed:
+            self._failures[slot] += 1
+
+    def totals(self, now: float) -> tuple[int, int]:
+        oldest = int(now // self._width) - self.BUCKETS + 1
+        calls = failures = 0
+        for slot, epoch in enumerate(self._epochs):
+            if epoch >= oldest:
+                calls += self._calls[slot]
+                failures += self._failures[slot]
+        return calls, failures
+
+    def clear(self) -> None:
+        self._epochs = [-1] * self.BUCKETS
+
+
+StateListener = Callable[[StateChange], None]
+
+# Listeners for every breaker (telemetry, health checks, shared stores).
+_GLOBAL_LISTENERS: list[StateListener] = []
+# Every live breaker, so ``reset_all`` reaches breakers held outside a registry.
+_ALL_BREAKERS: weakref.WeakSet[CircuitBreaker] = weakref.WeakSet()
+
+
+def add_global_listener(listener: StateListener) -> None:
+    """Subscribe to the transitions of every breaker in the process."""
+    if listener not in _GLOBAL_LISTENERS:
+        _GLOBAL_LISTENERS.append(listener)
+
+
+def remove_global_listener(listener: StateListener) -> None:
+    if listener in _GLOBAL_LISTENERS:
+        _GLOBAL_LISTENERS.remove(listener)
+
+
+def all_breakers() -> list[CircuitBreaker]:
+    """Every breaker alive in this process, registered or not."""
+    return list(_ALL_BREAKERS)
+
+
+class CircuitBreaker:
+    """A per-tool circuit breaker.
+
+    ``call``/``acall`` run a function through it (and it works as a decorator);
+    ``acquire``/``record`` are the two halves for code that runs the call itself.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        config: CircuitBreakerConfig | None = None,
+        *,
+        clock: Clock | None = None,
+        agent_name: str | None = None,
+        session_id: str | None = None,
+    ) -> None:
+        self.name = name
+        self.agent_name = agent_name
+        self.session_id = session_id
+        self._config = config or CircuitBreakerConfig()
+        self._clock: Clock = clock or time.monotonic
+        self._lock = threading.Lock()
+        self._listeners: list[StateListener] = []
+        self._state = _CLOSED
+        self._generation = 0
+        self._consecutive = 0
+        self._open_until = 0.0
+        self._reopenings = 0
+        self._probe_leases: dict[int, float] = {}
+        self._next_lease = 0
+        self._probe_successes = 0
+        self._window = _FailureWindow(self._config.monitor_window) if self._config.failure_rate_threshold else None
+        # Lifetime counters: monotonic, read by telemetry at collection time.
+        # Requests and successes are counted on the lock-free closed-state path
+        # with itertools.count, whose next() is atomic; the rest under the lock.
+        self._request_counter = itertools.count()
+        self._success_counter = itertools.count()
+        self._failures = 0
+        self._ignored = 0
+        self._rejected_open_counter = itertools.count()
+        self._rejected_half_open = 0
+        self._observe = self._config.mode == "observe"
+        self._opened_count = 0
+        self._last_change: float | None = None
+        # ``stats`` reports counts since the last reset by subtracting this.
+        self._baseline = (0, 0, 0, 0, 0, 0)
+        #: Set when a registry pruned this breaker and folded its counts away.
+        self.retired = False
+        #: Free for telemetry to cache per-breaker data (attribute sets).
+        self.telemetry_cache: Any = None
+        #: Free for the call path to cache per-breaker data (default call, rejection).
+        self.call_cache: Any = None
+        self.rejection_cache: Any = None
+        _ALL_BREAKERS.add(self)
+
+    # -- introspection ---------------------------------------------------
+
+    def __repr__(self) -> str:
+        return f"<CircuitBreaker {self.name!r} {self._state.value}>"
+
+    @property
+    def config(self) -> CircuitBreakerConfig:
+        return self._config
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    @property
+    def state(self) -> State:
+        """The current state. An open breaker past its cooldown still reads OPEN
+        until the next call asks for a probe."""
+        return self._state
+
+    @property
+    def generation(self) -> int:
+        return self._generation
+
+    @property
+    def retry_after(self) -> float:
+        """Seconds until a probe is allowed: 0 when closed or half-open with a
+        free probe slot, ``inf`` while forced open."""
+        with self._lock:
+            return self._retry_after_locked(self._clock())
+
+    def peek_retry_after(self) -> float:
+        """``retry_after`` without taking the lock, for the rejection hot path
+        (a value a moment stale is fine there)."""
+        return self._retry_after_locked(self._clock())
+
+    def _retry_after_locked(self, now: float) -> float:
+        if self._state is _OPEN:
+            return max(0.0, self._open_until - now)
+        if self._state is _HALF_OPEN and len(self._probe_leases) >= self._config.half_open_max_calls:
+            return min(1.0, self._config.recovery_timeout)
+        return 0.0
+
+    @property
+    def _requests(self) -> int:
+        return _counter_value(self._request_counter)
+
+    @property
+    def _rejected_open(self) -> int:
+        return _counter_value(self._rejected_open_counter)
+
+    @property
+    def _successes(self) -> int:
+        return _counter_value(self._success_counter)
+
+    @property
+    def stats(self) -> BreakerStats:
+        with self._lock:
+            s, f, i, r, rej, opened = self._baseline
+            return BreakerStats(
+                state=self._state,
+                failure_count=self._failures - f,
+                success_count=self._successes - s,
+                ignored_count=self._ignored - i,
+                total_requests=self._requests - r,
+                rejected_requests=self._rejected_open + self._rejected_half_open - rej,
+                consecutive_failures=self._consecutive,
+                opened_count=self._opened_count - opened,
+                last_state_change=self._last_change,
+            )
+
+    def lifetime_counts(self) -> tuple[int, int, int, int, int]:
+        """(successes, failures, ignored, rejected while open, rejected while half-open),
+        never reset: what telemetry exports as monotonic counters."""
+        return (self._successes, self._failures, self._ignored, self._rejected_open, self._rejected_half_open)
+
+    def recent_failure_rate(self) -> float | None:
+        """Failure ratio over ``monitor_window`` when a rate threshold is configured."""
+        if self._window is None:
+            return None
+        with self._lock:
+            calls, failures = self._window.totals(self._clock())
+        return failures / calls if calls else 0.0
+
+    # -- configuration and listeners -------------------------------------
+
+    def configure(self, config: CircuitBreakerConfig) -> None:
+        """Apply a new configuration; the current state is kept."""
+        with self._lock:
+            self._config = config
+            self._observe = config.mode == "observe"
+            if config.failure_rate_threshold and self._window is None:
+                self._window = _FailureWindow(config.monitor_window)
+            elif not config.failure_rate_threshold:
+                self._window = None
+
+    def on_state_change(self, callback: StateListener) -> StateListener:
+        """Call ``callback(change)`` after every transition of this breaker.
+
+        Returns the callback, so it can be used as a decorator.
+        """
+        self._listeners.append(callback)
+        return callback
+
+    # -- the two halves of a guarded call ----------------------------------
+
+    def acquire(self) -> int | tuple[int, int]:
+        """Ask to run one call.
+
+        Returns a permit to pass to :meth:`record`, or ``REJECTED`` (the call
+        must not run), or ``SHADOW`` in observe mode for a call enforce mode
+        would have rejected.
+        """
+        permit = self._generation
+        state = self._state
+        if state is _CLOSED:
+            # Lock-free: a transition racing with this read leaves ``permit`` at
+            # the older generation, whose outcome then only counts in stats.
+            next(self._request_counter)
+            return permit
+        if state is _OPEN and self._clock() < self._open_until:
+            next(self._request_counter)
+            next(self._rejected_open_counter)
+            return SHADOW if self._observe else REJECTED
+        with self._lock:
+            permit, change = self._acquire_slow()
+        if change is not None:
+            self._emit(change)
+        return permit
+
+    def _acquire_slow(self) -> tuple[int | tuple[int, int], StateChange | None]:
+        now = self._clock()
+        next(self._request_counter)
+        change = None
+        if self._state is _OPEN:
+            if now < self._open_until:
+                next(self._rejected_open_counter)
+                return (SHADOW if self._observe else REJECTED), None
+            change = self._transition(_HALF_OPEN, "cooldown_elapsed", now)
+        # half-open: hand out probe leases; reclaim leases of probes that hung
+        leases = self._probe_leases
+        timeout = self._config.timeout
+        if timeout is not None and leases:
+            for lease, started in list(leases.items()):
+                if now - started > timeout:
+                    del leases[lease]
+        if len(leases) < self._config.half_open_max_calls:
+            self._next_lease += 1
+            leases[self._next_lease] = now
+            return (self._generation, self._next_lease), change
+        self._rejected_half_open += 1
+        return (SHADOW if self._observe else REJECTED), change
+
+    def record(self, permit: int | tuple[int, int], outcome: int) -> None:
+        """Report the outcome (``SUCCESS``/``FAILURE``/``IGNORED``) of a call
+        that ``acquire`` let through."""
+        if outcome == SUCCESS and permit == self._generation and self._window is None and not self._consecutive:
+            # Closed, current generation, no failure streak to clear: the common
+            # case needs no lock. (A failure racing with it takes the lock and
+            # reads as having happened after this success.)
+            next(self._success_counter)
+            return
+        with self._lock:
+            change = self._record_slow(permit, outcome)
+        if change is not None:
+            self._emit(change)
+
+    def _record_slow(self, permit: int | tuple[int, int], outcome: int) -> StateChange | None:
+        if outcome == SUCCESS:
+            next(self._success_counter)
+        elif outcome == FAILURE:
+            self._failures += 1
+        else:
+            self._ignored += 1
+        state = self._state
+        if isinstance(permit, tuple):
+            generation, lease = permit
+            if state is not _HALF_OPEN or generation != self._generation:
+                return None
+            if self._probe_leases.pop(lease, None) is None:
+                return None  # the lease expired: a late answer is not a probe result
+            if outcome == SUCCESS:
+                self._probe_successes += 1
+                if self._probe_successes >= self._config.success_threshold:
+                    return self._transition(_CLOSED, "probe_succeeded", self._clock())
+            elif outcome == FAILURE:
+                self._reopenings += 1
+                return self._open(self._clock(), "probe_failed")
+            return None
+        if permit != self._generation or state is not _CLOSED or outcome == IGNORED:
+            return None
+        if outcome == SUCCESS:
+            self._consecutive = 0
+            if self._window is not None:
+                self._window.add(self._clock(), False)
+            return None
+        now = self._clock()
+        self._consecutive += 1
+        if self._consecutive >= self._config.failure_threshold:
+            return self._open(now, f"consecutive_failures={self._consecutive}")
+        window = self._window
+        if window is not None:
+            window.add(now, True)
+            calls, failures = window.totals(now)
+            rate = failures / calls
+            if calls >= self._config.minimum_calls and rate >= self._config.failure_rate_threshold:
+                return self._open(now, f"failure_rate={rate:.2f}")
+        return None
+
+    # -- transitions -------------------------------------------------------
+
+    def _open(self, now: float, reason: str, until: float | None = None) -> StateChange | None:
+        self._open_until = now + self._config.cooldown(self._reopenings) if until is None else until
+        self._opened_count += 1
+        return self._transition(_OPEN, reason, now)
+
+    def _transition(self, to: State, reason: str, now: float) -> StateChange | None:
+        """Move to ``to`` (lock held). Returns the change to emit after unlocking."""
+        previous = self._state
+        self._state = to
+        self._generation += 1
+        self._probe_leases.clear()
+        self._probe_successes = 0
+        self._last_change = now
+        if to is _CLOSED:
+            self._consecutive = 0
+            self._reopenings = 0
+            if self._window is not None:
+                self._window.clear()
+        if previous is to:
+            return None
+        return StateChange(self, previous, to, reason, now)
+
+    def _emit(self, change: StateChange) -> None:
+        for listener in (*self._listeners, *_GLOBAL_LISTENERS):
+            try:
+                listener(change)
+            except Exception:
+                logger.exception("otel-breaker: state listener %r failed", listener)
+
+    def _change(self, apply: Callable[[float], StateChange | None]) -> None:
+        with self._lock:
+            change = apply(self._clock())
+        if change is not None:
+            self._emit(change)
+
+    # -- manual control ----------------------------------------------------
+
+    def force_open(self, duration: float | None = None) -> None:
+        """Open now. Stays open until ``force_close``/``reset`` unless ``duration`` is given."""
+        self._change(lambda now: self._open(now, "manual", math.inf if duration is None else now + duration))
+
+    def force_close(self) -> None:
+        """Close now, clearing the failure streak."""
+        self._change(lambda now: self._transition(_CLOSED, "manual", now))
+
+    def reset(self) -> None:
+        """Back to a fresh closed breaker: state, streaks and ``stats`` start over.
+
+        Telemetry counters stay monotonic (they read lifetime counts).
+        """
+
+        def apply(now: float) -> StateChange | None:
+            self._baseline = (
+                self._successes,
+                self._failures,
+                self._ignored,
+                self._requests,
+                self._rejected_open + self._rejected_half_open,
+                self._opened_count,
+            )
+            change = self._transition(_CLOSED, "reset", now)
+            self._last_change = None if change is None else now
+            return change
+
+        self._change(apply)
+
+    def health_check_passed(self) -> bool:
+        """A passing health check moves an open breaker to half-open early.
+
+        Returns True when it did. A manually forced open breaker stays open.
+        """
+        moved = False
+
+        def apply(now: float) -> StateChange | None:
+            nonlocal moved
+            if self._state is not _OPEN or self._open_until == math.inf:
+                return None
+            moved = True
+            return self._transition(_HALF_OPEN, "health_check_passed", now)
+
+        self._change(apply)
+        return moved
+
+    # -- running calls -------------------------------------------------------
+
+    def call(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn`` through the breaker (the same path ``@guard`` takes)."""
+        return _run_sync(self, fn, args, kwargs)
+
+    async def acall(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        """Run ``fn`` (a coroutine function or a plain one) through the breaker."""
+        return await _run_async(self, fn, args, kwargs)
+
+    def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """Use the breaker as a decorator on sync and async functions."""
+        return _decorate(self, fn)
+
+
+def _counter_value(counter: itertools.count) -> int:
+    """The next value an ``itertools.count`` would return, i.e. how many it gave."""
+    return int(repr(counter)[6:-1])
+
+
+def _not_loaded(*args: Any) -> Any:  # pragma: no cover - replaced when guard imports
+    raise RuntimeError("otel_breaker.guard is not loaded")
+
+
+# The one call path lives in otel_breaker.guard, which installs it here.
+_run_sync: Callable[..., Any] = _not_loaded
+_run_async: Callable[..., Any] = _not_loaded
+_decorate: Callable[..., Any] = _not_loaded
+
+
+def install_runner(run_sync: Callable[..., Any], run_async: Callable[..., Any], decorate: Callable[..., Any]) -> None:
+    global _run_sync, _run_async, _decorate
+    _run_sync, _run_async, _decorate = run_sync, run_async, decorate

@@ -1,0 +1,446 @@
+"""The one guarded call path, sync and async, and the ``@guard`` decorator.
+
+Every tool call takes this path: ``CircuitBreaker.call``, ``@guard`` and every
+framework adapter. Sync and async share each step (acquire, classify, record,
+telemetry) so neither can bypass a check. Two promises hold throughout:
+
+* a failure of our own bookkeeping is logged and the call runs unguarded:
+  the middleware never turns a healthy call into a failure;
+* a rejected call never runs the tool, and the caller gets a value its agent
+  loop understands (an error result, the adapter's native value, or
+  :class:`CircuitOpenError` when ``graceful_degradation=False``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import logging
+import sys
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from otel_breaker import breaker as _breaker_module
+from otel_breaker import degrade
+from otel_breaker.breaker import REJECTED, SHADOW, CircuitBreaker, CircuitBreakerConfig, Clock
+from otel_breaker.classify import FAILURE, SUCCESS, classify_exception, error_type, result_failed
+from otel_breaker.registry import BreakerRegistry, default_registry
+from otel_breaker.telemetry import _METRICS_GLOBALS, _TRACE_GLOBALS, TELEMETRY
+from otel_breaker.toolcall import ToolCall
+
+_TELEMETRY = TELEMETRY
+_rejection_result = degrade.rejection_result
+
+logger = logging.getLogger("otel_breaker")
+
+TIMEOUT_ERROR_TYPE = "timeout"
+INVALID_RESULT_ERROR_TYPE = "invalid_result"
+
+
+class ToolTimeoutError(TimeoutError):
+    """An async tool ran past its breaker's ``timeout`` and was cancelled."""
+
+    def __init__(self, tool: str, timeout: float):
+        self.tool = tool
+        self.timeout = timeout
+        super().__init__(f"Tool '{tool}' timed out after {timeout:g}s")
+
+
+class Adapter(Protocol):
+    """What a framework adapter adds to the call path."""
+
+    def result_error(self, call: ToolCall, result: Any) -> str | None:
+        """``error.type`` when the framework turned a failure into a returned value."""
+
+    def rejection(self, call: ToolCall, info: degrade.Rejection) -> Any:
+        """The framework-native value for a rejected call (or raise)."""
+
+
+_bookkeeping_warned = False
+
+
+def _bookkeeping_failed(where: str) -> None:
+    global _bookkeeping_warned
+    if not _bookkeeping_warned:
+        _bookkeeping_warned = True
+        logger.exception("otel-breaker: %s failed; the call runs unguarded (logged once)", where)
+    else:
+        logger.debug("otel-breaker: %s failed", where, exc_info=True)
+
+
+def _default_call(breaker: CircuitBreaker) -> ToolCall:
+    call = breaker.call_cache
+    if call is None:
+        call = breaker.call_cache = ToolCall(breaker.name, agent_name=breaker.agent_name, session_id=breaker.session_id)
+    return call
+
+
+def _reject(breaker: CircuitBreaker, call: ToolCall | None, adapter: Adapter | None, span: Any) -> tuple[bool, Any]:
+    """Handle a rejected call. Returns (run_anyway, value)."""
+    config = breaker.config
+    if call is None:
+        call = _default_call(breaker)
+    info = degrade.Rejection(breaker, call)
+    if config.high_stakes and degrade.escalation_approves(call, info):
+        TELEMETRY.escalated(span, call, breaker)
+        return True, None
+    TELEMETRY.rejected(span, call, breaker, info)
+    if adapter is not None:
+        return False, adapter.rejection(call, info)
+    if config.graceful_degradation:
+        return False, info.as_dict()
+    raise info.error()
+
+
+def _result_error(breaker: CircuitBreaker, call: ToolCall | None, result: Any, adapter: Adapter | None) -> str | None:
+    """``error.type`` for a returned value the framework or a validator calls a failure."""
+    try:
+        if adapter is not None:
+            err = adapter.result_error(call, result)
+            if err is not None:
+                return err
+        if result_failed(result, breaker.config):
+            return INVALID_RESULT_ERROR_TYPE
+    except Exception:
+        _bookkeeping_failed("classifying a result")
+    return None
+
+
+def _record(breaker: CircuitBreaker, permit: Any, outcome: int) -> None:
+    if permit is None:
+        return
+    try:
+        breaker.record(permit, outcome)
+    except Exception:
+        _bookkeeping_failed("recording an outcome")
+
+
+def _classify(breaker: CircuitBreaker, exc: BaseException) -> int:
+    try:
+        return classify_exception(exc, breaker.config)
+    except Exception:
+        _bookkeeping_failed("classifying an exception")
+        return FAILURE
+
+
+def _start(breaker: CircuitBreaker, call: ToolCall | None) -> tuple[ToolCall | None, Any]:
+    """Start telemetry for a call when any provider exists: (call, span handle)."""
+    if call is None:
+        call = _default_call(breaker)
+    try:
+        return call, TELEMETRY.start(call, breaker)
+    except Exception:
+        _bookkeeping_failed("starting a span")
+        return call, None
+
+
+def _end(
+    breaker: CircuitBreaker,
+    call: ToolCall,
+    span: Any,
+    elapsed: float,
+    err: str | None,
+    exc: BaseException | None,
+    permit: Any,
+) -> None:
+    try:
+        TELEMETRY.finish(span, call, breaker, elapsed, err, exc, permit)
+    except Exception:
+        _bookkeeping_failed("ending a span")
+
+
+def run_sync(
+    breaker: CircuitBreaker,
+    fn: Callable[..., Any],
+    args: tuple,
+    kwargs: dict,
+    call: ToolCall | None = None,
+    adapter: Adapter | None = None,
+) -> Any:
+    """Run a sync call through ``breaker``. Sync calls are never interrupted: one
+    that runs past ``timeout`` is counted as a failure when it returns."""
+    observed = (
+        _TELEMETRY.explicit
+        or _TRACE_GLOBALS["_TRACER_PROVIDER"] is not None
+        or _METRICS_GLOBALS["_METER_PROVIDER"] is not None
+    )
+    span = None
+    if observed:
+        call, span = _start(breaker, call)
+    try:
+        try:
+            permit = breaker.acquire()
+        except Exception:
+            permit = None
+            _bookkeeping_failed("acquiring a permit")
+        if permit == REJECTED:
+            config = breaker._config
+            if span is None and adapter is None and config.graceful_degradation and not config.high_stakes:
+                return _rejection_result(breaker, call)
+            run_anyway, value = _reject(breaker, call, adapter, span)
+            if not run_anyway:
+                return value
+            permit = SHADOW
+        clock = breaker._clock
+        start = clock()
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as exc:
+            outcome = _classify(breaker, exc)
+            _record(breaker, permit, outcome)
+            if observed:
+                _end(breaker, call, span, clock() - start, error_type(exc) if outcome == FAILURE else None, exc, permit)
+            raise
+        elapsed = clock() - start
+        config = breaker._config
+        err = None
+        if config.timeout is not None and elapsed > config.timeout:
+            err = TIMEOUT_ERROR_TYPE
+        elif adapter is not None or config.is_failure_result is not None:
+            err = _result_error(breaker, call, result, adapter)
+        try:
+            if permit is not None:
+                breaker.record(permit, SUCCESS if err is None else FAILURE)
+        except Exception:
+            _bookkeeping_failed("recording an outcome")
+        if observed:
+            _end(breaker, call, span, elapsed, err, None, permit)
+        return result
+    finally:
+        if span is not None:
+            TELEMETRY.detach(span)
+
+
+if sys.version_info >= (3, 11):
+    _timeout_scope = asyncio.timeout
+else:  # pragma: no cover - Python 3.10
+
+    class _timeout_scope:
+        """``asyncio.timeout`` for 3.10: cancel the current task after ``delay``."""
+
+        def __init__(self, delay: float | None):
+            self._delay = delay
+            self._handle: asyncio.TimerHandle | None = None
+            self._expired = False
+
+        async def __aenter__(self):
+            if self._delay is not None:
+                task = asyncio.current_task()
+                loop = asyncio.get_running_loop()
+
+                def expire() -> None:
+                    self._expired = True
+                    task.cancel()
+
+                self._handle = loop.call_later(self._delay, expire)
+            return self
+
+        async def __aexit__(self, kind, exc, tb):
+            if self._handle is not None:
+                self._handle.cancel()
+            if self._expired and kind is asyncio.CancelledError:
+                raise TimeoutError from exc
+            return False
+
+
+async def run_async(
+    breaker: CircuitBreaker,
+    fn: Callable[..., Any],
+    args: tuple,
+    kwargs: dict,
+    call: ToolCall | None = None,
+    adapter: Adapter | None = None,
+) -> Any:
+    """Run an async call (or a plain function) through ``breaker``: the same
+    steps as :func:`run_sync`, and coroutines are cancelled at ``timeout`` and
+    counted as failures."""
+    observed = (
+        _TELEMETRY.explicit
+        or _TRACE_GLOBALS["_TRACER_PROVIDER"] is not None
+        or _METRICS_GLOBALS["_METER_PROVIDER"] is not None
+    )
+    span = None
+    if observed:
+        call, span = _start(breaker, call)
+    try:
+        try:
+            permit = breaker.acquire()
+        except Exception:
+            permit = None
+            _bookkeeping_failed("acquiring a permit")
+        if permit == REJECTED:
+            config = breaker._config
+            if span is None and adapter is None and config.graceful_degradation and not config.high_stakes:
+                return _rejection_result(breaker, call)
+            run_anyway, value = _reject(breaker, call, adapter, span)
+            if not run_anyway:
+                return value
+            permit = SHADOW
+        clock = breaker._clock
+        config = breaker._config
+        timeout = config.timeout
+        start = clock()
+        try:
+            result = fn(*args, **kwargs)
+            if inspect.isawaitable(result):
+                if timeout is None:
+                    result = await result
+                else:
+                    try:
+                        async with _timeout_scope(timeout):
+                            result = await result
+                    except TimeoutError as exc:
+                        tool = call.tool if call is not None else breaker.name
+                        raise ToolTimeoutError(tool, timeout) from exc
+        except ToolTimeoutError as exc:
+            _record(breaker, permit, FAILURE)
+            if observed:
+                _end(breaker, call, span, clock() - start, TIMEOUT_ERROR_TYPE, exc, permit)
+            raise
+        except BaseException as exc:
+            outcome = _classify(breaker, exc)
+            _record(breaker, permit, outcome)
+            if observed:
+                _end(breaker, call, span, clock() - start, error_type(exc) if outcome == FAILURE else None, exc, permit)
+            raise
+        elapsed = clock() - start
+        err = None
+        if timeout is not None and elapsed > timeout:
+            err = TIMEOUT_ERROR_TYPE
+        elif adapter is not None or config.is_failure_result is not None:
+            err = _result_error(breaker, call, result, adapter)
+        try:
+            if permit is not None:
+                breaker.record(permit, SUCCESS if err is None else FAILURE)
+        except Exception:
+            _bookkeeping_failed("recording an outcome")
+        if observed:
+            _end(breaker, call, span, elapsed, err, None, permit)
+        return result
+    finally:
+        if span is not None:
+            TELEMETRY.detach(span)
+
+
+def _decorate(breaker: CircuitBreaker, fn: Callable[..., Any]) -> Callable[..., Any]:
+    call = None
+    if inspect.iscoroutinefunction(fn):
+
+        @functools.wraps(fn)
+        async def async_guarded(*args: Any, **kwargs: Any) -> Any:
+            return await run_async(breaker, fn, args, kwargs, call)
+
+        async_guarded.breaker = breaker  # type: ignore[attr-defined]
+        return async_guarded
+
+    @functools.wraps(fn)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        return run_sync(breaker, fn, args, kwargs, call)
+
+    guarded.breaker = breaker  # type: ignore[attr-defined]
+    return guarded
+
+
+_breaker_module.install_runner(run_sync, run_async, _decorate)
+
+
+class Guard:
+    """Runs tool calls through the breakers of one registry (adapters use this)."""
+
+    def __init__(self, registry: BreakerRegistry | None = None) -> None:
+        self._registry = registry
+
+    @property
+    def registry(self) -> BreakerRegistry:
+        return self._registry if self._registry is not None else default_registry()
+
+    def breaker_for(self, call: ToolCall) -> CircuitBreaker | None:
+        try:
+            return self.registry.breaker_for(call)
+        except Exception:
+            _bookkeeping_failed("finding a breaker")
+            return None
+
+    def call(
+        self,
+        call: ToolCall,
+        fn: Callable[..., Any],
+        args: tuple = (),
+        kwargs: dict | None = None,
+        adapter: Adapter | None = None,
+    ) -> Any:
+        """Run ``fn(*args, **kwargs)`` as tool call ``call``."""
+        breaker = self.breaker_for(call)
+        if breaker is None:
+            return fn(*args, **(kwargs or {}))
+        return run_sync(breaker, fn, args, kwargs or {}, call, adapter)
+
+    async def acall(
+        self,
+        call: ToolCall,
+        fn: Callable[..., Any],
+        args: tuple = (),
+        kwargs: dict | None = None,
+        adapter: Adapter | None = None,
+    ) -> Any:
+        """Run ``fn(*args, **kwargs)`` (awaited when it returns an awaitable) as tool call ``call``."""
+        breaker = self.breaker_for(call)
+        if breaker is None:
+            result = fn(*args, **(kwargs or {}))
+            return await result if inspect.isawaitable(result) else result
+        return await run_async(breaker, fn, args, kwargs or {}, call, adapter)
+
+
+_default_guard = Guard()
+
+
+def default_guard() -> Guard:
+    return _default_guard
+
+
+def guard(
+    tool: str | Callable[..., Any] | None = None,
+    *,
+    config: CircuitBreakerConfig | None = None,
+    agent: Any = None,
+    agent_name: str | None = None,
+    clock: Clock | None = None,
+    registry: BreakerRegistry | None = None,
+) -> Any:
+    """Guard a tool function (sync or async) with its breaker.
+
+    ``@guard`` names the breaker after the function; ``@guard("web_search",
+    config=..., agent=...)`` names it explicitly. With ``clock`` the breaker is
+    private to this function (for tests and simulations); otherwise it comes
+    from the registry, so every guarded call of that tool shares it.
+    """
+    if callable(tool):
+        return guard()(tool)
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        name = tool or getattr(fn, "__name__", "tool")
+        if clock is not None:
+            settings = (registry or default_registry()).settings
+            breaker = CircuitBreaker(name, settings.config_for(name, config), clock=clock, agent_name=agent_name)
+            return _decorate(breaker, fn)
+        reg = registry or default_registry()
+        call = ToolCall(name, agent=agent, agent_name=agent_name)
+        if config is not None:
+            reg.breaker_for(call, config)  # create it now with this config
+        guard_ = Guard(reg)
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def async_guarded(*args: Any, **kwargs: Any) -> Any:
+                return await guard_.acall(call, fn, args, kwargs)
+
+            return async_guarded
+
+        @functools.wraps(fn)
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            return guard_.call(call, fn, args, kwargs)
+
+        return guarded
+
+    return decorate

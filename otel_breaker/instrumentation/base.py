@@ -1,0 +1,271 @@
+"""The small shared base every framework adapter builds on.
+
+An adapter names its patch points, turns a framework call into a
+:class:`~otel_breaker.toolcall.ToolCall`, spots failures the framework
+swallows, and builds the rejection value the framework's loop accepts. The
+base does the rest: version checks, patching with ``wrapt``, restoring exactly
+what it patched, the re-entrancy guard that counts one logical call once, and
+the hand-off to the one guarded call path.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import importlib
+import logging
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any
+
+import wrapt
+
+from otel_breaker.degrade import Rejection
+from otel_breaker.guard import Guard, default_guard
+from otel_breaker.toolcall import ToolCall
+
+logger = logging.getLogger("otel_breaker")
+
+
+class DidNotEnable(Exception):
+    """The framework is missing, or its version is outside the tested range."""
+
+
+# The guarded call in progress in this context. A wrapper entered while a call
+# of the same tool is already guarded passes straight through: one logical call
+# is counted once even when frameworks nest (an MCP tool inside an agent SDK,
+# a tool runner that calls another patched layer).
+_active_call: contextvars.ContextVar[ToolCall | None] = contextvars.ContextVar("otel_breaker_active_call", default=None)
+
+
+# Set-up deferred until the first guarded framework call (the SDK from OTEL_*
+# variables when the program configured none, the span processor).
+_first_use: list[Callable[[], None]] = []
+
+
+def before_first_call(callback: Callable[[], None]) -> None:
+    """Run ``callback`` once, just before the first guarded framework call."""
+    _first_use.append(callback)
+
+
+def _run_first_use() -> None:
+    while _first_use:
+        callback = _first_use.pop(0)
+        try:
+            callback()
+        except Exception:
+            logger.exception("otel-breaker: start-up step %r failed", callback)
+
+
+def active_call() -> ToolCall | None:
+    """The tool call being guarded in this context, if any."""
+    return _active_call.get()
+
+
+@dataclass(frozen=True)
+class PatchTarget:
+    """``module:qualname`` to wrap with ``wrapper(wrapped, instance, args, kwargs)``."""
+
+    module: str
+    qualname: str
+    wrapper: Callable[..., Any]
+
+
+@dataclass
+class _Patched:
+    owner: Any
+    attribute: str
+    original: Any
+    wrapper: Any
+
+
+class FrameworkAdapter:
+    """Base of one framework's adapter.
+
+    Subclasses set ``name``, ``distribution``, ``version_range`` and implement
+    ``targets()``; they override ``result_error`` and ``rejection`` where the
+    framework has its own failure and rejection values.
+    """
+
+    #: Identifier used in ``OTEL_BREAKER_FRAMEWORKS`` and logs.
+    name: str = ""
+    #: The PyPI distribution whose version is checked.
+    distribution: str = ""
+    #: PEP 440 specifier of the versions this adapter was tested with.
+    version_range: str = ""
+    #: Modules whose import triggers patching (post-import hooks).
+    modules: tuple[str, ...] = ()
+
+    def __init__(self, guard: Guard | None = None) -> None:
+        self.guard = guard or default_guard()
+        self._patched: list[_Patched] = []
+        self._enabled = False
+
+    # -- what subclasses provide ---------------------------------------------------
+
+    def targets(self) -> list[PatchTarget]:
+        raise NotImplementedError
+
+    def result_error(self, call: ToolCall, result: Any) -> str | None:
+        """``error.type`` when a returned value is the framework's way of saying the tool failed."""
+        return None
+
+    def rejection(self, call: ToolCall, info: Rejection) -> Any:
+        """The value returned to the framework instead of running the tool."""
+        return info.message
+
+    # -- version check -----------------------------------------------------------------
+
+    def installed_version(self) -> str | None:
+        try:
+            return metadata.version(self.distribution)
+        except metadata.PackageNotFoundError:
+            return None
+
+    def check_version(self) -> str:
+        """The installed version; raises :class:`DidNotEnable` when absent or untested."""
+        version = self.installed_version()
+        if version is None:
+            raise DidNotEnable(f"{self.distribution} is not installed")
+        if self.version_range:
+            from packaging.specifiers import SpecifierSet
+            from packaging.version import Version
+
+            if Version(version) not in SpecifierSet(self.version_range):
+                raise DidNotEnable(
+                    f"{self.distribution} {version} is outside the tested range {self.version_range}; not patched"
+                )
+        return version
+
+    # -- patching ---------------------------------------------------------------------------
+
+    @property
+    def enabled(self) -> bool:
+        return self._enabled
+
+    def patch(self) -> list[str]:
+        """Wrap every target that exists; returns the ones skipped, with reasons."""
+        self._enabled = True
+        skipped = []
+        for target in self.targets():
+            reason = self._wrap(target)
+            if reason:
+                skipped.append(f"{target.module}:{target.qualname}: {reason}")
+                logger.debug("otel-breaker: %s: skipped %s:%s (%s)", self.name, target.module, target.qualname, reason)
+        return skipped
+
+    def patch_module(self, module_name: str) -> list[str]:
+        """Wrap the targets that live in ``module_name`` (for post-import hooks)."""
+        self._enabled = True
+        skipped = []
+        for target in self.targets():
+            if target.module == module_name:
+                reason = self._wrap(target)
+                if reason:
+                    skipped.append(f"{target.module}:{target.qualname}: {reason}")
+        return skipped
+
+    def _wrap(self, target: PatchTarget) -> str | None:
+        try:
+            module = importlib.import_module(target.module)
+        except ImportError as exc:
+            return f"cannot import ({exc})"
+        owner: Any = module
+        *path, attribute = target.qualname.split(".")
+        for part in path:
+            owner = getattr(owner, part, None)
+            if owner is None:
+                return "not found"
+        original = owner.__dict__.get(attribute) if isinstance(owner, type) else getattr(owner, attribute, None)
+        if original is None:
+            return "not found"
+        if any(p.owner is owner and p.attribute == attribute for p in self._patched):
+            return "already patched"
+        adapter = self
+
+        def passthrough_when_disabled(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+            if not adapter._enabled:
+                return wrapped(*args, **kwargs)
+            return target.wrapper(wrapped, instance, args, kwargs)
+
+        if isinstance(original, staticmethod | classmethod):
+            wrapper = type(original)(wrapt.FunctionWrapper(original.__func__, passthrough_when_disabled))
+        else:
+            wrapper = wrapt.FunctionWrapper(original, passthrough_when_disabled)
+        setattr(owner, attribute, wrapper)
+        self._patched.append(_Patched(owner, attribute, original, wrapper))
+        return None
+
+    def unpatch(self) -> None:
+        """Restore exactly what this adapter wrapped.
+
+        Where another instrumentation wrapped the same method after us, its
+        wrapper stays in place and ours becomes a pass-through, so neither
+        instrumentation is broken.
+        """
+        self._enabled = False
+        for patched in reversed(self._patched):
+            current = (
+                patched.owner.__dict__.get(patched.attribute)
+                if isinstance(patched.owner, type)
+                else getattr(patched.owner, patched.attribute, None)
+            )
+            if current is patched.wrapper:
+                setattr(patched.owner, patched.attribute, patched.original)
+            else:
+                logger.debug(
+                    "otel-breaker: %s.%s was re-wrapped by someone else; leaving ours as a pass-through",
+                    getattr(patched.owner, "__name__", patched.owner),
+                    patched.attribute,
+                )
+        self._patched.clear()
+
+    def patched(self) -> Iterator[str]:
+        for patched in self._patched:
+            yield f"{getattr(patched.owner, '__module__', '')}.{getattr(patched.owner, '__qualname__', patched.owner)}.{patched.attribute}"
+
+    # -- the call path for wrappers ------------------------------------------------------
+
+    def run_sync(self, call: ToolCall, wrapped: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        """Run a sync framework call through its breaker (once per logical call)."""
+        if _first_use:
+            _run_first_use()
+        active = _active_call.get()
+        if active is not None and active.tool == call.tool:
+            return wrapped(*args, **kwargs)
+        token = _active_call.set(call)
+        try:
+            return self.guard.call(call, wrapped, args, kwargs, adapter=self)
+        finally:
+            _active_call.reset(token)
+
+    async def run_async(self, call: ToolCall, wrapped: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+        """Run an async framework call through its breaker (once per logical call)."""
+        if _first_use:
+            _run_first_use()
+        active = _active_call.get()
+        if active is not None and active.tool == call.tool:
+            return await wrapped(*args, **kwargs)
+        token = _active_call.set(call)
+        try:
+            return await self.guard.acall(call, wrapped, args, kwargs, adapter=self)
+        finally:
+            _active_call.reset(token)
+
+    def safe_tool_call(self, build: Callable[[], ToolCall | None]) -> ToolCall | None:
+        """Build a ToolCall, or None (call passes through unguarded) if the
+        framework's objects are not shaped as expected."""
+        try:
+            return build()
+        except Exception:
+            logger.debug("otel-breaker: %s: could not describe a tool call; running it unguarded", self.name, exc_info=True)
+            return None
+
+
+def agent_display_name(agent: Any) -> str | None:
+    """A readable name for an agent object, if it has one."""
+    for attribute in ("name", "role", "agent_name"):
+        value = getattr(agent, attribute, None)
+        if isinstance(value, str) and value:
+            return value
+    return None

@@ -1,0 +1,47 @@
+"""Where breaker state lives.
+
+A store creates breakers. The in-memory store keeps each breaker's state in the
+breaker itself (the fastest place); a shared store returns breakers whose
+decisions go through a shared server. The registry only talks to this
+interface, so the state machine never changes with the store.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from otel_breaker.breaker import CircuitBreaker, CircuitBreakerConfig, Clock
+
+
+class BreakerStore(Protocol):
+    """Creates the breakers a registry hands out."""
+
+    name: str
+
+    def create(
+        self,
+        key: str,
+        config: CircuitBreakerConfig,
+        *,
+        clock: Clock | None = None,
+        agent_name: str | None = None,
+        session_id: str | None = None,
+    ) -> CircuitBreaker: ...
+
+    def close(self) -> None: ...
+
+
+def store_from_url(url: str | None) -> BreakerStore:
+    """The store for an ``OTEL_BREAKER_STORE`` value (``memory`` or ``redis://...``)."""
+    from otel_breaker.store.memory import MemoryStore
+
+    if not url or url == "memory":
+        return MemoryStore()
+    if url.startswith(("redis://", "rediss://", "unix://")):
+        from otel_breaker.store.redis import RedisStore
+
+        return RedisStore.from_url(url)
+    raise ValueError(f"OTEL_BREAKER_STORE={url!r}: expected 'memory' or a redis:// or rediss:// URL")
+
+
+__all__ = ["BreakerStore", "store_from_url"]

@@ -1,0 +1,538 @@
+"""Every OpenTelemetry name, span, event and instrument of otel-breaker.
+
+Spans follow the GenAI semantic conventions (``execute_tool {tool}``); state
+changes and rejections are span events; metrics are the instruments below.
+Prometheus names after the exporter's translation are in the README.
+
+Speed: an SDK ``Counter.add`` costs several microseconds, more than a breaker
+decision. So per-call work is at most a span and one duration record; every
+count (calls by outcome, rejections, transitions, tokens saved) lives in plain
+integers and is exported through observable instruments read at collection
+time. With no SDK configured nothing here runs beyond two attribute checks.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import context as context_api
+from opentelemetry import metrics as metrics_api
+from opentelemetry import trace as trace_api
+from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from otel_breaker import breaker as breaker_module
+from otel_breaker.breaker import SHADOW, CircuitBreaker, State, StateChange, all_breakers
+from otel_breaker.config import get_settings
+from otel_breaker.registry import BreakerRegistry, counts_key, default_registry
+from otel_breaker.tokens import TokenEstimator, parse_prices
+
+if TYPE_CHECKING:
+    from otel_breaker.degrade import Rejection
+    from otel_breaker.toolcall import ToolCall
+
+logger = logging.getLogger("otel_breaker")
+
+try:
+    from otel_breaker._version import __version__
+except ImportError:  # pragma: no cover
+    __version__ = "0.0.0"
+
+SCOPE_NAME = "otel_breaker"
+
+# -- span names and attributes (GenAI semantic conventions + our own) -------------
+SPAN_NAME = "execute_tool {tool}"
+OPERATION = "execute_tool"
+ATTR_OPERATION = "gen_ai.operation.name"
+ATTR_TOOL = "gen_ai.tool.name"
+ATTR_TOOL_CALL_ID = "gen_ai.tool.call.id"
+ATTR_TOOL_TYPE = "gen_ai.tool.type"
+ATTR_TOOL_ARGUMENTS = "gen_ai.tool.call.arguments"
+ATTR_AGENT = "gen_ai.agent.name"
+ATTR_ERROR_TYPE = "error.type"
+ATTR_STATE = "otel_breaker.state"
+ATTR_REJECTED = "otel_breaker.rejected"
+ATTR_GUARDED = "otel_breaker.guarded"
+ATTR_FRAMEWORK = "otel_breaker.framework"
+ATTR_MODE = "otel_breaker.mode"
+ATTR_WOULD_REJECT = "otel_breaker.would_reject"
+ATTR_ESCALATED = "otel_breaker.escalated"
+ATTR_FROM_STATE = "otel_breaker.from_state"
+ATTR_TO_STATE = "otel_breaker.to_state"
+ATTR_REASON = "otel_breaker.reason"
+ATTR_RETRY_AFTER = "otel_breaker.retry_after_s"
+ATTR_OUTCOME = "otel_breaker.outcome"
+ATTR_ESTIMATE_SOURCE = "otel_breaker.estimate.source"
+ATTR_MODEL = "gen_ai.request.model"
+
+EVENT_STATE_CHANGE = "otel_breaker.state_change"
+EVENT_REJECTED = "otel_breaker.rejected"
+
+ERROR_CIRCUIT_OPEN = "circuit_open"
+
+# -- instruments --------------------------------------------------------------------
+METRIC_STATE = "otel_breaker.state"
+METRIC_TRANSITIONS = "otel_breaker.transitions"
+METRIC_CALLS = "otel_breaker.calls"
+METRIC_REJECTED = "otel_breaker.calls.rejected"
+METRIC_TOKENS_SAVED = "otel_breaker.tokens.saved"
+METRIC_COST_SAVED = "otel_breaker.cost.saved"
+METRIC_DURATION = "gen_ai.execute_tool.duration"
+METRIC_STORE_ERRORS = "otel_breaker.store.errors"
+
+#: GenAI semantic-convention bucket boundaries for operation durations (seconds).
+DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
+
+MAX_ATTRIBUTE_CHARS = 256
+OUTCOMES = ("success", "failure", "ignored")
+STATES = (State.CLOSED, State.OPEN, State.HALF_OPEN)
+
+
+def bounded(value: Any) -> str:
+    """Attribute values are capped: a tool name or id is never a megabyte."""
+    text = value if isinstance(value, str) else str(value)
+    return text if len(text) <= MAX_ATTRIBUTE_CHARS else text[:MAX_ATTRIBUTE_CHARS]
+
+
+def _labels(breaker: CircuitBreaker) -> dict[str, str]:
+    labels = {ATTR_TOOL: bounded(breaker.name)}
+    if breaker.agent_name:
+        labels[ATTR_AGENT] = bounded(breaker.agent_name)
+    return labels
+
+
+def _key_labels(tool: str, agent: str | None) -> dict[str, str]:
+    labels = {ATTR_TOOL: bounded(tool)}
+    if agent:
+        labels[ATTR_AGENT] = bounded(agent)
+    return labels
+
+
+def _admitted_state(permit: Any) -> str:
+    if isinstance(permit, tuple):
+        return State.HALF_OPEN.value
+    if permit == SHADOW:
+        return State.OPEN.value
+    return State.CLOSED.value
+
+
+# The API keeps the global providers in module globals that stay None until an
+# SDK sets them; reading them is the cheapest "is anything configured?" test.
+# Should a future API rename them, fall back to "always observe".
+_TRACE_GLOBALS = vars(trace_api) if "_TRACER_PROVIDER" in vars(trace_api) else {"_TRACER_PROVIDER": True}
+_METRICS_GLOBALS = (
+    vars(metrics_api._internal) if "_METER_PROVIDER" in vars(metrics_api._internal) else {"_METER_PROVIDER": True}
+)
+
+
+def _instrumentation_suppressed() -> bool:
+    return bool(
+        context_api.get_value(context_api._SUPPRESS_INSTRUMENTATION_KEY)
+        or context_api.get_value("suppress_instrumentation")
+    )
+
+
+class Telemetry:
+    """The process-wide telemetry of all breakers."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tracer_provider: Any = None
+        self._tracer: Any = None
+        self._meter_provider: Any = None
+        self._meter_ready = False
+        self._duration: Any = None
+        self._registry: BreakerRegistry | None = None
+        self.capture_content = False
+        self.duration_metric = True
+        self.estimator = TokenEstimator()
+        self._transitions: dict[tuple[str, str | None, str, str], int] = {}
+        self._settings_read = False
+        #: True once explicit providers are configured; with no providers at all
+        #: (and no global SDK) the call path skips telemetry entirely.
+        self.explicit = False
+        breaker_module.add_global_listener(self._on_transition)
+
+    def observing(self) -> bool:
+        """Whether any tracer or meter provider exists (explicit or global)."""
+        return (
+            self.explicit
+            or _TRACE_GLOBALS.get("_TRACER_PROVIDER") is not None
+            or _METRICS_GLOBALS.get("_METER_PROVIDER") is not None
+        )
+
+    # -- configuration ---------------------------------------------------------------
+
+    def configure(
+        self,
+        tracer_provider: Any = None,
+        meter_provider: Any = None,
+        *,
+        registry: BreakerRegistry | None = None,
+        capture_content: bool | None = None,
+        duration_metric: bool | None = None,
+        estimator: TokenEstimator | None = None,
+    ) -> None:
+        """Use these providers instead of the global ones (and other options)."""
+        self._read_settings()
+        with self._lock:
+            if tracer_provider is not None:
+                self._tracer_provider = tracer_provider
+                self._tracer = None
+                self.explicit = True
+            if meter_provider is not None:
+                self._meter_provider = meter_provider
+                self._meter_ready = False
+                self._duration = None
+                self.explicit = True
+            if registry is not None:
+                self._registry = registry
+            if capture_content is not None:
+                self.capture_content = capture_content
+            if duration_metric is not None:
+                self.duration_metric = duration_metric
+                self._meter_ready = False
+                self._duration = None
+            if estimator is not None:
+                self.estimator = estimator
+        self._ensure_meter()
+
+    def reset(self) -> None:
+        """Back to the global providers (for tests and re-instrumentation)."""
+        with self._lock:
+            self._tracer_provider = None
+            self._tracer = None
+            self._meter_provider = None
+            self._meter_ready = False
+            self._duration = None
+            self.explicit = False
+
+    def _read_settings(self) -> None:
+        if self._settings_read:
+            return
+        self._settings_read = True
+        settings = get_settings()
+        self.capture_content = settings.capture_content
+        self.duration_metric = settings.duration_metric
+        prices = {}
+        try:
+            prices = parse_prices(settings.prices)
+        except (OSError, ValueError) as exc:
+            logger.warning("otel-breaker: OTEL_BREAKER_PRICES ignored: %s", exc)
+        self.estimator.tokens_per_call = settings.tokens_per_call
+        self.estimator.prices = prices
+
+    @property
+    def registry(self) -> BreakerRegistry:
+        return self._registry if self._registry is not None else default_registry()
+
+    # -- providers -------------------------------------------------------------------------
+
+    def tracer(self) -> Any:
+        """The tracer, or None while no tracer provider is configured anywhere."""
+        tracer = self._tracer
+        if tracer is not None:
+            return tracer
+        provider = self._tracer_provider
+        if provider is None:
+            if _TRACE_GLOBALS.get("_TRACER_PROVIDER", True) is None:
+                return None
+            provider = trace_api.get_tracer_provider()
+        self._read_settings()
+        self._tracer = provider.get_tracer(SCOPE_NAME, __version__)
+        return self._tracer
+
+    def _ensure_meter(self) -> bool:
+        if self._meter_ready:
+            return True
+        provider = self._meter_provider
+        if provider is None:
+            if _METRICS_GLOBALS.get("_METER_PROVIDER", True) is None:
+                return False
+            provider = metrics_api.get_meter_provider()
+        with self._lock:
+            if self._meter_ready:
+                return True
+            self._read_settings()
+            self._create_instruments(provider.get_meter(SCOPE_NAME, __version__))
+            self._meter_ready = True
+        return True
+
+    def _create_instruments(self, meter: Any) -> None:
+        meter.create_observable_gauge(
+            METRIC_STATE,
+            callbacks=[self._observe_state],
+            unit="{breaker}",
+            description="Circuit breaker state per tool: 1 for the current state, 0 for the others.",
+        )
+        meter.create_observable_counter(
+            METRIC_TRANSITIONS,
+            callbacks=[self._observe_transitions],
+            unit="{transition}",
+            description="State transitions of tool circuit breakers.",
+        )
+        meter.create_observable_counter(
+            METRIC_CALLS,
+            callbacks=[self._observe_calls],
+            unit="{call}",
+            description="Tool calls that ran through a breaker, by outcome (success, failure, ignored).",
+        )
+        meter.create_observable_counter(
+            METRIC_REJECTED,
+            callbacks=[self._observe_rejected],
+            unit="{call}",
+            description="Tool calls rejected by an open or half-open breaker without running the tool "
+            "(in observe mode: calls that would have been rejected).",
+        )
+        meter.create_observable_counter(
+            METRIC_TOKENS_SAVED,
+            callbacks=[self._observe_tokens],
+            unit="{token}",
+            description="Estimated LLM tokens saved by rejected tool calls.",
+        )
+        meter.create_observable_counter(
+            METRIC_COST_SAVED,
+            callbacks=[self._observe_cost],
+            unit="USD",
+            description="Estimated LLM cost saved by rejected tool calls, from the configured price table.",
+        )
+        meter.create_observable_counter(
+            METRIC_STORE_ERRORS,
+            callbacks=[self._observe_store_errors],
+            unit="{error}",
+            description="Errors talking to the shared breaker store (calls fell back to local breakers).",
+        )
+        if self.duration_metric:
+            self._duration = meter.create_histogram(
+                METRIC_DURATION,
+                unit="s",
+                description="Duration of tool executions.",
+                explicit_bucket_boundaries_advisory=list(DURATION_BUCKETS),
+            )
+
+    # -- the per-call hooks the guard calls --------------------------------------------------
+
+    def start(self, call: ToolCall, breaker: CircuitBreaker) -> Any:
+        """Start the tool span (made current). None when tracing is off or suppressed."""
+        if not self._meter_ready:
+            self._ensure_meter()
+        tracer = self._tracer
+        if tracer is None:
+            tracer = self.tracer()
+            if tracer is None:
+                return None
+        if _instrumentation_suppressed():
+            return None
+        attributes = {ATTR_OPERATION: OPERATION, ATTR_TOOL: bounded(call.tool), ATTR_GUARDED: True}
+        if call.call_id is not None:
+            attributes[ATTR_TOOL_CALL_ID] = bounded(call.call_id)
+        if call.tool_type:
+            attributes[ATTR_TOOL_TYPE] = call.tool_type
+        if call.agent_name:
+            attributes[ATTR_AGENT] = bounded(call.agent_name)
+        if call.framework != "python":
+            attributes[ATTR_FRAMEWORK] = call.framework
+        if self.capture_content and call.arguments is not None:
+            attributes[ATTR_TOOL_ARGUMENTS] = bounded(call.arguments)
+        span = tracer.start_span(f"execute_tool {call.tool}", kind=SpanKind.INTERNAL, attributes=attributes)
+        token = context_api.attach(trace_api.set_span_in_context(span))
+        return (span, token)
+
+    def detach(self, handle: Any) -> None:
+        try:
+            context_api.detach(handle[1])
+        except Exception:  # a foreign context manager misbehaved; never fail the call
+            logger.debug("otel-breaker: context detach failed", exc_info=True)
+
+    def finish(
+        self,
+        handle: Any,
+        call: ToolCall,
+        breaker: CircuitBreaker,
+        elapsed: float,
+        err: str | None,
+        exc: BaseException | None,
+        permit: Any = None,
+    ) -> None:
+        """Record the duration and end the span of a call that ran."""
+        duration = self._duration
+        if duration is not None:
+            cache = breaker.telemetry_cache
+            if cache is None:
+                cache = breaker.telemetry_cache = {None: _labels(breaker)}
+            attributes = cache.get(err)
+            if attributes is None:
+                attributes = cache[err] = {**cache[None], ATTR_ERROR_TYPE: err}
+            try:
+                duration.record(elapsed, attributes)
+            except Exception:
+                logger.debug("otel-breaker: duration record failed", exc_info=True)
+        if handle is None:
+            return
+        span = handle[0]
+        try:
+            if span.is_recording():
+                span.set_attribute(ATTR_STATE, _admitted_state(permit))
+                span.set_attribute(ATTR_REJECTED, False)
+                if permit == SHADOW:
+                    span.set_attribute(ATTR_WOULD_REJECT, True)
+                if err is not None:
+                    span.set_attribute(ATTR_ERROR_TYPE, err)
+                    description = str(exc) if (exc is not None and self.capture_content) else None
+                    span.set_status(Status(StatusCode.ERROR, description))
+                if exc is not None:
+                    self._exception_event(span, exc)
+        finally:
+            span.end()
+
+    def exception(self, handle: Any, exc: BaseException) -> None:
+        """Add an exception event to a call's span (already ended spans ignore it)."""
+        if handle is not None:
+            self._exception_event(handle[0], exc)
+
+    def _exception_event(self, span: Any, exc: BaseException) -> None:
+        if self.capture_content:
+            span.record_exception(exc)
+        else:
+            span.add_event("exception", {"exception.type": type(exc).__qualname__})
+
+    def rejected(self, handle: Any, call: ToolCall, breaker: CircuitBreaker, info: Rejection) -> None:
+        """A call was rejected: finish its short span. (Counting is the breaker's.)"""
+        if handle is None:
+            return
+        span = handle[0]
+        try:
+            if span.is_recording():
+                retry_after = info.retry_after
+                span.set_attribute(ATTR_STATE, info.state.value)
+                span.set_attribute(ATTR_REJECTED, True)
+                span.set_attribute(ATTR_ERROR_TYPE, ERROR_CIRCUIT_OPEN)
+                span.add_event(
+                    EVENT_REJECTED,
+                    {ATTR_STATE: info.state.value, ATTR_RETRY_AFTER: -1.0 if retry_after is None else retry_after},
+                )
+                span.set_status(Status(StatusCode.ERROR, "circuit open"))
+        finally:
+            span.end()
+
+    def escalated(self, handle: Any, call: ToolCall, breaker: CircuitBreaker) -> None:
+        """A human approved one call through an open breaker."""
+        if handle is not None and handle[0].is_recording():
+            handle[0].set_attribute(ATTR_ESCALATED, True)
+
+    # -- transitions ----------------------------------------------------------------------------
+
+    def _on_transition(self, change: StateChange) -> None:
+        breaker = change.breaker
+        key = (breaker.name, breaker.agent_name, change.from_state.value, change.to_state.value)
+        with self._lock:
+            self._transitions[key] = self._transitions.get(key, 0) + 1
+        span = trace_api.get_current_span()
+        if span.is_recording() and getattr(span, "attributes", {}).get(ATTR_GUARDED):
+            span.add_event(
+                EVENT_STATE_CHANGE,
+                {
+                    ATTR_FROM_STATE: change.from_state.value,
+                    ATTR_TO_STATE: change.to_state.value,
+                    ATTR_REASON: change.reason,
+                },
+            )
+
+    # -- observable instruments ------------------------------------------------------------------
+
+    def live_breakers(self) -> list[CircuitBreaker]:
+        """Breakers whose counts are not yet folded into a registry's totals."""
+        return [b for b in all_breakers() if not b.retired]
+
+    def counts(self) -> dict[tuple[str, str | None, str], list[int]]:
+        """Lifetime counts per (tool, agent, mode), live and pruned breakers together."""
+        totals = self.registry.retired_counts()
+        for breaker in self.live_breakers():
+            values = totals.setdefault(counts_key(breaker), [0, 0, 0, 0, 0])
+            for index, value in enumerate(breaker.lifetime_counts()):
+                values[index] += value
+        return totals
+
+    def transitions(self) -> dict[tuple[str, str | None, str, str], int]:
+        with self._lock:
+            return dict(self._transitions)
+
+    def _observe_state(self, options: CallbackOptions) -> Iterable[Observation]:
+        states: dict[tuple[str, str | None], dict[State, int]] = {}
+        for breaker in self.live_breakers():
+            per_state = states.setdefault((breaker.name, breaker.agent_name), dict.fromkeys(STATES, 0))
+            per_state[breaker.state] += 1
+        for (tool, agent), per_state in states.items():
+            labels = _key_labels(tool, agent)
+            for state, value in per_state.items():
+                yield Observation(value, {**labels, ATTR_STATE: state.value})
+
+    def _observe_transitions(self, options: CallbackOptions) -> Iterable[Observation]:
+        for (tool, agent, from_state, to_state), value in self.transitions().items():
+            yield Observation(value, {**_key_labels(tool, agent), ATTR_FROM_STATE: from_state, ATTR_TO_STATE: to_state})
+
+    def _observe_calls(self, options: CallbackOptions) -> Iterable[Observation]:
+        per_tool: dict[tuple[str, str | None], list[int]] = {}
+        for (tool, agent, _mode), values in self.counts().items():
+            totals = per_tool.setdefault((tool, agent), [0, 0, 0])
+            for index in range(3):
+                totals[index] += values[index]
+        for (tool, agent), totals in per_tool.items():
+            labels = _key_labels(tool, agent)
+            for outcome, value in zip(OUTCOMES, totals, strict=True):
+                yield Observation(value, {**labels, ATTR_OUTCOME: outcome})
+
+    def _observe_rejected(self, options: CallbackOptions) -> Iterable[Observation]:
+        for (tool, agent, mode), values in self.counts().items():
+            labels = {**_key_labels(tool, agent), ATTR_MODE: mode}
+            if values[3] or not values[4]:
+                yield Observation(values[3], {**labels, ATTR_STATE: State.OPEN.value})
+            if values[4]:
+                yield Observation(values[4], {**labels, ATTR_STATE: State.HALF_OPEN.value})
+
+    def settle_savings(self) -> None:
+        """Apply the current token estimate to rejections since the last settle."""
+        self.estimator.settle(
+            (key, key[0], values[3] + values[4]) for key, values in self.counts().items() if key[2] == "enforce"
+        )
+
+    def _observe_tokens(self, options: CallbackOptions) -> Iterable[Observation]:
+        self.settle_savings()
+        for (tool, source), value in self.estimator.saved_tokens().items():
+            yield Observation(value, {ATTR_TOOL: bounded(tool), ATTR_ESTIMATE_SOURCE: source})
+
+    def _observe_cost(self, options: CallbackOptions) -> Iterable[Observation]:
+        for (tool, model), value in self.estimator.saved_cost().items():
+            yield Observation(value, {ATTR_TOOL: bounded(tool), ATTR_MODEL: bounded(model)})
+
+    def _observe_store_errors(self, options: CallbackOptions) -> Iterable[Observation]:
+        errors = getattr(self.registry.store, "error_count", None)
+        if errors is not None:
+            yield Observation(int(errors), {"otel_breaker.store": getattr(self.registry.store, "name", "store")})
+
+
+TELEMETRY = Telemetry()
+
+
+def configure(
+    tracer_provider: Any = None,
+    meter_provider: Any = None,
+    *,
+    registry: BreakerRegistry | None = None,
+    capture_content: bool | None = None,
+    duration_metric: bool | None = None,
+    estimator: TokenEstimator | None = None,
+) -> Telemetry:
+    """Send breaker telemetry to these providers (default: the global ones)."""
+    TELEMETRY.configure(
+        tracer_provider,
+        meter_provider,
+        registry=registry,
+        capture_content=capture_content,
+        duration_metric=duration_metric,
+        estimator=estimator,
+    )
+    return TELEMETRY
