@@ -31,7 +31,7 @@ from typing import Any
 
 from otel_breaker.breaker import CircuitBreaker, CircuitBreakerConfig, Clock, all_breakers
 from otel_breaker.config import Settings, get_settings
-from otel_breaker.store import BreakerStore
+from otel_breaker.store import BreakerStore, store_from_url
 from otel_breaker.store.memory import MemoryStore
 from otel_breaker.toolcall import ToolCall
 
@@ -57,7 +57,7 @@ class BreakerRegistry:
         clock: Clock | None = None,
         max_breakers: int | None = None,
     ) -> None:
-        self._store = store or MemoryStore()
+        self._store = store
         self._settings = settings
         self._clock = clock
         self._max = max_breakers
@@ -82,7 +82,15 @@ class BreakerRegistry:
 
     @property
     def store(self) -> BreakerStore:
-        return self._store
+        """The store new breakers are created in: the one given, else the one
+        ``OTEL_BREAKER_STORE`` names (memory when unset or unusable)."""
+        store = self._store
+        if store is None:
+            with self._lock:
+                if self._store is None:
+                    self._store = _store_from_settings(self.settings)
+                store = self._store
+        return store
 
     def use_store(self, store: BreakerStore) -> None:
         """Create future breakers in ``store`` (existing ones are kept)."""
@@ -199,7 +207,7 @@ class BreakerRegistry:
     ) -> CircuitBreaker:
         if self._count >= self.max_breakers:
             return self._overflow_breaker()
-        breaker = self._store.create(
+        breaker = self.store.create(
             tool,
             self.settings.config_for(tool, config),
             clock=self._clock,
@@ -219,7 +227,7 @@ class BreakerRegistry:
                 self.max_breakers,
                 OVERFLOW_TOOL,
             )
-            self._overflow = self._store.create(OVERFLOW_TOOL, self.settings.defaults, clock=self._clock)
+            self._overflow = self.store.create(OVERFLOW_TOOL, self.settings.defaults, clock=self._clock)
         return self._overflow
 
     # -- pruning -------------------------------------------------------------------
@@ -329,6 +337,16 @@ class BreakerRegistry:
             self._session_seen.clear()
             self._overflow = None
             self._count = 0
+
+
+def _store_from_settings(settings: Settings) -> BreakerStore:
+    if not settings.store or settings.store == "memory":
+        return MemoryStore()
+    try:
+        return store_from_url(settings.store)
+    except Exception as exc:
+        logger.error("otel-breaker: OTEL_BREAKER_STORE unusable (%s); using per-process breakers", exc)
+        return MemoryStore()
 
 
 def counts_key(breaker: CircuitBreaker) -> CountsKey:

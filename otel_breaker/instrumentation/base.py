@@ -165,6 +165,24 @@ class FrameworkAdapter:
                     skipped.append(f"{target.module}:{target.qualname}: {reason}")
         return skipped
 
+    def describe_targets(self) -> list[tuple[str, str]]:
+        """(``module:qualname``, "found" or why not) for every target, without
+        patching anything (imports the framework's modules)."""
+        rows = []
+        for target in self.targets():
+            where = f"{target.module}:{target.qualname}"
+            try:
+                owner: Any = importlib.import_module(target.module)
+            except Exception as exc:
+                rows.append((where, f"cannot import ({type(exc).__name__}: {exc})"))
+                continue
+            for part in target.qualname.split("."):
+                owner = getattr(owner, part, None)
+                if owner is None:
+                    break
+            rows.append((where, "found" if owner is not None else "not found in this version"))
+        return rows
+
     def _wrap(self, target: PatchTarget) -> str | None:
         try:
             module = importlib.import_module(target.module)
@@ -222,7 +240,9 @@ class FrameworkAdapter:
 
     def patched(self) -> Iterator[str]:
         for patched in self._patched:
-            yield f"{getattr(patched.owner, '__module__', '')}.{getattr(patched.owner, '__qualname__', patched.owner)}.{patched.attribute}"
+            owner = patched.owner
+            owner_name = getattr(owner, "__qualname__", None) or getattr(owner, "__name__", str(owner))
+            yield f"{getattr(owner, '__module__', '')}.{owner_name}.{patched.attribute}"
 
     # -- the call path for wrappers ------------------------------------------------------
 
@@ -258,7 +278,9 @@ class FrameworkAdapter:
         try:
             return build()
         except Exception:
-            logger.debug("otel-breaker: %s: could not describe a tool call; running it unguarded", self.name, exc_info=True)
+            logger.debug(
+                "otel-breaker: %s: could not describe a tool call; running it unguarded", self.name, exc_info=True
+            )
             return None
 
 
