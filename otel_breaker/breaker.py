@@ -328,9 +328,19 @@ class CircuitBreaker:
 
     @property
     def state(self) -> State:
-        """The current state. An open breaker past its cooldown still reads OPEN
-        until the next call asks for a probe."""
-        return self._state
+        """The current state. Reading it past an open breaker's cooldown moves
+        the breaker to half-open (ready for a probe), so dashboards never show
+        an idle tool as open after its cooldown."""
+        state = self._state
+        if state is _OPEN and self._clock() >= self._open_until:
+            with self._lock:
+                change = None
+                if self._state is _OPEN and self._clock() >= self._open_until:
+                    change = self._transition(_HALF_OPEN, "cooldown_elapsed", self._clock())
+                state = self._state
+            if change is not None:
+                self._emit(change)
+        return state
 
     @property
     def generation(self) -> int:
@@ -369,6 +379,7 @@ class CircuitBreaker:
 
     @property
     def stats(self) -> BreakerStats:
+        self.state  # noqa: B018 - applies an elapsed cooldown first
         with self._lock:
             s, f, i, r, rej, opened = self._baseline
             return BreakerStats(

@@ -87,6 +87,21 @@ def is_excluded(exc: BaseException) -> bool:
     return known
 
 
+_EXCLUDED_BUILTIN_NAMES = frozenset(
+    {"CancelledError", "KeyboardInterrupt", "SystemExit", "GeneratorExit", "PermissionError"}
+    | {"ApprovalDeniedError", "PermissionDeniedError"}
+)
+
+
+def is_excluded_name(type_name: str | None) -> bool:
+    """``is_excluded`` for an exception known only by name (e.g. from a span's
+    ``error.type`` or exception event). Dotted names are matched by their last part."""
+    if not type_name:
+        return False
+    name = type_name.rsplit(".", 1)[-1]
+    return name in _EXCLUDED_BUILTIN_NAMES or name in _NEVER_COUNTED_NAMES or bool(_DENIAL_PATTERN.search(name))
+
+
 def classify_exception(exc: BaseException, policy: FailurePolicy) -> int:
     """Outcome of a call that raised ``exc`` under ``policy``.
 

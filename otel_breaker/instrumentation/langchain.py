@@ -1,0 +1,155 @@
+"""LangChain / LangGraph: every tool call passes through ``BaseTool.run`` or ``BaseTool.arun``.
+
+Why these two methods: ``invoke``/``ainvoke``, LangGraph's ``ToolNode`` (sync
+calls in its thread pool, async calls on the loop) and agents built on either
+all end in exactly one of them, and no tool class in langchain-core overrides
+them. A sync tool called through ``ainvoke`` runs ``run`` in a worker thread,
+so each logical call is still counted once.
+
+Failures: an exception leaving ``run`` is counted by the guard. A
+``ToolException`` the tool handles itself (``handle_tool_error``) is turned
+into an error ``ToolMessage`` or a plain string inside ``run``; the module
+function ``_handle_tool_error`` is wrapped to notice that. Argument
+validation errors handled the same way are the model's mistake, not the tool's,
+and are not counted.
+
+Rejection: ``ToolNode`` accepts only a ``ToolMessage`` (a string raises
+``TypeError`` there, and an exception ends the graph under its default error
+handler), so an open breaker answers with ``ToolMessage(status="error")``
+carrying the call's ``tool_call_id``; a direct call without a tool call id gets
+the text, as ``run`` itself would return it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from typing import Any
+
+from otel_breaker.degrade import Rejection
+from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget
+from otel_breaker.toolcall import ToolCall
+
+_MODULE = "langchain_core.tools.base"
+
+# Handled errors seen inside the ``run``/``arun`` call of this context:
+# a list of ("tool" | "validation", error type name), or None outside a call.
+_handled: contextvars.ContextVar[list[tuple[str, str]] | None] = contextvars.ContextVar(
+    "otel_breaker_langchain_handled", default=None
+)
+
+
+def _agent_name(config: dict, metadata: dict) -> str | None:
+    """The agent a tool call belongs to, as far as LangChain tells.
+
+    ``langchain.agents.create_agent`` sets ``lc_agent_name``. In a LangGraph
+    multi-agent graph each agent is a subgraph node, and the checkpoint
+    namespace of its tool node reads ``<agent node>:<task>|tools:<task>``.
+    """
+    name = metadata.get("lc_agent_name")
+    if isinstance(name, str) and name:
+        return name
+    namespace = metadata.get("langgraph_checkpoint_ns") or (config.get("configurable") or {}).get("checkpoint_ns")
+    if isinstance(namespace, str) and "|" in namespace:
+        parent = namespace.split("|")[-2].split(":", 1)[0]
+        if parent:
+            return parent
+    return None
+
+
+class LangChainAdapter(FrameworkAdapter):
+    """Guards langchain-core tools, including LangGraph's ``ToolNode``."""
+
+    name = "langchain"
+    distribution = "langchain-core"
+    version_range = ">=1.0,<2"
+    modules = (_MODULE,)
+
+    def targets(self) -> list[PatchTarget]:
+        return [
+            PatchTarget(_MODULE, "BaseTool.run", self._run),
+            PatchTarget(_MODULE, "BaseTool.arun", self._arun),
+            PatchTarget(_MODULE, "_handle_tool_error", self._note_tool_error),
+            PatchTarget(_MODULE, "_handle_validation_error", self._note_validation_error),
+        ]
+
+    # -- describing a call ------------------------------------------------------------
+
+    def _describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
+        def build() -> ToolCall | None:
+            name = getattr(instance, "name", None)
+            if not isinstance(name, str) or not name:
+                return None
+            config = kwargs.get("config") or {}
+            if not isinstance(config, dict):
+                config = {}
+            metadata = config.get("metadata") or {}
+            configurable = config.get("configurable") or {}
+            agent_name = _agent_name(config, metadata)
+            session = configurable.get("thread_id") or metadata.get("thread_id")
+            call_id = kwargs.get("tool_call_id")
+            return ToolCall(
+                tool=name,
+                framework=self.name,
+                # No agent object reaches a tool; a known agent name keys the
+                # breaker instead (the registry keys unreferenceable agents by name).
+                agent=agent_name,
+                agent_name=agent_name,
+                session_id=str(session) if session is not None else None,
+                call_id=str(call_id) if call_id is not None else None,
+                arguments=args[0] if args else kwargs.get("tool_input"),
+            )
+
+        return self.safe_tool_call(build)
+
+    # -- wrappers ----------------------------------------------------------------------------
+
+    def _run(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        call = self._describe(instance, args, kwargs)
+        if call is None:
+            return wrapped(*args, **kwargs)
+        token = _handled.set([])
+        try:
+            return self.run_sync(call, wrapped, args, kwargs)
+        finally:
+            _handled.reset(token)
+
+    async def _arun(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        call = self._describe(instance, args, kwargs)
+        if call is None:
+            return await wrapped(*args, **kwargs)
+        token = _handled.set([])
+        try:
+            return await self.run_async(call, wrapped, args, kwargs)
+        finally:
+            _handled.reset(token)
+
+    def _note_tool_error(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        seen = _handled.get()
+        if seen is not None and args:
+            seen.append(("tool", type(args[0]).__name__))
+        return wrapped(*args, **kwargs)
+
+    def _note_validation_error(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        seen = _handled.get()
+        if seen is not None and args:
+            seen.append(("validation", type(args[0]).__name__))
+        return wrapped(*args, **kwargs)
+
+    # -- the adapter protocol -----------------------------------------------------------------
+
+    def result_error(self, call: ToolCall, result: Any) -> str | None:
+        seen = _handled.get() or []
+        if seen:
+            kind, error = seen[-1]
+            return error if kind == "tool" else None
+        # A tool may also return an error ToolMessage itself.
+        if getattr(result, "type", None) == "tool" and getattr(result, "status", None) == "error":
+            return "tool_error"
+        return None
+
+    def rejection(self, call: ToolCall, info: Rejection) -> Any:
+        if call.call_id is None:
+            return info.message
+        from langchain_core.messages import ToolMessage
+
+        return ToolMessage(info.message, tool_call_id=call.call_id, name=call.tool, status="error")

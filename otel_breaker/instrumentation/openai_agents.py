@@ -1,0 +1,175 @@
+"""Breakers for the OpenAI Agents SDK (``openai-agents``).
+
+Every function tool call of the Runner (``run``, ``run_sync``,
+``run_streamed``) and of realtime sessions goes through one async module
+function, ``_invoke_function_tool_with_metadata``. It is defined in
+``agents.tool`` and imported by name into ``agents.run_internal.tool_execution``,
+where the Runner looks it up: so it is wrapped in both modules. A Runner call
+only reaches the ``tool_execution`` binding, a realtime call only the
+``agents.tool`` one, and the re-entrancy guard counts a call once either way.
+
+The SDK catches a tool's exception inside the invocation and hands the model
+the text of the tool's ``failure_error_function``: the wrapped function then
+*returns* normally. To still count the failure, the failure formatter
+(``maybe_invoke_function_tool_failure_error_function``) is wrapped too; it
+marks the guarded call in progress as failed, and :meth:`result_error`
+reports it. A call rejected by an open breaker returns the SDK's own
+"SDK-generated error" result, so the Runner goes on and the model reads the
+rejection text.
+
+All three names are private to the SDK: they are looked up with ``hasattr``
+and the version range is pinned to the one tested.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from dataclasses import dataclass
+from typing import Any
+
+from otel_breaker.degrade import Rejection
+from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget, agent_display_name
+from otel_breaker.toolcall import ToolCall
+
+_INVOKE = "_invoke_function_tool_with_metadata"
+_FAILURE_HOOK = "maybe_invoke_function_tool_failure_error_function"
+_INVALID_ARGUMENTS_PREFIX = "Invalid JSON input for tool"
+
+
+@dataclass
+class _Attempt:
+    """The guarded invocation in progress; the failure hook fills in ``error``.
+
+    Mutable and shared through a context variable, so the hook sees it even
+    when the SDK runs the tool in a task of its own (timeouts), whose context
+    is a copy.
+    """
+
+    tool: str
+    call_id: str | None
+    error: str | None = None
+
+
+_attempt: contextvars.ContextVar[_Attempt | None] = contextvars.ContextVar("otel_breaker_openai_agents", default=None)
+
+
+@dataclass(frozen=True)
+class _FallbackInvocationResult:
+    """Same shape as the SDK's result, should its private class ever move."""
+
+    output: Any
+    is_sdk_generated_error: bool = True
+
+
+class OpenAIAgentsAdapter(FrameworkAdapter):
+    name = "openai_agents"
+    distribution = "openai-agents"
+    version_range = ">=0.24,<0.25"
+    modules = ("agents.tool", "agents.run_internal.tool_execution")
+
+    def targets(self) -> list[PatchTarget]:
+        return [
+            PatchTarget("agents.run_internal.tool_execution", _INVOKE, self._invoke),
+            PatchTarget("agents.tool", _INVOKE, self._invoke),
+            # Looked up in agents.tool by the tool's own failure-handling invoker.
+            PatchTarget("agents.tool", _FAILURE_HOOK, self._failure_hook),
+        ]
+
+    # -- wrappers ----------------------------------------------------------------------
+
+    async def _invoke(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        call = self.safe_tool_call(lambda: self._describe(kwargs))
+        if call is None:
+            return await wrapped(*args, **kwargs)
+        outer = _attempt.get()
+        if outer is not None and outer.tool == call.tool and outer.call_id == call.call_id:
+            # A nested binding of the same invocation (the function was
+            # imported by name after it was wrapped): the outer layer guards it.
+            return await self.run_async(call, wrapped, args, kwargs)
+        token = _attempt.set(_Attempt(call.tool, call.call_id))
+        try:
+            return await self.run_async(call, wrapped, args, kwargs)
+        finally:
+            _attempt.reset(token)
+
+    async def _failure_hook(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """Record the exception the SDK is about to turn into text for the model."""
+        try:
+            attempt = _attempt.get()
+            if attempt is not None and attempt.error is None:
+                function_tool = kwargs.get("function_tool")
+                context = kwargs.get("context")
+                error = kwargs.get("error")
+                same_tool = getattr(function_tool, "name", None) == attempt.tool
+                same_call = attempt.call_id is None or getattr(context, "tool_call_id", None) == attempt.call_id
+                if same_tool and same_call and isinstance(error, Exception) and not _invalid_arguments(error):
+                    attempt.error = type(error).__name__
+        except Exception:  # bookkeeping must never disturb the SDK's error handling
+            pass
+        return await wrapped(*args, **kwargs)
+
+    # -- describing a call -----------------------------------------------------------------
+
+    def _describe(self, kwargs: dict) -> ToolCall | None:
+        function_tool = kwargs["function_tool"]
+        context = kwargs.get("context")
+        agent = getattr(context, "agent", None)
+        return ToolCall(
+            tool=function_tool.name,
+            framework=self.name,
+            agent=agent,
+            agent_name=agent_display_name(agent) if agent is not None else None,
+            session_id=_session_id(context),
+            call_id=getattr(context, "tool_call_id", None),
+            tool_type="function",
+            arguments=kwargs.get("arguments"),
+        )
+
+    # -- adapter protocol --------------------------------------------------------------------
+
+    def result_error(self, call: ToolCall, result: Any) -> str | None:
+        attempt = _attempt.get()
+        if attempt is not None and attempt.error is not None:
+            return attempt.error
+        if getattr(result, "is_sdk_generated_error", False):
+            # The SDK's default texts: a tool timeout, or a failure formatted
+            # before our hook could see it.
+            return "tool_error"
+        return None
+
+    def rejection(self, call: ToolCall, info: Rejection) -> Any:
+        try:
+            import agents.tool as agents_tool
+
+            result_class = getattr(agents_tool, "_FunctionToolInvocationResult", None)
+            if result_class is not None:
+                # is_sdk_generated_error: the text bypasses the tool's output schema.
+                return result_class(info.message, is_sdk_generated_error=True)
+        except Exception:
+            pass
+        return _FallbackInvocationResult(info.message)
+
+
+def _invalid_arguments(error: Exception) -> bool:
+    """The model sent arguments the tool's schema refuses: the tool never ran,
+    so this says nothing about its health."""
+    return type(error).__name__ == "ModelBehaviorError" and str(error).startswith(_INVALID_ARGUMENTS_PREFIX)
+
+
+def _session_id(context: Any) -> str | None:
+    """The conversation the call belongs to: the run's ``group_id`` when the
+    program set one, else the id of the current trace (one per run)."""
+    run_config = getattr(context, "run_config", None)
+    group_id = getattr(run_config, "group_id", None)
+    if isinstance(group_id, str) and group_id:
+        return group_id
+    try:
+        from agents.tracing import get_current_trace
+
+        trace = get_current_trace()
+    except Exception:
+        return None
+    trace_id = getattr(trace, "trace_id", None)
+    if isinstance(trace_id, str) and trace_id and trace_id != "no-op":
+        return trace_id
+    return None

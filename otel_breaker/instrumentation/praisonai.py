@@ -1,0 +1,142 @@
+"""PraisonAI agents (``praisonaiagents``): guard every tool call an ``Agent`` makes.
+
+Why these patch points: every tool call of an ``Agent`` goes through one of
+two methods, whatever the entry point (``chat``/``start`` with or without
+streaming go through the sync one, ``achat``/``astart`` through the async
+one). They are looked up on the instance per call, so patching the mixin
+classes reaches agents created before instrumentation too.
+
+* ``ToolExecutionMixin.execute_tool(self, function_name, arguments, tool_call_id=None)``
+* ``ExecutionMixin.execute_tool_async(self, function_name, arguments, tool_call_id=None, tools_override=None)``
+
+How failures show: on the sync path a tool that raises is retried by
+praisonaiagents and then surfaces as ``ToolExecutionError``, which ends
+``agent.chat()``. That is the framework's documented contract (a raising tool
+fails the run), so the exception is counted and re-raised unchanged. On the
+async path the same failure comes back as ``{"error": ...}``; any error dict
+is counted through :meth:`PraisonAIAdapter.result_error`, except the
+framework's own policy decisions (approval/permission/guardrail denials, loop
+guard blocks) and the model's mistakes (unknown tool, bad arguments), which
+say nothing about the tool's health.
+
+What a rejection looks like: a plain ``{"error": text}``, the shape the loop
+already feeds back to the model for tool errors. No marker keys are added:
+praisonaiagents reads keys such as ``circuit_open`` to retry or abort.
+
+praisonaiagents has a circuit breaker of its own inside ``execute_tool``
+(per agent and tool, 5 failed attempts in 60 s, counting its own retries). Ours
+sits outside it and counts logical calls: one ``execute_tool`` call is one
+call however often the framework retried the body. When ours is open the
+framework's is never reached; when the framework's opens first, its refusal
+(``circuit_open``) is counted as a failure here, because it only opens on real
+failures of the tool. Keep ``failure_threshold`` at or below
+``5 / retry attempts`` to have ours decide first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from otel_breaker.degrade import Rejection
+from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget, agent_display_name
+from otel_breaker.toolcall import ToolCall
+
+FRAMEWORK = "praisonai"
+
+# Meta-tools of praisonaiagents' tool search: ``tool_call`` re-enters
+# ``execute_tool`` with the real tool's name, which is the call we count.
+_BRIDGE_TOOLS = frozenset({"tool_search", "tool_describe", "tool_call"})
+
+# Error dicts that are decisions, not tool failures: a denial or a loop-guard
+# block must not open a breaker.
+_DECISION_KEYS = (
+    "approval_denied",
+    "approval_error",
+    "permission_denied",
+    "policy_denied",
+    "guardrail_denied",
+    "loop_blocked",
+)
+
+# Error dicts caused by the model (a tool name that does not exist, arguments
+# that do not fit the schema); the tool itself is fine.
+_MODEL_MISTAKE_KEYS = ("available_tools", "expected_parameters")
+
+
+def _argument(args: tuple, kwargs: dict, index: int, name: str) -> Any:
+    if len(args) > index:
+        return args[index]
+    return kwargs.get(name)
+
+
+class PraisonAIAdapter(FrameworkAdapter):
+    """Guards ``Agent.execute_tool`` and ``Agent.execute_tool_async``."""
+
+    name = FRAMEWORK
+    distribution = "praisonaiagents"
+    version_range = ">=1.7,<2"
+
+    def targets(self) -> list[PatchTarget]:
+        return [
+            PatchTarget("praisonaiagents.agent.tool_execution", "ToolExecutionMixin.execute_tool", self._execute_tool),
+            PatchTarget(
+                "praisonaiagents.agent.execution_mixin", "ExecutionMixin.execute_tool_async", self._execute_tool_async
+            ),
+        ]
+
+    # -- describing a call -----------------------------------------------------------
+
+    def _describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
+        def build() -> ToolCall | None:
+            if instance is None:
+                return None
+            function_name = _argument(args, kwargs, 0, "function_name")
+            if not isinstance(function_name, str) or not function_name:
+                return None
+            if function_name in _BRIDGE_TOOLS and getattr(instance, "_tool_search_config", None) is not None:
+                return None
+            call_id = _argument(args, kwargs, 2, "tool_call_id")
+            session_id = getattr(instance, "_session_id", None)
+            return ToolCall(
+                function_name,
+                framework=FRAMEWORK,
+                agent=instance,
+                agent_name=agent_display_name(instance),
+                session_id=session_id if isinstance(session_id, str) else None,
+                call_id=call_id if isinstance(call_id, str) else None,
+                arguments=_argument(args, kwargs, 1, "arguments"),
+            )
+
+        return self.safe_tool_call(build)
+
+    # -- wrappers ------------------------------------------------------------------------
+
+    def _execute_tool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        call = self._describe(instance, args, kwargs)
+        if call is None:
+            return wrapped(*args, **kwargs)
+        return self.run_sync(call, wrapped, args, kwargs)
+
+    async def _execute_tool_async(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        call = self._describe(instance, args, kwargs)
+        if call is None:
+            return await wrapped(*args, **kwargs)
+        return await self.run_async(call, wrapped, args, kwargs)
+
+    # -- the adapter protocol ------------------------------------------------------------
+
+    def result_error(self, call: ToolCall, result: Any) -> str | None:
+        if not isinstance(result, dict) or not result.get("error"):
+            return None
+        if any(result.get(key) for key in _DECISION_KEYS):
+            return None
+        if any(key in result for key in _MODEL_MISTAKE_KEYS):
+            return None
+        if result.get("circuit_open"):
+            return "circuit_open"
+        if result.get("timeout"):
+            return "timeout"
+        return "tool_error"
+
+    def rejection(self, call: ToolCall, info: Rejection) -> Any:
+        return {"error": info.message}

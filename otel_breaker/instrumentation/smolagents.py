@@ -1,0 +1,191 @@
+"""smolagents: a breaker on every ``Tool.__call__``.
+
+Both agent types reach a tool through ``Tool.__call__``: ``ToolCallingAgent``
+from ``execute_tool_call`` and ``CodeAgent`` from the model-written code run by
+the local Python executor. That is the one point where a tool body runs, so it
+is where the breaker sits. Everything else patched here only tells that point
+who is calling:
+
+* ``MultiStepAgent._run_stream`` marks the running agent (its steps are a
+  generator, so the mark is set for each step of the iteration only, never
+  left behind in the caller's context);
+* ``ToolCallingAgent.process_tool_calls`` / ``execute_tool_call`` carry the
+  model's tool-call id, which exists only on the tool-calling path;
+* ``local_python_executor.timeout`` runs CodeAgent's code in a fresh worker
+  thread without copying context variables; wrapping it carries the caller's
+  context (our agent mark and the current span) into that thread.
+
+A tool failure already surfaces as an exception in ``Tool.__call__``, so no
+swallowed-failure detection is needed. A rejection must be raised, too:
+smolagents shows the exception's text to the model as the step error and the
+loop goes on, whereas a returned string would read as a successful
+observation. The exception is :class:`~otel_breaker.CircuitOpenError` carrying
+the sanitized rejection text.
+
+Not covered: remote executors (e2b, docker, modal, blaxel) run tools in another
+process, and managed agents are called as agents, not through ``Tool.__call__``.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+from collections.abc import Generator
+from typing import Any
+
+from otel_breaker.degrade import Rejection
+from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget, agent_display_name
+from otel_breaker.toolcall import ToolCall
+
+FRAMEWORK = "smolagents"
+
+# (agent, tool-call id) of the step or tool call running in this context.
+_caller: contextvars.ContextVar[tuple[Any, str | None] | None] = contextvars.ContextVar(
+    "otel_breaker_smolagents_caller", default=None
+)
+# Tool-call ids of the model message being processed: (by id of the arguments object, by unique tool name).
+_call_ids: contextvars.ContextVar[tuple[dict[int, str], dict[str, str]] | None] = contextvars.ContextVar(
+    "otel_breaker_smolagents_call_ids", default=None
+)
+
+_UNGUARDED_TOOLS = frozenset({"final_answer"})
+
+
+def _scoped(gen: Generator, var: contextvars.ContextVar, value: Any) -> Generator:
+    """Iterate ``gen`` with ``var`` set to ``value`` only while ``gen`` runs.
+
+    A generator runs in its consumer's context; setting a variable once would
+    leak it into the consumer between steps (and across ``run(stream=True)``).
+    """
+    method, arg = gen.send, None
+    while True:
+        token = var.set(value)
+        try:
+            item = method(arg)
+        except StopIteration as stop:
+            return stop.value
+        finally:
+            var.reset(token)
+        try:
+            arg = yield item
+            method = gen.send
+        except GeneratorExit:
+            gen.close()
+            raise
+        except BaseException as exc:
+            method, arg = gen.throw, exc
+
+
+def _bind_arguments(args: tuple, kwargs: dict) -> Any:
+    """The tool's arguments as the agent passed them (a dict, or the single positional)."""
+    if kwargs:
+        return dict(kwargs)
+    if len(args) == 1:
+        return args[0]
+    return list(args) if args else None
+
+
+class SmolagentsAdapter(FrameworkAdapter):
+    name = "smolagents"
+    distribution = "smolagents"
+    version_range = ">=1.20,<2"
+
+    def targets(self) -> list[PatchTarget]:
+        return [
+            PatchTarget("smolagents.tools", "Tool.__call__", self._tool_call),
+            PatchTarget("smolagents.tools", "PipelineTool.__call__", self._tool_call),
+            PatchTarget("smolagents.agents", "MultiStepAgent._run_stream", self._run_stream),
+            PatchTarget("smolagents.agents", "ToolCallingAgent.process_tool_calls", self._process_tool_calls),
+            PatchTarget("smolagents.agents", "ToolCallingAgent.execute_tool_call", self._execute_tool_call),
+            PatchTarget("smolagents.local_python_executor", "timeout", self._timeout),
+        ]
+
+    # -- the breaker point ---------------------------------------------------------------------
+
+    def _tool_call(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        name = getattr(instance, "name", None)
+        if not isinstance(name, str) or not name or name in _UNGUARDED_TOOLS:
+            return wrapped(*args, **kwargs)
+        call = self.safe_tool_call(lambda: self._describe(name, args, kwargs))
+        if call is None:
+            return wrapped(*args, **kwargs)
+        return self.run_sync(call, wrapped, args, kwargs)
+
+    def _describe(self, name: str, args: tuple, kwargs: dict) -> ToolCall:
+        agent, call_id = _caller.get() or (None, None)
+        tool_kwargs = {k: v for k, v in kwargs.items() if k != "sanitize_inputs_outputs"}
+        return ToolCall(
+            name,
+            framework=FRAMEWORK,
+            agent=agent,
+            agent_name=(agent_display_name(agent) or type(agent).__name__) if agent is not None else None,
+            call_id=call_id,
+            arguments=_bind_arguments(args, tool_kwargs),
+        )
+
+    def rejection(self, call: ToolCall, info: Rejection) -> Any:
+        # smolagents turns a raised exception into the step error the model reads.
+        raise info.error()
+
+    # -- who is calling ----------------------------------------------------------------------------
+
+    def _run_stream(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        gen = wrapped(*args, **kwargs)
+        if instance is None or not hasattr(gen, "send"):
+            return gen
+        return _scoped(gen, _caller, (instance, None))
+
+    def _process_tool_calls(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        gen = wrapped(*args, **kwargs)
+        try:
+            message = args[0] if args else kwargs["chat_message"]
+            by_arguments: dict[int, str] = {}
+            names: dict[str, list[str]] = {}
+            for tool_call in getattr(message, "tool_calls", None) or []:
+                call_id = getattr(tool_call, "id", None)
+                function = getattr(tool_call, "function", None)
+                if not isinstance(call_id, str) or function is None:
+                    continue
+                arguments = getattr(function, "arguments", None)
+                if arguments:
+                    by_arguments[id(arguments)] = call_id
+                names.setdefault(getattr(function, "name", None), []).append(call_id)
+            unique = {name: ids[0] for name, ids in names.items() if isinstance(name, str) and len(ids) == 1}
+        except Exception:
+            return gen
+        if not hasattr(gen, "send"):
+            return gen
+        return _scoped(gen, _call_ids, (by_arguments, unique))
+
+    def _execute_tool_call(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        call_id = None
+        ids = _call_ids.get()
+        if ids is not None:
+            tool_name = args[0] if args else kwargs.get("tool_name")
+            arguments = args[1] if len(args) > 1 else kwargs.get("arguments")
+            # execute_tool_call receives the very arguments object of the model's tool call.
+            call_id = ids[0].get(id(arguments)) if arguments else None
+            if call_id is None and isinstance(tool_name, str):
+                call_id = ids[1].get(tool_name)
+        token = _caller.set((instance, call_id))
+        try:
+            return wrapped(*args, **kwargs)
+        finally:
+            _caller.reset(token)
+
+    def _timeout(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        decorator = wrapped(*args, **kwargs)
+        if not callable(decorator):
+            return decorator
+
+        def decorate(func: Any) -> Any:
+            # Decorated and called right away in the caller's thread: capture its context now.
+            context = contextvars.copy_context()
+
+            @functools.wraps(func)
+            def in_caller_context(*a: Any, **k: Any) -> Any:
+                return context.copy().run(func, *a, **k)
+
+            return decorator(in_caller_context)
+
+        return decorate

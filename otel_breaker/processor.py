@@ -1,0 +1,200 @@
+"""Breakers driven by span outcomes: a SpanProcessor for tools we did not wrap.
+
+Other instrumentations already trace tool calls: OpenInference, OpenLLMetry,
+and the native GenAI spans of pydantic-ai and the OpenAI Agents SDK. When such
+a tool span ends, :class:`BreakerSpanProcessor` classifies it and records the
+outcome into the breaker for that tool, so every guarded call of the same tool
+respects what those spans saw. The same processor feeds the token estimator
+from inference spans (``gen_ai.usage.*``).
+
+Our own ``execute_tool`` spans carry ``otel_breaker.guarded=true`` and are never
+counted twice; neither is a foreign tool span directly around or inside one of
+ours for the same tool (a framework's native span of a call we guarded).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.trace import StatusCode
+
+from otel_breaker.breaker import SHADOW, State
+from otel_breaker.classify import FAILURE, IGNORED, SUCCESS, is_excluded_name
+from otel_breaker.registry import BreakerRegistry, default_registry
+from otel_breaker.telemetry import ATTR_AGENT, ATTR_GUARDED, TELEMETRY
+from otel_breaker.tokens import TokenEstimator
+from otel_breaker.toolcall import ToolCall
+
+logger = logging.getLogger("otel_breaker")
+
+_INFERENCE_OPERATIONS = frozenset({"chat", "text_completion", "generate_content", "completion"})
+_OUTPUT_ATTRIBUTES = ("gen_ai.tool.call.result", "output.value", "traceloop.entity.output")
+_REMEMBERED = 4096
+
+
+def tool_name_of(attributes: Any) -> str | None:
+    """The tool a span describes, in any of the three conventions, else None."""
+    if attributes.get("gen_ai.operation.name") == "execute_tool":
+        name = attributes.get("gen_ai.tool.name")
+        return str(name) if name else None
+    if attributes.get("openinference.span.kind") == "TOOL":
+        name = attributes.get("tool.name")
+        return str(name) if name else None
+    if attributes.get("traceloop.span.kind") == "tool":
+        name = attributes.get("traceloop.entity.name")
+        return str(name) if name else None
+    return None
+
+
+def usage_of(attributes: Any) -> tuple[int, int, str | None] | None:
+    """(input tokens, output tokens, model) of an inference span, else None."""
+    operation = attributes.get("gen_ai.operation.name")
+    kind = attributes.get("openinference.span.kind")
+    if operation in _INFERENCE_OPERATIONS or kind == "LLM" or "gen_ai.usage.input_tokens" in attributes:
+        tokens_in = attributes.get("gen_ai.usage.input_tokens", attributes.get("llm.token_count.prompt"))
+        tokens_out = attributes.get("gen_ai.usage.output_tokens", attributes.get("llm.token_count.completion"))
+        if tokens_in is None and tokens_out is None:
+            return None
+        model = attributes.get("gen_ai.response.model") or attributes.get("gen_ai.request.model")
+        model = model or attributes.get("llm.model_name")
+        return int(tokens_in or 0), int(tokens_out or 0), (str(model) if model else None)
+    return None
+
+
+def _exception_type(span: ReadableSpan) -> str | None:
+    error_type = span.attributes.get("error.type") if span.attributes else None
+    if error_type:
+        return str(error_type)
+    for event in span.events:
+        if event.name == "exception" and event.attributes:
+            kind = event.attributes.get("exception.type")
+            if kind:
+                return str(kind)
+    return None
+
+
+class _LRUSet:
+    def __init__(self, size: int) -> None:
+        self._items: OrderedDict[Any, None] = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def add(self, item: Any) -> None:
+        with self._lock:
+            self._items[item] = None
+            self._items.move_to_end(item)
+            if len(self._items) > self._size:
+                self._items.popitem(last=False)
+
+    def __contains__(self, item: Any) -> bool:
+        with self._lock:
+            return item in self._items
+
+
+class BreakerSpanProcessor(SpanProcessor):
+    """Records finished tool spans of other instrumentations into breakers."""
+
+    def __init__(self, registry: BreakerRegistry | None = None, estimator: TokenEstimator | None = None) -> None:
+        self._registry = registry
+        self._estimator = estimator
+        # (trace id, span id) of our guarded spans and of their parents, with tool
+        self._guarded: _LRUSet = _LRUSet(_REMEMBERED)
+
+    @property
+    def registry(self) -> BreakerRegistry:
+        return self._registry if self._registry is not None else default_registry()
+
+    @property
+    def estimator(self) -> TokenEstimator:
+        return self._estimator if self._estimator is not None else TELEMETRY.estimator
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        """Nothing to do when spans start."""
+
+    def on_end(self, span: ReadableSpan) -> None:
+        try:
+            self._on_end(span)
+        except Exception:
+            logger.debug("otel-breaker: span processor failed on %r", span.name, exc_info=True)
+
+    def _on_end(self, span: ReadableSpan) -> None:
+        attributes = span.attributes or {}
+        context = span.context
+        if context is None:
+            return
+        usage = usage_of(attributes)
+        if usage is not None:
+            self.estimator.note_inference(context.trace_id, span.end_time or 0, *usage)
+            return
+        tool = tool_name_of(attributes)
+        if tool is None:
+            return
+        self.estimator.note_tool(context.trace_id, span.start_time or 0, tool)
+        if attributes.get(ATTR_GUARDED):
+            self._guarded.add((context.trace_id, context.span_id, tool))
+            if span.parent is not None:
+                self._guarded.add((context.trace_id, span.parent.span_id, tool))
+            return
+        if (context.trace_id, context.span_id, tool) in self._guarded:
+            return  # a foreign span around one of our guarded calls of the same tool
+        if span.parent is not None and (context.trace_id, span.parent.span_id, tool) in self._guarded:
+            return  # a foreign span inside one of ours (our span ends after it, see below)
+        if self._inside_guarded_call(tool):
+            return
+        self._record(tool, span, attributes)
+
+    @staticmethod
+    def _inside_guarded_call(tool: str) -> bool:
+        """A foreign span ending inside one of our calls of the same tool: our
+        guarded span is still open, so the parent check above cannot see it yet."""
+        from otel_breaker.instrumentation.base import active_call
+
+        active = active_call()
+        return active is not None and active.tool == tool
+
+    def _record(self, tool: str, span: ReadableSpan, attributes: Any) -> None:
+        status = span.status.status_code if span.status is not None else StatusCode.UNSET
+        agent_name = attributes.get(ATTR_AGENT)
+        call = ToolCall(tool, framework="span", agent_name=str(agent_name) if agent_name else None)
+        breaker = self.registry.breaker_for(call)
+        if status is StatusCode.ERROR:
+            outcome = IGNORED if is_excluded_name(_exception_type(span)) else FAILURE
+        else:
+            outcome = SUCCESS
+            validator = breaker.config.is_failure_result
+            if validator is not None:
+                output = next((attributes[a] for a in _OUTPUT_ATTRIBUTES if a in attributes), None)
+                try:
+                    if validator(output):
+                        outcome = FAILURE
+                except Exception:
+                    outcome = SUCCESS
+        # The call already happened: it counts as admitted in the closed state;
+        # while open or half-open it only updates statistics (it was no probe).
+        permit = breaker.generation if breaker.state is State.CLOSED else SHADOW
+        breaker.record(permit, outcome)
+
+    def shutdown(self) -> None:
+        """Nothing to release."""
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+_attached_lock = threading.Lock()
+
+
+def attach(provider: Any, processor: BreakerSpanProcessor | None = None) -> bool:
+    """Add a BreakerSpanProcessor to an SDK tracer provider once. Returns True if added."""
+    with _attached_lock:
+        if getattr(provider, "_otel_breaker_processor", None) is not None:
+            return False
+        processor = processor or BreakerSpanProcessor()
+        provider.add_span_processor(processor)
+        provider._otel_breaker_processor = processor
+        return True
