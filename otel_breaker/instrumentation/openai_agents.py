@@ -48,6 +48,7 @@ class _Attempt:
     tool: str
     call_id: str | None
     error: str | None = None
+    handled: bool = False
 
 
 _attempt: contextvars.ContextVar[_Attempt | None] = contextvars.ContextVar("otel_breaker_openai_agents", default=None)
@@ -96,14 +97,16 @@ class OpenAIAgentsAdapter(FrameworkAdapter):
         """Record the exception the SDK is about to turn into text for the model."""
         try:
             attempt = _attempt.get()
-            if attempt is not None and attempt.error is None:
+            if attempt is not None and not attempt.handled:
                 function_tool = kwargs.get("function_tool")
                 context = kwargs.get("context")
                 error = kwargs.get("error")
                 same_tool = getattr(function_tool, "name", None) == attempt.tool
                 same_call = attempt.call_id is None or getattr(context, "tool_call_id", None) == attempt.call_id
-                if same_tool and same_call and isinstance(error, Exception) and not _invalid_arguments(error):
-                    attempt.error = type(error).__name__
+                if same_tool and same_call:
+                    attempt.handled = True
+                    if isinstance(error, Exception) and not _invalid_arguments(error):
+                        attempt.error = type(error).__name__
         except Exception:  # bookkeeping must never disturb the SDK's error handling
             pass
         return await wrapped(*args, **kwargs)
@@ -129,7 +132,7 @@ class OpenAIAgentsAdapter(FrameworkAdapter):
 
     def result_error(self, call: ToolCall, result: Any) -> str | None:
         attempt = _attempt.get()
-        if attempt is not None and attempt.error is not None:
+        if attempt is not None and attempt.handled:
             return attempt.error
         if getattr(result, "is_sdk_generated_error", False):
             # The SDK's default texts: a tool timeout, or a failure formatted
