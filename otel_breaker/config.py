@@ -50,6 +50,10 @@ _BREAKER_OPTIONS: dict[str, str] = {
 }
 
 
+# Per-tool only (OTEL_BREAKER_TOOLS); globally, OTEL_BREAKER_HIGH_STAKES lists tools.
+_TOOL_ONLY_OPTIONS = frozenset({"high_stakes"})
+
+
 class ConfigError(ValueError):
     """Bad configuration; ``problems`` lists one line per bad value."""
 
@@ -95,6 +99,15 @@ def _parse(kind: str, raw: str) -> Any:
             raise ValueError(f"expected one of {', '.join(SCOPES)}")
         return text
     raise AssertionError(kind)
+
+
+def _validated_option(option: str, value: Any) -> Any:
+    """Check one breaker option on its own, so the error names its variable."""
+    try:
+        CircuitBreakerConfig(**{option: value})
+    except ValueError as exc:
+        raise ValueError(str(exc).split(": ", 1)[-1]) from None
+    return value
 
 
 def validate_tool_name(name: str) -> str:
@@ -252,9 +265,11 @@ def load_settings(environ: Mapping[str, str] | None = None, *, strict: bool = Tr
             lambda v, name=name: values.__setitem__(name, v),
         )
     for option, kind in _BREAKER_OPTIONS.items():
+        if option in _TOOL_ONLY_OPTIONS:
+            continue
         take(
             PREFIX + option.upper(),
-            lambda raw, kind=kind: _parse(kind, raw),
+            lambda raw, kind=kind, option=option: _validated_option(option, _parse(kind, raw)),
             "",
             lambda v, option=option: breaker_options.__setitem__(option, v),
         )
@@ -299,6 +314,8 @@ def describe_sources(settings: Settings) -> list[tuple[str, str, str]]:
         var = PREFIX + suffix
         rows.append((var, str(getattr(settings, name)), settings.sources.get(var, "default")))
     for option in _BREAKER_OPTIONS:
+        if option in _TOOL_ONLY_OPTIONS:
+            continue
         var = PREFIX + option.upper()
         rows.append((var, str(getattr(settings.defaults, option)), settings.sources.get(var, "default")))
     structured = {"TOOLS": "tools", "FALLBACKS": "fallbacks", "HIGH_STAKES": "high_stakes", "FRAMEWORKS": "frameworks"}

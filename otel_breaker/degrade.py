@@ -15,13 +15,15 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from otel_breaker.breaker import CircuitOpenError, State
+from otel_breaker.classify import FAILURE
 
 if TYPE_CHECKING:
     from otel_breaker.breaker import CircuitBreaker
+    from otel_breaker.registry import BreakerRegistry
     from otel_breaker.toolcall import ToolCall
 
 logger = logging.getLogger("otel_breaker")
@@ -203,3 +205,328 @@ def escalation_approves(call: ToolCall, info: Rejection) -> bool:
     except Exception:
         logger.exception("otel-breaker: escalation hook failed; treating it as a denial")
         return False
+
+
+# -- awareness: the tool-status block for system prompts -----------------------------
+
+#: First line of the status block; :func:`augment_instructions` finds an earlier block by it.
+STATUS_HEADER = "Tool status (circuit breakers):"
+MAX_STATUS_TOOLS = 10
+MAX_STATUS_LINE_CHARS = 240
+MAX_STATUS_CHARS = 2000
+
+
+class ToolStatus(NamedTuple):
+    """One unavailable tool as the status block describes it."""
+
+    tool: str
+    state: State
+    retry_after: int | None
+    """Whole seconds until a call may be tried again; None while forced open."""
+    alternatives: tuple[str, ...]
+
+
+def status_in_prompt_enabled() -> bool:
+    """Whether adapters add the tool-status block to system prompts
+    (``OTEL_BREAKER_STATUS_IN_PROMPT``, off by default)."""
+    from otel_breaker.config import get_settings
+
+    return bool(get_settings().status_in_prompt)
+
+
+def _breakers_for(registry: BreakerRegistry, agent: Any) -> list[CircuitBreaker]:
+    """The breakers that can reject a call of ``agent``: its own, the process-wide
+    ones, and the current session's. Every breaker when ``agent`` is None."""
+    from otel_breaker.registry import OVERFLOW_TOOL, current_session
+
+    everything = [b for b in registry.breakers() if b.name != OVERFLOW_TOOL]
+    if agent is None:
+        return everything
+    session = current_session()
+    shared = [b for b in everything if (b.agent_name is None and b.session_id is None) or b.session_id == session]
+    if isinstance(agent, str):
+        own = [b for b in everything if b.agent_name == agent and b.session_id is None]
+    else:
+        by_agent = getattr(registry, "_by_agent", {})
+        own = list(by_agent.get(id(agent), {}).values())
+        if not own:
+            from otel_breaker.instrumentation.base import agent_display_name
+
+            name = agent_display_name(agent)
+            own = [b for b in everything if name is not None and b.agent_name == name and b.session_id is None]
+    seen: set[int] = set()
+    return [b for b in (*own, *shared) if not (id(b) in seen or seen.add(id(b)))]
+
+
+def unavailable_tools(agent: Any = None, registry: BreakerRegistry | None = None) -> list[ToolStatus]:
+    """Tools whose breakers are open or half-open, sorted by name.
+
+    ``agent``: an agent object or agent name, to list only the breakers that
+    can reject its calls. A tool guarded by several breakers (several agents or
+    sessions) is listed once, with the earliest time any of them allows a call.
+    """
+    if registry is None:
+        from otel_breaker.registry import default_registry
+
+        registry = default_registry()
+    found: dict[str, ToolStatus] = {}
+    for breaker in _breakers_for(registry, agent):
+        state = breaker.state
+        if state is State.CLOSED:
+            continue
+        retry = _whole_seconds(breaker.retry_after)
+        status = ToolStatus(breaker.name, state, retry, healthy_alternatives(breaker.config.fallbacks))
+        known = found.get(breaker.name)
+        if known is None or _sooner(status.retry_after, known.retry_after):
+            found[breaker.name] = status
+    return [found[name] for name in sorted(found)]
+
+
+def _sooner(a: int | None, b: int | None) -> bool:
+    return a is not None and (b is None or a < b)
+
+
+def _status_line(status: ToolStatus) -> str:
+    tool = safe_name(status.tool)
+    state = status.state.value.replace("_", "-")
+    if status.retry_after is None:
+        when = "unavailable until an operator restores it"
+    elif status.retry_after <= 0:
+        when = "one trial call may be made now" if status.state is State.HALF_OPEN else "may be retried now, once"
+    else:
+        when = f"may be retried in about {status.retry_after}s"
+    if status.alternatives:
+        advice = "Use " + ", ".join(f"'{safe_name(a)}'" for a in status.alternatives) + " instead."
+    else:
+        advice = "No alternative: tell the user this capability is temporarily degraded."
+    return "- " + sanitize(f"'{tool}' ({state}): {when}. {advice}", MAX_STATUS_LINE_CHARS)
+
+
+def tool_status_block(agent: Any = None, registry: BreakerRegistry | None = None) -> str:
+    """A short text for a system prompt naming the tools that are open or
+    half-open and when they may be retried; ``""`` when every tool is healthy.
+
+    Built only from validated tool names, breaker states and numbers: nothing
+    a tool returned or raised can reach it. Each line is sanitised and capped,
+    at most :data:`MAX_STATUS_TOOLS` tools are listed, and the whole block is
+    capped at :data:`MAX_STATUS_CHARS` characters.
+    """
+    statuses = unavailable_tools(agent, registry)
+    if not statuses:
+        return ""
+    lines = [
+        STATUS_HEADER,
+        "These tools are temporarily unavailable after repeated failures; calls to them are "
+        "rejected without running. Do not retry them before the time shown.",
+    ]
+    lines.extend(_status_line(s) for s in statuses[:MAX_STATUS_TOOLS])
+    if len(statuses) > MAX_STATUS_TOOLS:
+        lines.append(f"- and {len(statuses) - MAX_STATUS_TOOLS} more unavailable tools.")
+    block = "\n".join(lines)
+    return block if len(block) <= MAX_STATUS_CHARS else block[: MAX_STATUS_CHARS - 1] + "…"
+
+
+def augment_instructions(text: str | None, agent: Any = None, registry: BreakerRegistry | None = None) -> str | None:
+    """``text`` (a system prompt or agent instructions) with the tool-status
+    block appended, for adapters to call where the framework builds its
+    system prompt.
+
+    Unchanged when ``OTEL_BREAKER_STATUS_IN_PROMPT`` is off. A block appended
+    by an earlier call is replaced (or removed once every tool is healthy), so
+    calling this on every turn never stacks blocks. Never raises: on any
+    internal error the text is returned unchanged.
+    """
+    try:
+        if not status_in_prompt_enabled():
+            return text
+        base = text
+        if base and STATUS_HEADER in base:
+            base = base[: base.index(STATUS_HEADER)].rstrip()
+        block = tool_status_block(agent, registry)
+        if not block:
+            return base
+        return f"{base}\n\n{block}" if base else block
+    except Exception:
+        logger.debug("otel-breaker: building the tool-status block failed", exc_info=True)
+        return text
+
+
+# -- fallback routing in code ----------------------------------------------------------
+
+Candidate = Callable[..., Any] | tuple[str, Callable[..., Any]]
+
+
+class _Attempt:
+    """The adapter for one fallback attempt: notes a rejection or an invalid
+    result instead of building a framework value."""
+
+    __slots__ = ("config", "invalid", "rejected")
+
+    def __init__(self, config: Any) -> None:
+        self.config = config
+        self.rejected: Rejection | None = None
+        self.invalid = False
+
+    def result_error(self, call: ToolCall, result: Any) -> str | None:
+        from otel_breaker.classify import result_failed
+        from otel_breaker.guard import INVALID_RESULT_ERROR_TYPE
+
+        if self.config.is_failure_result is not None and result_failed(result, self.config):
+            self.invalid = True
+            return INVALID_RESULT_ERROR_TYPE
+        return None
+
+    def rejection(self, call: ToolCall, info: Rejection) -> Any:
+        self.rejected = info
+        return info
+
+
+def _resolve(
+    item: Candidate, registry: BreakerRegistry, agent: Any, agent_name: str | None
+) -> tuple[ToolCall, Callable[..., Any], CircuitBreaker]:
+    from otel_breaker.breaker import CircuitBreaker
+    from otel_breaker.toolcall import ToolCall
+
+    if isinstance(item, tuple):
+        name, fn = item
+    else:
+        fn = item
+        name = getattr(fn, "__name__", None)
+    if not callable(fn):
+        raise TypeError(f"call_with_fallback: {item!r} is not a callable or a (name, callable) pair")
+    own = getattr(fn, "breaker", None)
+    if isinstance(own, CircuitBreaker):
+        # Already guarded (``@guard(clock=...)``, ``@breaker``): run the plain
+        # function through that breaker so it is counted once.
+        call = ToolCall(own.name, agent_name=own.agent_name, session_id=own.session_id)
+        return call, getattr(fn, "__wrapped__", fn), own
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"call_with_fallback: name {item!r} with a (name, callable) pair")
+    call = ToolCall(name, agent=agent, agent_name=agent_name)
+    return call, fn, registry.breaker_for(call)
+
+
+def _plan(
+    primary: Candidate,
+    alternatives: tuple[Candidate, ...],
+    tools: Mapping[str, Callable[..., Any]] | None,
+    registry: BreakerRegistry | None,
+    agent: Any,
+    agent_name: str | None,
+) -> list[tuple[ToolCall, Callable[..., Any], CircuitBreaker]]:
+    if registry is None:
+        from otel_breaker.registry import default_registry
+
+        registry = default_registry()
+    plan = [_resolve(primary, registry, agent, agent_name)]
+    if not alternatives and tools:
+        alternatives = tuple((name, tools[name]) for name in plan[0][2].config.fallbacks if name in tools)
+    plan.extend(_resolve(item, registry, agent, agent_name) for item in alternatives)
+    return plan
+
+
+def _fails(breaker: CircuitBreaker, exc: BaseException) -> bool:
+    from otel_breaker.classify import classify_exception
+
+    return isinstance(exc, Exception) and classify_exception(exc, breaker.config) == FAILURE
+
+
+def _give_up(last: Rejection | BaseException) -> Any:
+    if isinstance(last, _InvalidResult):
+        return last.result
+    if isinstance(last, Rejection):
+        if last.breaker.config.graceful_degradation:
+            return last.as_dict()
+        raise last.error()
+    raise last
+
+
+def call_with_fallback(
+    primary: Candidate,
+    *alternatives: Candidate,
+    args: tuple = (),
+    kwargs: Mapping[str, Any] | None = None,
+    tools: Mapping[str, Callable[..., Any]] | None = None,
+    agent: Any = None,
+    agent_name: str | None = None,
+    registry: BreakerRegistry | None = None,
+) -> Any:
+    """Call ``primary(*args, **kwargs)``; when its breaker rejects the call or
+    the call fails, try each alternative in turn, each through its own breaker.
+
+    Candidates are callables (the breaker is named after ``__name__``; a
+    function carrying a ``.breaker`` uses that one) or ``(name, callable)``
+    pairs. With no ``alternatives`` given, the primary's configured
+    ``fallbacks`` are looked up by name in ``tools``.
+
+    Returns the first successful result. Otherwise the last candidate's
+    outcome: its exception is re-raised, or its rejection is returned as the
+    graceful error result (raised as :class:`CircuitOpenError` when that
+    breaker has ``graceful_degradation=False``). Exceptions that are not tool
+    failures (cancellation, approval or permission denied) propagate at once.
+    """
+    from otel_breaker.guard import run_sync
+
+    last: Rejection | BaseException | None = None
+    for call, fn, breaker in _plan(primary, alternatives, tools, registry, agent, agent_name):
+        attempt = _Attempt(breaker.config)
+        try:
+            result = run_sync(breaker, fn, tuple(args), dict(kwargs or {}), call, attempt)
+        except BaseException as exc:
+            if not _fails(breaker, exc):
+                raise
+            logger.debug("otel-breaker: %s failed; trying the next alternative", call.tool)
+            last = exc
+            continue
+        if attempt.rejected is not None:
+            last = attempt.rejected
+            continue
+        if attempt.invalid:
+            last = _InvalidResult(call.tool, result)
+            continue
+        return result
+    return _give_up(last) if last is not None else None
+
+
+async def acall_with_fallback(
+    primary: Candidate,
+    *alternatives: Candidate,
+    args: tuple = (),
+    kwargs: Mapping[str, Any] | None = None,
+    tools: Mapping[str, Callable[..., Any]] | None = None,
+    agent: Any = None,
+    agent_name: str | None = None,
+    registry: BreakerRegistry | None = None,
+) -> Any:
+    """:func:`call_with_fallback` for async tools (plain functions work too);
+    each attempt is awaited and cancelled at its breaker's ``timeout``."""
+    from otel_breaker.guard import run_async
+
+    last: Rejection | BaseException | None = None
+    for call, fn, breaker in _plan(primary, alternatives, tools, registry, agent, agent_name):
+        attempt = _Attempt(breaker.config)
+        try:
+            result = await run_async(breaker, fn, tuple(args), dict(kwargs or {}), call, attempt)
+        except BaseException as exc:
+            if not _fails(breaker, exc):
+                raise
+            logger.debug("otel-breaker: %s failed; trying the next alternative", call.tool)
+            last = exc
+            continue
+        if attempt.rejected is not None:
+            last = attempt.rejected
+            continue
+        if attempt.invalid:
+            last = _InvalidResult(call.tool, result)
+            continue
+        return result
+    return _give_up(last) if last is not None else None
+
+
+class _InvalidResult(Exception):
+    """A result the tool's ``is_failure_result`` validator rejected; when it is
+    the last candidate's outcome, the result itself is returned."""
+
+    def __init__(self, tool: str, result: Any) -> None:
+        super().__init__(f"Tool '{tool}' returned a result its validator marks as failed")
+        self.result = result

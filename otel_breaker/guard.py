@@ -355,9 +355,9 @@ class Guard:
     def registry(self) -> BreakerRegistry:
         return self._registry if self._registry is not None else default_registry()
 
-    def breaker_for(self, call: ToolCall) -> CircuitBreaker | None:
+    def breaker_for(self, call: ToolCall, config: CircuitBreakerConfig | None = None) -> CircuitBreaker | None:
         try:
-            return self.registry.breaker_for(call)
+            return self.registry.breaker_for(call, config)
         except Exception:
             _bookkeeping_failed("finding a breaker")
             return None
@@ -369,9 +369,10 @@ class Guard:
         args: tuple = (),
         kwargs: dict | None = None,
         adapter: Adapter | None = None,
+        config: CircuitBreakerConfig | None = None,
     ) -> Any:
-        """Run ``fn(*args, **kwargs)`` as tool call ``call``."""
-        breaker = self.breaker_for(call)
+        """Run ``fn(*args, **kwargs)`` as tool call ``call`` (``config`` for a breaker created now)."""
+        breaker = self.breaker_for(call, config)
         if breaker is None:
             return fn(*args, **(kwargs or {}))
         return run_sync(breaker, fn, args, kwargs or {}, call, adapter)
@@ -383,9 +384,10 @@ class Guard:
         args: tuple = (),
         kwargs: dict | None = None,
         adapter: Adapter | None = None,
+        config: CircuitBreakerConfig | None = None,
     ) -> Any:
         """Run ``fn(*args, **kwargs)`` (awaited when it returns an awaitable) as tool call ``call``."""
-        breaker = self.breaker_for(call)
+        breaker = self.breaker_for(call, config)
         if breaker is None:
             result = fn(*args, **(kwargs or {}))
             return await result if inspect.isawaitable(result) else result
@@ -433,13 +435,13 @@ def guard(
 
             @functools.wraps(fn)
             async def async_guarded(*args: Any, **kwargs: Any) -> Any:
-                return await guard_.acall(call, fn, args, kwargs)
+                return await guard_.acall(call, fn, args, kwargs, config=config)
 
             return async_guarded
 
         @functools.wraps(fn)
         def guarded(*args: Any, **kwargs: Any) -> Any:
-            return guard_.call(call, fn, args, kwargs)
+            return guard_.call(call, fn, args, kwargs, config=config)
 
         return guarded
 

@@ -111,6 +111,16 @@ class BreakerRegistry:
         A different ``config`` for an existing breaker is applied to it (and
         logged), never silently ignored.
         """
+        breaker = self._get(tool, config)
+        if config is not None:
+            wanted = self.settings.config_for(tool, config)
+            if wanted != breaker.config:
+                logger.info("otel-breaker: applying a new configuration to breaker %r", tool)
+                breaker.configure(wanted)
+        return breaker
+
+    def _get(self, tool: str, config: CircuitBreakerConfig | None) -> CircuitBreaker:
+        """The process-scope breaker, created with ``config`` if it is new."""
         breaker = self._by_tool.get(tool)
         if breaker is None:
             with self._lock:
@@ -119,10 +129,6 @@ class BreakerRegistry:
                     breaker = self._new(tool, config, None, None)
                     if breaker.name != OVERFLOW_TOOL:
                         self._by_tool[tool] = breaker
-                    return breaker
-        if config is not None and config != breaker.config:
-            logger.info("otel-breaker: applying a new configuration to breaker %r", tool)
-            breaker.configure(self.settings.config_for(tool, config))
         return breaker
 
     def breaker_for(self, call: ToolCall, config: CircuitBreakerConfig | None = None) -> CircuitBreaker:
@@ -135,14 +141,14 @@ class BreakerRegistry:
             if call.session_id is not None and self.settings.scope == "session":
                 return self._session_breaker(call.session_id, call, config, explicit=False)
             breaker = self._by_tool.get(call.tool)
-            return breaker if breaker is not None else self.get(call.tool, config)
+            return breaker if breaker is not None else self._get(call.tool, config)
         scope = self.settings.scope
         if scope == "agent":
             return self._agent_breaker(agent, call, config)
         if scope == "session" and call.session_id is not None:
             return self._session_breaker(call.session_id, call, config, explicit=False)
         breaker = self._by_tool.get(call.tool)
-        return breaker if breaker is not None else self.get(call.tool, config)
+        return breaker if breaker is not None else self._get(call.tool, config)
 
     def _agent_breaker(self, agent: Any, call: ToolCall, config: CircuitBreakerConfig | None) -> CircuitBreaker:
         key = id(agent)

@@ -1,0 +1,39 @@
+"""Fixtures shared by the core suite."""
+
+from __future__ import annotations
+
+import pytest
+
+from otel_breaker import telemetry
+from otel_breaker.config import set_settings
+from otel_breaker.registry import default_registry
+
+
+class FakeClock:
+    """A monotonic clock the test moves by hand: no sleeping for cooldowns."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+@pytest.fixture(autouse=True)
+def fresh_state():
+    """Each test starts with default settings, no registered breakers and global telemetry."""
+    set_settings(None)
+    default_registry().clear()
+    telemetry.TELEMETRY.reset()
+    yield
+    default_registry().clear()
+    set_settings(None)
+    telemetry.TELEMETRY.reset()

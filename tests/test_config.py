@@ -1,0 +1,101 @@
+"""OTEL_BREAKER_* variables: every one with a good and a bad value."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from otel_breaker.config import ConfigError, describe_sources, load_settings, parse_fallbacks, parse_tool_overrides
+
+GOOD_AND_BAD = [
+    ("OTEL_BREAKER_ENABLED", "true", "maybe", "enabled", True),
+    ("OTEL_BREAKER_FAILURE_THRESHOLD", "3", "zero", None, None),
+    ("OTEL_BREAKER_RECOVERY_TIMEOUT", "12.5", "-1", None, None),
+    ("OTEL_BREAKER_SUCCESS_THRESHOLD", "1", "0", None, None),
+    ("OTEL_BREAKER_TIMEOUT", "none", "soon", None, None),
+    ("OTEL_BREAKER_MODE", "observe", "block", None, None),
+    ("OTEL_BREAKER_SCOPE", "session", "galaxy", "scope", "session"),
+    ("OTEL_BREAKER_TOOLS", "web_search=fast_api", "web_search=warp_speed", None, None),
+    ("OTEL_BREAKER_FALLBACKS", "web_search=backup_search", "web_search", None, None),
+    ("OTEL_BREAKER_CAPTURE_CONTENT", "1", "perhaps", "capture_content", True),
+    ("OTEL_BREAKER_DURATION_METRIC", "false", "nah", "duration_metric", False),
+    ("OTEL_BREAKER_TOKENS_PER_CALL", "900", "lots", "tokens_per_call", 900),
+    ("OTEL_BREAKER_STATUS_IN_PROMPT", "on", "sure", "status_in_prompt", True),
+    ("OTEL_BREAKER_MAX_BREAKERS", "50", "-5", "max_breakers", 50),
+    ("OTEL_BREAKER_FAILURE_RATE_THRESHOLD", "0.5", "2", None, None),
+    ("OTEL_BREAKER_HALF_OPEN_MAX_CALLS", "2", "many", None, None),
+    ("OTEL_BREAKER_BACKOFF_MULTIPLIER", "2", "0.5", None, None),
+    ("OTEL_BREAKER_HIGH_STAKES", "transfer_money", "bad name!", "high_stakes", ("transfer_money",)),
+]
+
+
+@pytest.mark.parametrize(("var", "good", "bad", "field", "expected"), GOOD_AND_BAD, ids=[g[0] for g in GOOD_AND_BAD])
+def test_each_variable_good_and_bad(var, good, bad, field, expected):
+    settings = load_settings({var: good})
+    assert settings.sources[var] == "env"
+    if field:
+        assert getattr(settings, field) == expected
+    with pytest.raises(ConfigError) as caught:
+        load_settings({var: bad})
+    message = str(caught.value)
+    assert var in message and repr(bad) in message
+
+
+def test_breaker_options_land_in_the_default_config():
+    settings = load_settings(
+        {
+            "OTEL_BREAKER_FAILURE_THRESHOLD": "3",
+            "OTEL_BREAKER_RECOVERY_TIMEOUT": "12.5",
+            "OTEL_BREAKER_SUCCESS_THRESHOLD": "1",
+            "OTEL_BREAKER_TIMEOUT": "none",
+            "OTEL_BREAKER_MODE": "observe",
+        }
+    )
+    config = settings.defaults
+    assert (config.failure_threshold, config.recovery_timeout, config.success_threshold) == (3, 12.5, 1)
+    assert config.timeout is None and config.mode == "observe"
+
+
+def test_all_problems_are_reported_together():
+    with pytest.raises(ConfigError) as caught:
+        load_settings({"OTEL_BREAKER_MODE": "x", "OTEL_BREAKER_SCOPE": "y"})
+    assert len(caught.value.problems) == 2
+
+
+def test_lenient_loading_logs_and_keeps_defaults(caplog):
+    with caplog.at_level(logging.WARNING, logger="otel_breaker"):
+        settings = load_settings({"OTEL_BREAKER_FAILURE_THRESHOLD": "many", "OTEL_BREAKER_SCOPE": "x"}, strict=False)
+    assert settings.defaults.failure_threshold == 5 and settings.scope == "agent"
+    assert "OTEL_BREAKER_FAILURE_THRESHOLD='many'" in caplog.text
+
+
+def test_tool_overrides_format():
+    parsed = parse_tool_overrides("web_search=fast_api;run_code=code_executor,failure_threshold=1")
+    assert parsed == {
+        "web_search": {"failure_threshold": 3, "recovery_timeout": 30.0},
+        "run_code": {"failure_threshold": 1, "recovery_timeout": 60.0},
+    }
+    settings = load_settings({"OTEL_BREAKER_TOOLS": "run_code=code_executor,failure_threshold=1"})
+    assert settings.config_for("run_code").failure_threshold == 1
+    assert settings.config_for("other").failure_threshold == 5
+    for bad in ("=fast_api", "web search=fast_api", "x=failure_threshold", "x=fast_api,colour=red", "x=timeout=abc"):
+        with pytest.raises(ValueError):
+            parse_tool_overrides(bad)
+
+
+def test_fallbacks_format():
+    assert parse_fallbacks("web_search=backup_search,bing;fetch=curl") == {
+        "web_search": ("backup_search", "bing"),
+        "fetch": ("curl",),
+    }
+    settings = load_settings({"OTEL_BREAKER_FALLBACKS": "web_search=backup_search"})
+    assert settings.config_for("web_search").fallbacks == ("backup_search",)
+
+
+def test_describe_sources_names_every_variable():
+    rows = describe_sources(load_settings({"OTEL_BREAKER_MODE": "observe", "OTEL_BREAKER_REDIS_PASSWORD": "s3cret"}))
+    by_var = {row[0]: row for row in rows}
+    assert by_var["OTEL_BREAKER_MODE"][1:] == ("observe", "env")
+    assert by_var["OTEL_BREAKER_FAILURE_THRESHOLD"][2] == "default"
+    assert by_var["OTEL_BREAKER_REDIS_PASSWORD"][1] == "***"

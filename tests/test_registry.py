@@ -1,0 +1,153 @@
+"""Which breaker guards a call: scopes, pruning, the cardinality cap."""
+
+from __future__ import annotations
+
+import gc
+import logging
+
+import pytest
+
+from otel_breaker import (
+    CircuitBreaker,
+    CircuitBreakerConfig,
+    State,
+    ToolCall,
+    breaker_scope,
+    get_circuit_breaker,
+    release,
+    reset_all_circuit_breakers,
+)
+from otel_breaker.config import load_settings
+from otel_breaker.registry import OVERFLOW_TOOL, BreakerRegistry, default_registry
+
+
+class Agent:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def test_get_circuit_breaker_returns_the_same_breaker():
+    assert get_circuit_breaker("search") is get_circuit_breaker("search")
+    assert get_circuit_breaker("search") is not get_circuit_breaker("fetch")
+
+
+def test_a_different_config_for_an_existing_name_is_applied_and_logged(caplog):
+    breaker = get_circuit_breaker("search")
+    with caplog.at_level(logging.INFO, logger="otel_breaker"):
+        again = get_circuit_breaker("search", CircuitBreakerConfig(failure_threshold=2))
+    assert again is breaker and breaker.config.failure_threshold == 2
+    assert "applying a new configuration" in caplog.text
+
+
+def test_two_agents_with_a_same_named_tool_never_share_a_breaker():
+    registry = BreakerRegistry(settings=load_settings({}))
+    first, second = Agent("researcher"), Agent("writer")
+    a = registry.breaker_for(ToolCall("search", agent=first, agent_name="researcher"))
+    b = registry.breaker_for(ToolCall("search", agent=second, agent_name="writer"))
+    assert a is not b
+    assert registry.breaker_for(ToolCall("search", agent=first)) is a
+    a.force_open()
+    assert b.state is State.CLOSED
+    assert a.agent_name == "researcher"
+
+
+def test_process_scope_shares_by_tool_name():
+    registry = BreakerRegistry(settings=load_settings({"OTEL_BREAKER_SCOPE": "process"}))
+    a = registry.breaker_for(ToolCall("search", agent=Agent("a")))
+    b = registry.breaker_for(ToolCall("search", agent=Agent("b")))
+    assert a is b
+
+
+def test_agent_breakers_are_pruned_when_the_agent_is_collected():
+    registry = BreakerRegistry(settings=load_settings({}))
+    registry.breaker_for(ToolCall("fetch"))
+    baseline = len(registry)
+    for index in range(100_000):
+        agent = Agent(f"agent-{index}")
+        registry.breaker_for(ToolCall("search", agent=agent, agent_name=agent.name)).record(0, 0)
+        del agent
+    gc.collect()
+    assert len(registry) == baseline
+    assert len(registry.breakers()) == baseline
+    assert sum(v[0] for v in registry.retired_counts().values()) == 100_000  # counts survive pruning
+
+
+def test_release_drops_an_agents_breakers_now():
+    agent = Agent("a")
+    breaker = default_registry().breaker_for(ToolCall("search", agent=agent))
+    assert breaker in default_registry().breakers()
+    release(agent)
+    assert breaker not in default_registry().breakers()
+
+
+def test_unweakrefable_agents_fall_back_to_their_name():
+    registry = BreakerRegistry(settings=load_settings({}))
+    a = registry.breaker_for(ToolCall("search", agent=("tuple", "agent"), agent_name="bot"))
+    b = registry.breaker_for(ToolCall("search", agent=("tuple", "agent"), agent_name="bot"))
+    assert a is b
+
+
+def test_session_scope_breakers_go_when_the_session_ends():
+    with breaker_scope("session-1") as session:
+        breaker = default_registry().breaker_for(ToolCall("search"))
+        breaker.force_open()
+        assert breaker.session_id == session == "session-1"
+        with breaker_scope("session-2"):
+            assert default_registry().breaker_for(ToolCall("search")).state is State.CLOSED
+    assert breaker not in default_registry().breakers()
+    assert default_registry().breaker_for(ToolCall("search")).state is State.CLOSED
+
+
+def test_framework_session_ids_key_breakers_in_session_scope(clock):
+    registry = BreakerRegistry(settings=load_settings({"OTEL_BREAKER_SCOPE": "session"}), clock=clock)
+    a = registry.breaker_for(ToolCall("search", session_id="thread-1"))
+    b = registry.breaker_for(ToolCall("search", session_id="thread-2"))
+    assert a is not b
+    clock.advance(7200)
+    registry.breaker_for(ToolCall("search", session_id="thread-3"))  # prunes idle sessions
+    assert a not in registry.breakers() and b not in registry.breakers()
+
+
+def test_the_cap_sends_new_tools_to_one_overflow_breaker_and_warns_once(caplog):
+    registry = BreakerRegistry(settings=load_settings({}), max_breakers=10)
+    with caplog.at_level(logging.WARNING, logger="otel_breaker"):
+        breakers = [registry.breaker_for(ToolCall(f"tool-{i}")) for i in range(50)]
+    assert len({id(b) for b in breakers}) == 11
+    assert breakers[-1].name == OVERFLOW_TOOL
+    assert caplog.text.count("new tools now share") == 1
+    assert len(registry) == 11
+
+
+def test_reset_all_reaches_breakers_outside_the_registry():
+    mine = CircuitBreaker("private")
+    registered = get_circuit_breaker("shared")
+    mine.force_open()
+    registered.force_open()
+    reset_all_circuit_breakers()
+    assert mine.state is State.CLOSED and registered.state is State.CLOSED
+
+
+def test_env_overrides_reach_new_breakers():
+    registry = BreakerRegistry(
+        settings=load_settings(
+            {"OTEL_BREAKER_FAILURE_THRESHOLD": "7", "OTEL_BREAKER_TOOLS": "run_code=code_executor,failure_threshold=1"}
+        )
+    )
+    assert registry.get("search").config.failure_threshold == 7
+    run_code = registry.get("run_code").config
+    assert (run_code.failure_threshold, run_code.recovery_timeout) == (1, 60.0)
+
+
+def test_a_bad_store_url_falls_back_to_memory_with_a_log(caplog):
+    registry = BreakerRegistry(settings=load_settings({"OTEL_BREAKER_STORE": "mongodb://nope"}))
+    with caplog.at_level(logging.ERROR, logger="otel_breaker"):
+        breaker = registry.get("search")
+    assert breaker.call(lambda: "ok") == "ok"
+    assert "OTEL_BREAKER_STORE unusable" in caplog.text
+
+
+@pytest.mark.parametrize("scope", ["process", "agent", "session"])
+def test_every_scope_guards_calls(scope):
+    registry = BreakerRegistry(settings=load_settings({"OTEL_BREAKER_SCOPE": scope}))
+    call = ToolCall("search", agent=Agent("a"), session_id="s")
+    assert registry.breaker_for(call) is registry.breaker_for(call)

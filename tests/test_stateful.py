@@ -1,0 +1,155 @@
+"""Random sequences of calls, outcomes, clock moves and held probes, checked
+against a small independent model of the state machine."""
+
+from __future__ import annotations
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+
+from otel_breaker import CircuitBreaker, CircuitBreakerConfig, State
+from otel_breaker.breaker import REJECTED
+from otel_breaker.classify import FAILURE, IGNORED, SUCCESS
+
+
+class Model:
+    """The breaker as the README describes it, written as plainly as possible."""
+
+    def __init__(self, config: CircuitBreakerConfig) -> None:
+        self.config = config
+        self.state = "closed"
+        self.generation = 0
+        self.consecutive = 0
+        self.open_until = 0.0
+        self.reopenings = 0
+        self.leases: set[int] = set()
+        self.next_lease = 0
+        self.probe_successes = 0
+        self.counts = {SUCCESS: 0, FAILURE: 0, IGNORED: 0}
+        self.rejected = 0
+
+    def _move(self, state: str, now: float) -> None:
+        self.state = state
+        self.generation += 1
+        self.leases.clear()
+        self.probe_successes = 0
+        if state == "open":
+            c = self.config
+            cooldown = c.recovery_timeout * c.backoff_multiplier**self.reopenings
+            self.open_until = now + max(c.recovery_timeout, min(cooldown, c.max_recovery_timeout))
+        if state == "closed":
+            self.consecutive = 0
+            self.reopenings = 0
+
+    def observe(self, now: float) -> str:
+        if self.state == "open" and now >= self.open_until:
+            self._move("half_open", now)
+        return self.state
+
+    def acquire(self, now: float):
+        state = self.observe(now)
+        if state == "closed":
+            return ("closed", self.generation)
+        if state == "half_open" and len(self.leases) < self.config.half_open_max_calls:
+            self.next_lease += 1
+            self.leases.add(self.next_lease)
+            return ("probe", self.generation, self.next_lease)
+        self.rejected += 1
+        return None
+
+    def record(self, permit, outcome: int, now: float) -> None:
+        self.counts[outcome] += 1
+        if permit[0] == "probe":
+            _, generation, lease = permit
+            if self.state != "half_open" or generation != self.generation or lease not in self.leases:
+                return
+            self.leases.discard(lease)
+            if outcome == SUCCESS:
+                self.probe_successes += 1
+                if self.probe_successes >= self.config.success_threshold:
+                    self._move("closed", now)
+            elif outcome == FAILURE:
+                self.reopenings += 1
+                self._move("open", now)
+            return
+        if permit[1] != self.generation or self.state != "closed" or outcome == IGNORED:
+            return
+        if outcome == SUCCESS:
+            self.consecutive = 0
+        else:
+            self.consecutive += 1
+            if self.consecutive >= self.config.failure_threshold:
+                self._move("open", now)
+
+
+outcomes = st.sampled_from([SUCCESS, FAILURE, IGNORED])
+
+
+class BreakerMachine(RuleBasedStateMachine):
+    @initialize(
+        failure_threshold=st.integers(1, 4),
+        success_threshold=st.integers(1, 3),
+        half_open_max_calls=st.integers(1, 3),
+        recovery_timeout=st.integers(1, 20),
+        backoff_multiplier=st.sampled_from([1.0, 2.0]),
+    )
+    def setup(self, **options):
+        self.now = 100.0
+        config = CircuitBreakerConfig(timeout=None, max_recovery_timeout=50.0, **options)
+        self.breaker = CircuitBreaker("tool", config, clock=lambda: self.now)
+        self.model = Model(config)
+        self.held: list[tuple] = []
+
+    @rule(outcome=outcomes)
+    def call(self, outcome):
+        permit = self.breaker.acquire()
+        expected = self.model.acquire(self.now)
+        assert (permit == REJECTED) == (expected is None)
+        if expected is not None:
+            self.breaker.record(permit, outcome)
+            self.model.record(expected, outcome, self.now)
+
+    @rule()
+    def hold(self):
+        permit = self.breaker.acquire()
+        expected = self.model.acquire(self.now)
+        assert (permit == REJECTED) == (expected is None)
+        if expected is not None:
+            self.held.append((permit, expected))
+
+    @precondition(lambda self: self.held)
+    @rule(index=st.integers(0, 10), outcome=outcomes)
+    def finish_held(self, index, outcome):
+        permit, expected = self.held.pop(index % len(self.held))
+        self.breaker.record(permit, outcome)
+        self.model.record(expected, outcome, self.now)
+
+    @rule(seconds=st.sampled_from([0.5, 1, 5, 10, 25, 60]))
+    def advance(self, seconds):
+        self.now += seconds
+
+    @rule()
+    def reset(self):
+        self.breaker.reset()
+        self.model = Model(self.breaker.config)
+        self.held.clear()
+
+    @invariant()
+    def agrees_with_model(self):
+        if not hasattr(self, "breaker"):
+            return
+        assert self.breaker.state.value == self.model.observe(self.now)
+        stats = self.breaker.stats
+        assert stats.consecutive_failures == self.model.consecutive
+        assert (stats.success_count, stats.failure_count, stats.ignored_count) == (
+            self.model.counts[SUCCESS],
+            self.model.counts[FAILURE],
+            self.model.counts[IGNORED],
+        )
+        assert stats.rejected_requests == self.model.rejected
+        if self.breaker.state is State.OPEN:
+            assert abs(self.breaker.retry_after - (self.model.open_until - self.now)) < 1e-9
+
+
+TestBreakerMachine = BreakerMachine.TestCase
+TestBreakerMachine.settings = settings(max_examples=300, stateful_step_count=60, deadline=None)
