@@ -1,0 +1,89 @@
+"""Breakers for PydanticAI (``pydantic-ai-slim``).
+
+Every tool call of an agent run (``run``, ``run_sync``, ``run_stream``,
+``iter``) is executed by one async method, ``ToolManager.execute_tool_call``,
+so that is the one patch point; ``run_sync`` drives its own event loop
+through it too.
+
+What comes out of it decides the outcome. A tool that raises ``ToolFailed``
+or ``ModelRetry`` surfaces as ``ToolFailedError`` / ``ToolRetryError``, which
+the run turns into a failed or retried tool result for the model: both count
+as failures. Any other exception ends the run; it is counted and re-raised
+unchanged, since the run's error handling is the program's business. Once the
+breaker is open, that same tool no longer ends the run: the call is answered
+with ``ToolFailedError`` carrying a failed ``ToolReturnPart``, the run's own
+way of telling the model a tool failed, which costs no retry budget.
+
+``execute_tool_call`` is also used for calls whose arguments failed
+validation (to raise the prepared retry inside a span) and for deferred or
+approval-gated calls: the tool body runs in neither, so they pass through
+uncounted.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from typing import Any
+
+from otel_breaker.degrade import Rejection
+from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget, agent_display_name
+from otel_breaker.toolcall import ToolCall
+
+# The ToolCallPart being guarded, so a rejection answers it with its own id and kind.
+_part: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_breaker_pydantic_ai_part", default=None)
+
+
+class PydanticAIAdapter(FrameworkAdapter):
+    name = "pydantic_ai"
+    distribution = "pydantic-ai-slim"
+    version_range = ">=2.68,<3"
+    modules = ("pydantic_ai.tool_manager",)
+
+    def targets(self) -> list[PatchTarget]:
+        return [PatchTarget("pydantic_ai.tool_manager", "ToolManager.execute_tool_call", self._execute)]
+
+    async def _execute(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        call = self.safe_tool_call(lambda: self._describe(args, kwargs))
+        if call is None:
+            return await wrapped(*args, **kwargs)
+        token = _part.set((args[0] if args else kwargs["validated"]).call)
+        try:
+            return await self.run_async(call, wrapped, args, kwargs)
+        finally:
+            _part.reset(token)
+
+    def _describe(self, args: tuple, kwargs: dict) -> ToolCall | None:
+        validated = args[0] if args else kwargs["validated"]
+        if validated.args_valid is False or getattr(validated, "deferral", None) is not None:
+            return None  # the tool body will not run: nothing to guard or count
+        part = validated.call
+        ctx = validated.ctx
+        agent = getattr(ctx, "agent", None)
+        session = getattr(ctx, "conversation_id", None) or getattr(ctx, "run_id", None)
+        return ToolCall(
+            tool=part.tool_name,
+            framework=self.name,
+            agent=agent,
+            agent_name=agent_display_name(agent) if agent is not None else None,
+            session_id=session if isinstance(session, str) else None,
+            call_id=part.tool_call_id,
+            tool_type="function",
+            arguments=part.args,
+        )
+
+    def rejection(self, call: ToolCall, info: Rejection) -> Any:
+        """Raise the run's own "tool failed" signal; returning a value would read as success."""
+        from pydantic_ai.exceptions import ToolFailedError
+        from pydantic_ai.messages import ToolReturnPart
+
+        part = _part.get()
+        if part is None or getattr(part, "tool_name", None) != call.tool:
+            part = None
+        return_part = ToolReturnPart(
+            tool_name=call.tool,
+            content=info.message,
+            tool_call_id=getattr(part, "tool_call_id", None) or call.call_id,
+            tool_kind=getattr(part, "tool_kind", None),
+            outcome="failed",
+        )
+        raise ToolFailedError(return_part)
