@@ -1,0 +1,212 @@
+"""LlamaIndex: agent workflows run tools in ``_call_tool``; LLM helpers in ``tools.calling``.
+
+Why these points:
+
+* ``BaseWorkflowAgent._call_tool`` (FunctionAgent, ReActAgent, CodeActAgent run
+  on their own) and ``AgentWorkflow._call_tool`` (multi-agent workflows, which
+  do not go through the agent's method) run each tool call of an agent loop.
+  They do not receive the model's tool call id, so the ``call_tool`` workflow
+  steps that call them are wrapped too, only to pass ``ev.tool_id`` down.
+* ``tools.calling.call_tool``/``acall_tool`` serve ``predict_and_call`` and the
+  function-calling LLM helpers. They may call a tool twice for one request
+  (positional, then keyword arguments after any exception), so they are
+  guarded as a whole and a logical call counts once.
+
+Failures: every one of these catches the tool's exception and returns
+``ToolOutput(is_error=True)``; that result is counted as a failure. The
+workflow's ``WaitingForEvent`` (a tool pausing for human input) is control
+flow, not an outcome, and is never counted.
+
+Rejection: ``ToolOutput(is_error=True)`` with the rejection text, the same
+shape a failing tool produces, so the loop goes on and the model reads it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from typing import Any
+
+from otel_breaker.degrade import Rejection
+from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget, agent_display_name
+from otel_breaker.toolcall import ToolCall
+
+_AGENT_MODULE = "llama_index.core.agent.workflow.base_agent"
+_WORKFLOW_MODULE = "llama_index.core.agent.workflow.multi_agent_workflow"
+_CALLING_MODULE = "llama_index.core.tools.calling"
+
+# The model's id for the tool call being run, set by the step / selection helper
+# that knows it, read by the wrapper of the call that does not.
+_tool_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("otel_breaker_llama_index_tool_id", default=None)
+
+
+class CallDeferred(Exception):
+    """A tool paused its workflow to wait for an event (human in the loop).
+
+    Carries the workflow's own exception through the guard, whose classifier
+    never counts a deferred call, and is turned back into it afterwards.
+    """
+
+    def __init__(self, original: BaseException) -> None:
+        super().__init__(str(original))
+        self.original = original
+
+
+def _is_waiting_for_event(exc: BaseException) -> bool:
+    return any(klass.__name__ == "WaitingForEvent" for klass in type(exc).__mro__)
+
+
+def _tool_name(tool: Any) -> str | None:
+    metadata = getattr(tool, "metadata", None)
+    get_name = getattr(metadata, "get_name", None)
+    name = get_name() if callable(get_name) else getattr(metadata, "name", None)
+    return name if isinstance(name, str) and name else None
+
+
+def _run_id() -> str | None:
+    try:
+        from llama_index.core.instrumentation.dispatcher import active_instrument_tags
+
+        value = active_instrument_tags.get().get("llamaindex.run_id")
+    except Exception:
+        return None
+    return str(value) if value else None
+
+
+class LlamaIndexAdapter(FrameworkAdapter):
+    """Guards LlamaIndex agent workflows and the function-calling helpers."""
+
+    name = "llama_index"
+    distribution = "llama-index-core"
+    version_range = ">=0.14,<0.15"
+    modules = (_AGENT_MODULE, _WORKFLOW_MODULE, _CALLING_MODULE)
+
+    def targets(self) -> list[PatchTarget]:
+        return [
+            PatchTarget(_AGENT_MODULE, "BaseWorkflowAgent.call_tool", self._step),
+            PatchTarget(_AGENT_MODULE, "BaseWorkflowAgent._call_tool", self._agent_call_tool),
+            PatchTarget(_WORKFLOW_MODULE, "AgentWorkflow.call_tool", self._step),
+            PatchTarget(_WORKFLOW_MODULE, "AgentWorkflow._call_tool", self._workflow_call_tool),
+            PatchTarget(_CALLING_MODULE, "call_tool_with_selection", self._with_selection),
+            PatchTarget(_CALLING_MODULE, "acall_tool_with_selection", self._awith_selection),
+            PatchTarget(_CALLING_MODULE, "call_tool", self._call_tool),
+            PatchTarget(_CALLING_MODULE, "acall_tool", self._acall_tool),
+        ]
+
+    # -- carrying the tool call id -------------------------------------------------------
+
+    async def _step(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        event = args[1] if len(args) > 1 else kwargs.get("ev")
+        token = _tool_id.set(getattr(event, "tool_id", None))
+        try:
+            return await wrapped(*args, **kwargs)
+        finally:
+            _tool_id.reset(token)
+
+    def _with_selection(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        selection = args[0] if args else kwargs.get("tool_call")
+        token = _tool_id.set(getattr(selection, "tool_id", None))
+        try:
+            return wrapped(*args, **kwargs)
+        finally:
+            _tool_id.reset(token)
+
+    async def _awith_selection(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        selection = args[0] if args else kwargs.get("tool_call")
+        token = _tool_id.set(getattr(selection, "tool_id", None))
+        try:
+            return await wrapped(*args, **kwargs)
+        finally:
+            _tool_id.reset(token)
+
+    # -- agent workflows ---------------------------------------------------------------------
+
+    def _describe(self, tool: Any, tool_input: Any, agent: Any, agent_name: str | None) -> ToolCall | None:
+        def build() -> ToolCall | None:
+            name = _tool_name(tool)
+            if name is None:
+                return None
+            call_id = _tool_id.get()
+            return ToolCall(
+                tool=name,
+                framework=self.name,
+                agent=agent,
+                agent_name=agent_name,
+                session_id=_run_id(),
+                call_id=str(call_id) if call_id else None,
+                arguments=tool_input,
+            )
+
+        return self.safe_tool_call(build)
+
+    async def _agent_call_tool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        # _call_tool(self, ctx, tool, tool_input)
+        tool = args[1] if len(args) > 1 else kwargs.get("tool")
+        tool_input = args[2] if len(args) > 2 else kwargs.get("tool_input")
+        call = self._describe(tool, tool_input, instance, agent_display_name(instance))
+        return await self._guard_workflow_call(call, wrapped, args, kwargs)
+
+    async def _workflow_call_tool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        ctx = args[0] if args else kwargs.get("ctx")
+        tool = args[1] if len(args) > 1 else kwargs.get("tool")
+        tool_input = args[2] if len(args) > 2 else kwargs.get("tool_input")
+        agent, agent_name = None, None
+        try:
+            agent_name = await ctx.store.get("current_agent_name", default=None)
+            agent = (getattr(instance, "agents", None) or {}).get(agent_name)
+        except Exception:
+            agent_name = None
+        # Without the active agent, the workflow is the best owner of the breaker.
+        call = self._describe(tool, tool_input, agent if agent is not None else instance, agent_name)
+        return await self._guard_workflow_call(call, wrapped, args, kwargs)
+
+    async def _guard_workflow_call(self, call: ToolCall | None, wrapped: Any, args: tuple, kwargs: dict) -> Any:
+        if call is None:
+            return await wrapped(*args, **kwargs)
+
+        async def invoke(*a: Any, **k: Any) -> Any:
+            try:
+                return await wrapped(*a, **k)
+            except Exception as exc:
+                if _is_waiting_for_event(exc):
+                    raise CallDeferred(exc) from exc
+                raise
+
+        try:
+            return await self.run_async(call, invoke, args, kwargs)
+        except CallDeferred as deferred:
+            raise deferred.original from None
+
+    # -- predict_and_call and the function-calling helpers ----------------------------------
+
+    def _call_tool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        # call_tool(tool, arguments)
+        tool = args[0] if args else kwargs.get("tool")
+        arguments = args[1] if len(args) > 1 else kwargs.get("arguments")
+        call = self._describe(tool, arguments, None, None)
+        if call is None:
+            return wrapped(*args, **kwargs)
+        return self.run_sync(call, wrapped, args, kwargs)
+
+    async def _acall_tool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        tool = args[0] if args else kwargs.get("tool")
+        arguments = args[1] if len(args) > 1 else kwargs.get("arguments")
+        call = self._describe(tool, arguments, None, None)
+        if call is None:
+            return await wrapped(*args, **kwargs)
+        return await self.run_async(call, wrapped, args, kwargs)
+
+    # -- the adapter protocol -----------------------------------------------------------------
+
+    def result_error(self, call: ToolCall, result: Any) -> str | None:
+        if getattr(result, "is_error", False) is not True:
+            return None
+        exception = getattr(result, "exception", None)
+        return type(exception).__name__ if exception is not None else "tool_error"
+
+    def rejection(self, call: ToolCall, info: Rejection) -> Any:
+        from llama_index.core.tools import ToolOutput
+
+        arguments = call.arguments if isinstance(call.arguments, dict) else {}
+        return ToolOutput(
+            content=info.message, tool_name=call.tool, raw_input=arguments, raw_output=info.message, is_error=True
+        )
