@@ -29,7 +29,8 @@ from otel_breaker.degrade import Rejection
 from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget, agent_display_name
 from otel_breaker.toolcall import ToolCall
 
-# The ToolCallPart being guarded, so a rejection answers it with its own id and kind.
+# (ToolCallPart, wrap_validation_errors) of the call being guarded, so a rejection
+# answers it with its own id and kind, in the form its caller expects.
 _part: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_breaker_pydantic_ai_part", default=None)
 
 
@@ -46,7 +47,8 @@ class PydanticAIAdapter(FrameworkAdapter):
         call = self.safe_tool_call(lambda: self._describe(args, kwargs))
         if call is None:
             return await wrapped(*args, **kwargs)
-        token = _part.set((args[0] if args else kwargs["validated"]).call)
+        validated = args[0] if args else kwargs["validated"]
+        token = _part.set((validated.call, kwargs.get("wrap_validation_errors", True) is not False))
         try:
             return await self.run_async(call, wrapped, args, kwargs)
         finally:
@@ -73,11 +75,14 @@ class PydanticAIAdapter(FrameworkAdapter):
 
     def rejection(self, call: ToolCall, info: Rejection) -> Any:
         """Raise the run's own "tool failed" signal; returning a value would read as success."""
-        from pydantic_ai.exceptions import ToolFailedError
+        from pydantic_ai.exceptions import ToolFailed, ToolFailedError
         from pydantic_ai.messages import ToolReturnPart
 
-        part = _part.get()
-        if part is None or getattr(part, "tool_name", None) != call.tool:
+        part, wrap = _part.get() or (None, True)
+        if not wrap:
+            # handle_call(wrap_validation_errors=False) callers expect the raw exception.
+            raise ToolFailed(info.message)
+        if getattr(part, "tool_name", None) != call.tool:
             part = None
         return_part = ToolReturnPart(
             tool_name=call.tool,

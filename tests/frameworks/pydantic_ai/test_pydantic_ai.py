@@ -324,3 +324,36 @@ def test_uninstrument_restores_originals(instrument):
     assert ToolManager.__dict__["execute_tool_call"] is original
     failing_agent().run_sync("go", model=Script("flaky").model())
     assert BODY_RUNS["flaky"] == 4
+
+
+def test_rejection_takes_the_form_its_caller_expects():
+    """Inside a run: a failed ToolReturnPart answering the same call; for
+    ``handle_call(wrap_validation_errors=False)`` callers: the raw ``ToolFailed``."""
+    from pydantic_ai.exceptions import ToolFailedError
+
+    from otel_breaker.degrade import Rejection
+    from otel_breaker.instrumentation import pydantic_ai as adapter_module
+    from otel_breaker.toolcall import ToolCall
+
+    adapter = adapter_module.PydanticAIAdapter()
+    call = ToolCall("flaky", framework="pydantic_ai", call_id="c9")
+    breaker = default_registry().get("flaky")
+    breaker.force_open()
+    info = Rejection(breaker, call)
+    part = ToolCallPart("flaky", {"x": 1}, tool_call_id="c9")
+
+    token = adapter_module._part.set((part, True))
+    try:
+        with pytest.raises(ToolFailedError) as raised:
+            adapter.rejection(call, info)
+    finally:
+        adapter_module._part.reset(token)
+    returned = raised.value.tool_failed
+    assert (returned.tool_call_id, returned.outcome, returned.content) == ("c9", "failed", info.message)
+
+    token = adapter_module._part.set((part, False))
+    try:
+        with pytest.raises(ToolFailed, match="temporarily unavailable"):
+            adapter.rejection(call, info)
+    finally:
+        adapter_module._part.reset(token)
