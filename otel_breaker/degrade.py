@@ -243,7 +243,11 @@ def _breakers_for(registry: BreakerRegistry, agent: Any) -> list[CircuitBreaker]
     if agent is None:
         return everything
     session = current_session()
-    shared = [b for b in everything if (b.agent_name is None and b.session_id is None) or b.session_id == session]
+    shared = [
+        b
+        for b in everything
+        if (b.agent_name is None and b.session_id is None) or (session is not None and b.session_id == session)
+    ]
     if isinstance(agent, str):
         own = [b for b in everything if b.agent_name == agent and b.session_id is None]
     else:

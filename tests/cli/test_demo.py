@@ -1,0 +1,257 @@
+"""``otel-breaker demo``: the run without breakers and the run with them, compared."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import pty
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from typing import ClassVar
+
+import pytest
+from cli_helpers import assert_one_line_error, clean_env, run_cli
+
+
+def row(output: str, label: str) -> tuple[str, str]:
+    match = re.search(rf"^{re.escape(label)}\s+(\S+(?: \S+)?)\s{{2,}}(\S+(?: \S+)?)$", output, re.MULTILINE)
+    assert match, f"no row {label!r} in:\n{output}"
+    return match.group(1), match.group(2)
+
+
+def number(text: str) -> int:
+    return int(text.replace(",", ""))
+
+
+def test_demo_compares_the_runs_and_shows_the_timeline():
+    started = time.monotonic()
+    result = run_cli("demo")
+    assert result.returncode == 0, result.stderr
+    assert time.monotonic() - started < 20
+    out = result.stdout
+    assert result.stderr == ""  # not a terminal: no progress bar
+
+    without, with_ = row(out, "tool calls attempted")
+    assert number(with_) < number(without)
+    failed_without, failed_with = (number(v) for v in row(out, "  failed"))
+    assert failed_with * 4 < failed_without
+    assert row(out, "  rejected by a breaker (not run)")[0] == "0"
+    assert number(row(out, "  rejected by a breaker (not run)")[1]) > 0
+    saved_without, saved_with = row(out, "est. tokens saved (otel_breaker.tokens.saved)")
+    assert saved_without == "0" and number(saved_with) > 10_000
+    spent_without, spent_with = (number(v) for v in row(out, "est. tokens spent on tool round-trips"))
+    assert spent_with < spent_without
+    wait_without, wait_with = row(out, "time waiting on a dead tool")
+    assert wait_without == "45m 00s"  # 30 dead questions x 3 attempts x 30 s
+    assert re.fullmatch(r"\d+m \d\ds", wait_with)
+
+    timeline = out.split("Timeline of breaker state changes")[1]
+    assert re.search(r"^\s+\d\d:\d\d\s+web_search\s+closed -> open\s+consecutive_failures=3$", timeline, re.M)
+    assert "half-open -> open" in timeline and "probe_failed" in timeline
+    assert re.search(r"web_search\s+half-open -> closed\s+probe_succeeded", timeline)
+    openings = int(re.search(r"'web_search' opened (\d+) times", out).group(1))
+    assert openings >= 3
+
+    assert "Use an alternative instead: 'backup_search'" in out
+    assert "Tool status (circuit breakers):" in out
+
+
+def test_demo_is_deterministic():
+    first, second = run_cli("demo", "--steps", "30"), run_cli("demo", "--steps", "30")
+    assert first.returncode == second.returncode == 0
+    assert first.stdout == second.stdout
+
+
+def test_demo_json_matches_the_table():
+    result = run_cli("demo", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    without, with_ = data["without_breakers"], data["with_breakers"]
+    assert without["failed"] == 90 and without["rejected"] == 0 and without["tokens_saved"] == 0
+    assert with_["rejected"] > 0 and with_["failed"] < without["failed"]
+    assert with_["tokens_saved"] > 0
+    assert data["openings"]["web_search"] >= 3
+    assert data["timeline"][0]["to"] == "open"
+    assert data["timeline"][-1] == {**data["timeline"][-1], "from": "half_open", "to": "closed"}
+    text = run_cli("demo").stdout
+    assert row(text, "  rejected by a breaker (not run)")[1] == str(with_["rejected"])
+    assert row(text, "est. tokens saved (otel_breaker.tokens.saved)")[1] == f"{with_['tokens_saved']:,}"
+
+
+def _run_on_a_terminal(*args: str) -> tuple[int, str]:
+    """Run the demo with stderr on a pseudo-terminal; returns (exit code, what the terminal showed)."""
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "otel_breaker", "demo", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=terminal,
+        env=clean_env(),
+    )
+    os.close(terminal)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(controller)
+    return process.wait(timeout=60), shown.decode(errors="replace")
+
+
+def test_demo_draws_a_progress_bar_on_a_terminal():
+    code, shown = _run_on_a_terminal()
+    assert code == 0
+    assert "\r[" in shown and "100%" in shown
+    assert "without breakers" in shown and "with breakers" in shown
+
+
+def test_no_progress_switches_the_bar_off():
+    code, shown = _run_on_a_terminal("--no-progress")
+    assert code == 0
+    assert "%" not in shown
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_demo_serves_metrics_for_prometheus():
+    process = subprocess.Popen(
+        [sys.executable, "-m", "otel_breaker", "demo", "--serve-metrics", "0", "--hold", "30", "--no-progress"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+    )
+    try:
+        port = None
+        for line in process.stdout:
+            match = re.search(r"Serving Prometheus metrics at http://localhost:(\d+)/metrics for 30s", line)
+            if match:
+                port = int(match.group(1))
+                break
+        assert port, process.stderr.read()
+        body = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+    openings = sum(
+        float(m.group(1))
+        for m in re.finditer(
+            r'^otel_breaker_transitions_total\{[^}]*gen_ai_tool_name="web_search"[^}]*'
+            r'otel_breaker_to_state="open"[^}]*\} (\S+)$',
+            body,
+            re.M,
+        )
+    )
+    assert openings >= 3  # enough for the OtelBreakerFrequentOpenings alert
+    assert re.search(r'^otel_breaker_tokens_saved_total\{[^}]*gen_ai_tool_name="web_search"[^}]*\} [1-9]', body, re.M)
+    assert re.search(r'^otel_breaker_calls_rejected_total\{[^}]*gen_ai_tool_name="web_search"[^}]*\} [1-9]', body, re.M)
+    assert 'otel_breaker_state{gen_ai_tool_name="web_search",otel_breaker_state="closed"' in body
+
+
+def test_hold_ends_serving_by_itself():
+    started = time.monotonic()
+    result = run_cli("demo", "--serve-metrics", "0", "--hold", "1", "--steps", "10")
+    assert result.returncode == 0, result.stderr
+    assert "for 1s" in result.stdout
+    assert time.monotonic() - started < 20
+
+
+def test_a_busy_port_is_one_line_error():
+    with socket.socket() as sock:
+        sock.bind(("0.0.0.0", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        result = run_cli("demo", "--serve-metrics", str(port))
+    assert_one_line_error(result, "otel-breaker demo:", f"cannot listen on port {port}")
+
+
+class _Collector(http.server.BaseHTTPRequestHandler):
+    received: ClassVar[list[tuple[str, bytes]]] = []
+
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.received.append((self.path, body))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_demo_exports_over_otlp():
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Collector)
+    _Collector.received = []
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        env = clean_env(
+            OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{server.server_port}",
+            OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
+            OTEL_SERVICE_NAME="demo-under-test",
+        )
+        result = run_cli("demo", "--otlp", "--steps", "20", env=env)
+    finally:
+        server.shutdown()
+    assert result.returncode == 0, result.stderr
+    assert f"127.0.0.1:{server.server_port} (http/protobuf)" in result.stderr
+    spans, metrics = set(), set()
+    for path, body in _Collector.received:
+        if path == "/v1/traces":
+            for rs in ExportTraceServiceRequest.FromString(body).resource_spans:
+                assert any(a.value.string_value == "demo-under-test" for a in rs.resource.attributes)
+                spans.update(s.name for ss in rs.scope_spans for s in ss.spans)
+        elif path == "/v1/metrics":
+            for rm in ExportMetricsServiceRequest.FromString(body).resource_metrics:
+                metrics.update(m.name for sm in rm.scope_metrics for m in sm.metrics)
+    assert {"execute_tool web_search", "execute_tool backup_search", "execute_tool fetch_page"} <= spans
+    assert {"otel_breaker.transitions", "otel_breaker.calls.rejected", "otel_breaker.tokens.saved"} <= metrics
+
+
+def test_recorded_outcomes_can_be_tuned(tmp_path):
+    record = tmp_path / "calls.jsonl"
+    result = run_cli("demo", "--record", str(record), "--no-progress")
+    assert result.returncode == 0, result.stderr
+    assert f"try: otel-breaker tune {record}" in result.stdout
+    lines = [json.loads(line) for line in record.read_text().splitlines()]
+    assert {line["tool"] for line in lines} == {"web_search", "backup_search", "fetch_page"}
+    assert sum(not line["ok"] for line in lines) == 90
+    tuned = run_cli("tune", str(record))
+    assert tuned.returncode == 0, tuned.stderr
+    assert re.search(r"OTEL_BREAKER_TOOLS='web_search=failure_threshold=\d+,recovery_timeout=\d+'", tuned.stdout)
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--steps", "3"], "--steps: expected 10 to 10000, got 3"),
+        (["--steps", "many"], "--steps: expected a whole number"),
+        (["--serve-metrics", "99999"], "--serve-metrics: expected a port number 0-65535"),
+        (["--hold", "5"], "--hold only applies with --serve-metrics"),
+        (["--record", "/nonexistent/dir/calls.jsonl"], "--record: cannot write"),
+    ],
+)
+def test_bad_arguments_are_one_line_errors(args, fragment):
+    assert_one_line_error(run_cli("demo", *args), fragment)
+
+
+def test_unknown_options_exit_with_code_2():
+    # Reported by the top-level parser (cli/__init__.py), which prints its usage line too.
+    result = run_cli("demo", "--bogus")
+    assert result.returncode == 2
+    assert "unrecognized arguments: --bogus" in result.stderr
