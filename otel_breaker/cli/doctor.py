@@ -175,6 +175,21 @@ def check_frameworks(report: Report, settings: Any) -> None:
             report.problem(f"{name}: no patch point found in {adapter.distribution} {version}; its tools run unguarded")
 
 
+def check_running_instrumentor(report: Report) -> None:
+    """When the start-up hook instrumented this very process, what it did."""
+    from otel_breaker.instrumentation import BreakerInstrumentor
+
+    instrumentor = BreakerInstrumentor()
+    if not getattr(instrumentor, "is_instrumented_by_opentelemetry", False):
+        return
+    status = instrumentor.status()
+    report.add("  instrumented at start-up in this process:")
+    for name, text in sorted(status.items()):
+        report.add(f"    {name:<14} {text}")
+    if not status:
+        report.add("    (no framework)")
+
+
 def check_telemetry(report: Report) -> None:
     report.section("OpenTelemetry SDK and exporters")
     rows = []
@@ -245,6 +260,7 @@ def run(args: argparse.Namespace) -> int:
     report.add(f"otel-breaker {__version__} on Python {sys.version.split()[0]} ({sys.executable})")
     settings = check_configuration(report)
     check_frameworks(report, settings)
+    check_running_instrumentor(report)
     check_telemetry(report)
     report.section("No problems found." if not report.problems else f"{len(report.problems)} problem(s) found:")
     report.add(*(f"  - {problem}" for problem in report.problems))
