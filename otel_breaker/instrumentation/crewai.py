@@ -1,0 +1,322 @@
+"""CrewAI: guard every tool call of a crew, on both of CrewAI's tool paths.
+
+Why these patch points (crewai 1.15):
+
+* Native function calling (models that support tools): the agent executor
+  calls the tool's ``run`` for each tool call, so ``BaseTool.run`` and
+  ``Tool.run`` (which overrides it) are guarded, plus ``arun``. Who is calling
+  is read from ``AgentExecutor._execute_single_native_tool_call`` (and the
+  planner's ``StepExecutor._execute_native_tool_calls``), wrapped only to put
+  the agent, task, crew and tool-call id in a context variable.
+* The ReAct text path never reaches ``run``: ``ToolUsage`` calls
+  ``CrewStructuredTool.invoke``, and on an exception calls it again with the
+  raw arguments and then retries the whole use, up to six invocations for one
+  action of the model. One logical call is therefore one outermost
+  ``ToolUsage.use`` (``ause``): that is what is counted, and its outcome is
+  the ``ToolFailure`` CrewAI itself records in ``ToolUsage.last_failure``.
+  ``CrewStructuredTool.invoke`` is guarded on its own only when something
+  other than ``ToolUsage`` calls it.
+
+Failures: CrewAI swallows a tool's exception into "Error executing tool" text
+(native) or an observation (ReAct); the exception still passes our wrapper on
+the native path, and ``last_failure`` tells on the ReAct path. A tool that
+returns a ``ToolFailure`` is a failure too; a spent usage limit is not.
+
+Rejection: ``crewai.tools.ToolFailure(message=..., code="circuit_open",
+retryable=True)``, the public value a tool returns to report a failure: the
+loop goes on, the model reads the message, and CrewAI lists it in
+``task.output.tool_failures``. On the ReAct path the rejection is handed to
+CrewAI's own ``ToolUsage`` in place of the tool's result, so the model sees an
+ordinary observation and no retry happens. Under ``tool_failure_policy="raise"``
+a ``ToolFailure`` would end the crew, so there the rejection is the plain
+message text instead: a breaker never crashes the loop.
+
+Breakers are per agent object (``Agent``), named by its ``role``; CrewAI's
+per-action fingerprints change on every action and are not used.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+from typing import Any
+
+from otel_breaker.degrade import Rejection
+from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget, agent_display_name
+from otel_breaker.toolcall import ToolCall
+
+FRAMEWORK = "crewai"
+
+# Who is calling on the native path: (agent, task, crew, tool call id).
+_native: contextvars.ContextVar[tuple[Any, Any, Any, str | None] | None] = contextvars.ContextVar(
+    "otel_breaker_crewai_native", default=None
+)
+# The ReAct logical call in progress (one outermost ToolUsage.use).
+_react: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "otel_breaker_crewai_react", default=None
+)
+# The tool object of the native or direct call being guarded (for its tool_failure_policy).
+_tool: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_breaker_crewai_tool", default=None)
+
+
+def _text_id(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _failure_type(failure: Any) -> str | None:
+    """``error.type`` for a CrewAI ``ToolFailure``, or None when it is not the tool's fault."""
+    if failure is None:
+        return None
+    reason = getattr(getattr(failure, "reason", None), "value", getattr(failure, "reason", None))
+    if reason == "usage_limit":
+        return None
+    code = getattr(failure, "code", None)
+    if code == "circuit_open":
+        return None
+    return str(code) if code else "tool_error"
+
+
+class CrewAIAdapter(FrameworkAdapter):
+    """Guards CrewAI tool calls on the native and ReAct paths, sync and async."""
+
+    name = FRAMEWORK
+    distribution = "crewai"
+    version_range = ">=1.15,<2"
+
+    def targets(self) -> list[PatchTarget]:
+        return [
+            PatchTarget(
+                "crewai.agents.agent_executor", "AgentExecutor._execute_single_native_tool_call", self._native_identity
+            ),
+            PatchTarget(
+                "crewai.agents.step_executor", "StepExecutor._execute_native_tool_calls", self._native_identity
+            ),
+            PatchTarget("crewai.tools.base_tool", "BaseTool.run", self._run),
+            PatchTarget("crewai.tools.base_tool", "Tool.run", self._run),
+            PatchTarget("crewai.tools.base_tool", "BaseTool.arun", self._arun),
+            PatchTarget("crewai.tools.base_tool", "Tool.arun", self._arun),
+            PatchTarget("crewai.tools.tool_usage", "ToolUsage.use", self._use),
+            PatchTarget("crewai.tools.tool_usage", "ToolUsage.ause", self._ause),
+            PatchTarget("crewai.tools.structured_tool", "CrewStructuredTool.invoke", self._invoke),
+            PatchTarget("crewai.tools.structured_tool", "CrewStructuredTool.ainvoke", self._ainvoke),
+        ]
+
+    # -- native path -------------------------------------------------------------------
+
+    def _native_identity(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        call_id = None
+        if wrapped.__name__ == "_execute_single_native_tool_call":
+            tool_call = args[0] if args else kwargs.get("tool_call")
+            call_id = getattr(tool_call, "id", None) or (tool_call.get("id") if isinstance(tool_call, dict) else None)
+        identity = (
+            getattr(instance, "agent", None),
+            getattr(instance, "task", None),
+            getattr(instance, "crew", None),
+            _text_id(call_id),
+        )
+        token = _native.set(identity)
+        try:
+            return wrapped(*args, **kwargs)
+        finally:
+            _native.reset(token)
+
+    def _tool_call(self, tool: Any, arguments: Any) -> ToolCall | None:
+        def build() -> ToolCall | None:
+            name = getattr(tool, "name", None)
+            if not isinstance(name, str) or not name:
+                return None
+            agent, _task, crew, call_id = _native.get() or (None, None, None, None)
+            return ToolCall(
+                name,
+                framework=FRAMEWORK,
+                agent=agent,
+                agent_name=agent_display_name(agent) if agent is not None else None,
+                session_id=_text_id(getattr(crew, "id", None)),
+                call_id=call_id,
+                arguments=arguments,
+            )
+
+        return self.safe_tool_call(build)
+
+    def _run(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        frame = _react.get()
+        if frame is not None and frame.get("reject") is not None:
+            return frame["reject"]
+        call = self._tool_call(instance, kwargs or args)
+        if call is None:
+            return wrapped(*args, **kwargs)
+        token = _tool.set(instance)
+        try:
+            return self.run_sync(call, wrapped, args, kwargs)
+        finally:
+            _tool.reset(token)
+
+    async def _arun(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        frame = _react.get()
+        if frame is not None and frame.get("reject") is not None:
+            return frame["reject"]
+        call = self._tool_call(instance, kwargs or args)
+        if call is None:
+            return await wrapped(*args, **kwargs)
+        token = _tool.set(instance)
+        try:
+            return await self.run_async(call, wrapped, args, kwargs)
+        finally:
+            _tool.reset(token)
+
+    # -- ReAct path: one logical call = one outermost ToolUsage.use ---------------------
+
+    def _react_call(self, usage: Any, args: tuple, kwargs: dict) -> tuple[ToolCall, dict[str, Any]] | None:
+        def build() -> tuple[ToolCall, dict[str, Any]] | None:
+            calling = args[0] if args else kwargs.get("calling")
+            tool_name = getattr(calling, "tool_name", None)
+            if not isinstance(tool_name, str):
+                return None  # a parsing error: CrewAI answers it without running a tool
+            from crewai.utilities.string_utils import sanitize_tool_name
+
+            wanted = sanitize_tool_name(tool_name)
+            tool = next((t for t in usage.tools if sanitize_tool_name(t.name) == wanted), None)
+            if tool is None:
+                return None  # an unknown tool: the model's mistake, not a tool failure
+            repeated = getattr(usage, "_check_tool_repeated_usage", None)
+            if repeated is not None and repeated(calling=calling):
+                return None  # CrewAI refuses a repeated action without running the tool
+            agent = getattr(usage, "agent", None)
+            crew = getattr(usage, "crew", None)
+            call = ToolCall(
+                tool.name,
+                framework=FRAMEWORK,
+                agent=agent,
+                agent_name=agent_display_name(agent) if agent is not None else None,
+                session_id=_text_id(getattr(crew, "id", None)),
+                arguments=getattr(calling, "arguments", None),
+            )
+            frame = {
+                "call": call,
+                "usage": usage,
+                "tool": tool,
+                "before": getattr(usage, "last_failure", None),
+                "reject": None,
+            }
+            return call, frame
+
+        return self.safe_tool_call(build)
+
+    def _use(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        if _react.get() is not None:
+            return wrapped(*args, **kwargs)  # CrewAI's own retry of the same logical call
+        described = self._react_call(instance, args, kwargs)
+        if described is None:
+            return wrapped(*args, **kwargs)
+        call, frame = described
+        frame["rerun"] = lambda: wrapped(*args, **kwargs)
+        token = _react.set(frame)
+        try:
+            return self.run_sync(call, wrapped, args, kwargs)
+        finally:
+            _react.reset(token)
+
+    async def _ause(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        if _react.get() is not None:
+            return await wrapped(*args, **kwargs)
+        described = self._react_call(instance, args, kwargs)
+        if described is None:
+            return await wrapped(*args, **kwargs)
+        call, frame = described
+        frame["arerun"] = lambda: wrapped(*args, **kwargs)
+        token = _react.set(frame)
+        try:
+            result = await self.run_async(call, wrapped, args, kwargs)
+            if inspect.iscoroutine(result):  # a rejection answered through CrewAI's own ause
+                result = await result
+            return result
+        finally:
+            _react.reset(token)
+
+    def _invoke(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        frame = _react.get()
+        if frame is not None:
+            reject = frame.get("reject")
+            return reject if reject is not None else wrapped(*args, **kwargs)
+        call = self._tool_call(instance, args[0] if args else kwargs.get("input"))
+        if call is None:
+            return wrapped(*args, **kwargs)
+        token = _tool.set(instance)
+        try:
+            return self.run_sync(call, wrapped, args, kwargs)
+        finally:
+            _tool.reset(token)
+
+    async def _ainvoke(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        frame = _react.get()
+        if frame is not None:
+            reject = frame.get("reject")
+            return reject if reject is not None else await wrapped(*args, **kwargs)
+        call = self._tool_call(instance, args[0] if args else kwargs.get("input"))
+        if call is None:
+            return await wrapped(*args, **kwargs)
+        token = _tool.set(instance)
+        try:
+            return await self.run_async(call, wrapped, args, kwargs)
+        finally:
+            _tool.reset(token)
+
+    # -- the adapter protocol ------------------------------------------------------------
+
+    def result_error(self, call: ToolCall, result: Any) -> str | None:
+        frame = _react.get()
+        if frame is not None and frame["call"] is call:
+            failure = getattr(frame["usage"], "last_failure", None)
+            return None if failure is frame["before"] else _failure_type(failure)
+        from crewai.tools import ToolFailure
+
+        return _failure_type(result) if isinstance(result, ToolFailure) else None
+
+    def rejection(self, call: ToolCall, info: Rejection) -> Any:
+        from crewai.tools import ToolFailure
+
+        failure = ToolFailure(message=info.message, code="circuit_open", retryable=True)
+        frame = _react.get()
+        if frame is not None and frame["call"] is not call:
+            frame = None  # a different tool called from inside a ReAct tool's body
+        if self._policy_raises(frame):
+            return info.message
+        if frame is None:
+            return failure
+        # Hand the rejection to CrewAI's ToolUsage in place of the tool's result, so
+        # the model gets an ordinary observation and CrewAI records the failure.
+        frame["reject"] = failure
+        if "arerun" in frame:
+            return self._arerun(frame, info)
+        try:
+            return frame["rerun"]()
+        except Exception:
+            return info.message
+
+    async def _arerun(self, frame: dict[str, Any], info: Rejection) -> Any:
+        try:
+            return await frame["arerun"]()
+        except Exception:
+            return info.message
+
+    def _policy_raises(self, frame: dict[str, Any] | None) -> bool:
+        """True when CrewAI would end the run on a reported ToolFailure for this call."""
+        try:
+            from crewai.tools.tool_failure import ToolFailurePolicy, resolve_tool_failure_policy
+        except ImportError:
+            return False
+        if frame is not None:
+            usage, tool = frame["usage"], frame["tool"]
+            agent, task, crew = (
+                getattr(usage, "agent", None),
+                getattr(usage, "task", None),
+                getattr(usage, "crew", None),
+            )
+        else:
+            tool = _tool.get()
+            agent, task, crew, _ = _native.get() or (None, None, None, None)
+        try:
+            policy = resolve_tool_failure_policy(tool=tool, agent=agent, task=task, crew=crew)
+        except Exception:
+            return False
+        return policy is ToolFailurePolicy.RAISE
