@@ -329,10 +329,13 @@ class BreakerRegistry:
         for breaker in all_breakers():
             breaker.reset()
 
-    def clear(self) -> None:
-        """Forget every breaker (their counts are kept for telemetry)."""
+    def clear(self, *, keep_counts: bool = True) -> None:
+        """Forget every breaker. Their counts are kept for telemetry unless
+        ``keep_counts=False`` (a clean slate, e.g. between tests)."""
         with self._lock:
             self._retire(self.breakers())
+            if not keep_counts:
+                self._retired.clear()
             for finalizer in list(self._agent_finalizers.values()):
                 finalizer.detach()
             self._by_tool.clear()

@@ -200,9 +200,16 @@ class Telemetry:
                 self.estimator = estimator
         self._ensure_meter()
 
-    def reset(self) -> None:
-        """Back to the global providers (for tests and re-instrumentation)."""
+    def reset(self, *, counts: bool = False) -> None:
+        """Back to the global providers; ``counts=True`` also forgets transition
+        counts and savings (a clean slate, e.g. between tests)."""
         with self._lock:
+            if counts:
+                self._transitions.clear()
+                self.estimator = TokenEstimator(self.estimator.tokens_per_call)
+                self._registry = None
+                for breaker in all_breakers():
+                    breaker.retired = True  # earlier breakers no longer exported
             self._tracer_provider = None
             self._tracer = None
             self._meter_provider = None

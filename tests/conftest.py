@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 
 from otel_breaker import telemetry
@@ -23,6 +25,15 @@ class FakeClock:
 
 
 @pytest.fixture
+def otel():
+    """A real SDK with in-memory span exporter and metric reader."""
+    from otel_support import Otel
+
+    yield Otel()
+    telemetry.TELEMETRY.reset(counts=True)
+
+
+@pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
 
@@ -31,9 +42,10 @@ def clock() -> FakeClock:
 def fresh_state():
     """Each test starts with default settings, no registered breakers and global telemetry."""
     set_settings(None)
-    default_registry().clear()
-    telemetry.TELEMETRY.reset()
+    default_registry().clear(keep_counts=False)
+    telemetry.TELEMETRY.reset(counts=True)
+    gc.collect()  # breakers of earlier tests must not show up in this test's metrics
     yield
-    default_registry().clear()
+    default_registry().clear(keep_counts=False)
     set_settings(None)
-    telemetry.TELEMETRY.reset()
+    telemetry.TELEMETRY.reset(counts=True)

@@ -98,7 +98,9 @@ def main(argv: list[str] | None = None) -> int:
 
     page_fails = threading.Event()
 
-    @guard(TRIPPED_ONCE, config=config, clock=clock, agent_name=AGENT)
+    # A cooldown longer than the whole run: once tripped, this tool stays open (the shared
+    # clock passing the flaky tool's cooldowns must not move it to half-open).
+    @guard(TRIPPED_ONCE, config=config.with_changes(recovery_timeout=24 * 3600.0), clock=clock, agent_name=AGENT)
     def fetch_page(url: str) -> str:
         clock.advance(0.4)
         if page_fails.is_set():
