@@ -1,0 +1,388 @@
+"""The Redis store against a real redis-server: decisions, round-trips, sharing, scopes."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import pytest
+import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from otel_breaker import breaker as breaker_module
+from otel_breaker.breaker import REJECTED, CircuitBreaker, CircuitBreakerConfig, State
+from otel_breaker.classify import FAILURE, IGNORED, SUCCESS
+from otel_breaker.config import Settings
+from otel_breaker.registry import BreakerRegistry
+from otel_breaker.store import store_from_url
+from otel_breaker.store.redis import RedisCircuitBreaker, RedisStore
+from otel_breaker.toolcall import ToolCall
+from tests.store.conftest import wait_for, wait_watching
+
+
+def evalsha_calls(client: redis.Redis) -> int:
+    return int(client.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+
+
+def ok() -> str:
+    return "ok"
+
+
+def boom() -> None:
+    raise ConnectionError("down")
+
+
+def run(breaker: CircuitBreaker, fn) -> object:
+    try:
+        return breaker.call(fn)
+    except ConnectionError as exc:
+        return exc
+
+
+@pytest.fixture
+def transitions():
+    seen = []
+    listener = seen.append
+    breaker_module.add_global_listener(listener)
+    yield seen
+    breaker_module.remove_global_listener(listener)
+
+
+# -- basic decisions -------------------------------------------------------------------------
+
+
+def test_opens_after_threshold_and_rejects_without_running_the_tool(make_store, transitions):
+    breaker = make_store().create("search", CircuitBreakerConfig(failure_threshold=3, recovery_timeout=30))
+    assert isinstance(breaker, RedisCircuitBreaker)
+    for _ in range(3):
+        assert isinstance(run(breaker, boom), ConnectionError)
+    assert breaker.state is State.OPEN
+    assert [(c.from_state, c.to_state, c.reason) for c in transitions] == [
+        (State.CLOSED, State.OPEN, "consecutive_failures=3")
+    ]
+    calls = []
+    result = breaker.call(lambda: calls.append(1))
+    assert calls == [] and result["circuit_open"] is True
+    assert 29 < breaker.retry_after <= 30
+    stats = breaker.stats
+    assert (stats.failure_count, stats.rejected_requests, stats.consecutive_failures) == (3, 1, 3)
+
+
+def test_one_round_trip_per_call_when_closed_and_none_while_open(make_store, redis_server):
+    client = redis_server.client()
+    store = make_store()
+    breaker = store.create("fetch", CircuitBreakerConfig(failure_threshold=2, recovery_timeout=60))
+    wait_watching(store)
+    assert breaker.call(ok) == "ok"  # proves the tool healthy: from now on acquire is local
+    before = evalsha_calls(client)
+    for _ in range(100):
+        assert breaker.call(ok) == "ok"
+    assert evalsha_calls(client) - before == 100
+    run(breaker, boom)
+    run(breaker, boom)
+    assert breaker.state is State.OPEN
+    before = evalsha_calls(client)
+    for _ in range(100):
+        assert breaker.call(ok)["circuit_open"] is True
+    assert evalsha_calls(client) - before == 0
+
+
+def test_success_resets_the_streak_across_workers(make_store):
+    config = CircuitBreakerConfig(failure_threshold=3)
+    a = make_store().create("t", config)
+    b = make_store().create("t", config)
+    run(a, boom)
+    run(b, boom)
+    assert b.stats.consecutive_failures == 2
+    a.call(ok)
+    run(b, boom)
+    run(a, boom)
+    assert a.state is State.CLOSED and a.stats.consecutive_failures == 2
+    run(b, boom)
+    assert b.state is State.OPEN
+
+
+def test_probe_success_closes_and_probe_failure_reopens_with_backoff(make_store, transitions):
+    config = CircuitBreakerConfig(
+        failure_threshold=1, success_threshold=2, recovery_timeout=10, backoff_multiplier=2, max_recovery_timeout=100
+    )
+    breaker = make_store().create("probe", config)
+    run(breaker, boom)
+    assert breaker.state is State.OPEN and 9 < breaker.retry_after <= 10
+    breaker.force_open(duration=0)  # cooldown over: the next call probes
+    run(breaker, boom)  # the probe fails: open again, cooldown doubled
+    assert breaker.state is State.OPEN and 19 < breaker.retry_after <= 20
+    breaker.force_open(duration=0)
+    assert breaker.call(ok) == "ok"
+    assert breaker.state is State.HALF_OPEN
+    assert breaker.call(ok) == "ok"
+    assert breaker.state is State.CLOSED
+    kinds = [(c.from_state.value, c.to_state.value, c.reason) for c in transitions]
+    assert kinds == [
+        ("closed", "open", "consecutive_failures=1"),
+        ("open", "half_open", "cooldown_elapsed"),
+        ("half_open", "open", "probe_failed"),
+        ("open", "half_open", "cooldown_elapsed"),
+        ("half_open", "closed", "probe_succeeded"),
+    ]
+
+
+def test_stale_permit_never_counts_as_a_probe(make_store):
+    breaker = make_store(cautious=False).create("stale", CircuitBreakerConfig(failure_threshold=1))
+    old = breaker.acquire()
+    run(breaker, boom)
+    breaker.force_open(duration=0)
+    probe = breaker.acquire()
+    assert isinstance(probe, tuple)
+    breaker.record(old, SUCCESS)  # admitted before the breaker opened
+    assert breaker.state is State.HALF_OPEN
+    breaker.record(probe, FAILURE)
+    assert breaker.state is State.OPEN
+
+
+def test_failure_rate_window(make_store):
+    config = CircuitBreakerConfig(failure_threshold=100, failure_rate_threshold=0.5, minimum_calls=4)
+    breaker = make_store().create("rate", config)
+    reasons = []
+    breaker.on_state_change(lambda change: reasons.append(change.reason))
+    for fn in (ok, boom, ok):
+        run(breaker, fn)
+    assert breaker.state is State.CLOSED
+    assert breaker.recent_failure_rate() == pytest.approx(1 / 3)
+    run(breaker, boom)
+    assert breaker.state is State.OPEN and reasons == ["failure_rate=0.50"]
+
+
+def test_ignored_outcomes_do_not_move_the_state(make_store):
+    breaker = make_store().create("ign", CircuitBreakerConfig(failure_threshold=1))
+    permit = breaker.acquire()
+    breaker.record(permit, IGNORED)
+    assert breaker.state is State.CLOSED and breaker.stats.ignored_count == 1
+
+
+def test_health_check_moves_open_to_half_open_but_not_a_forced_open(make_store):
+    breaker = make_store().create("hc", CircuitBreakerConfig(failure_threshold=1, recovery_timeout=60))
+    run(breaker, boom)
+    assert breaker.health_check_passed() is True
+    assert breaker.state is State.HALF_OPEN
+    breaker.force_open()
+    assert breaker.retry_after == math.inf
+    assert breaker.health_check_passed() is False
+    assert breaker.state is State.OPEN
+    breaker.reset()
+    assert breaker.state is State.CLOSED and breaker.stats.failure_count == 0
+
+
+def test_cautious_admission_limits_unproven_calls_in_flight(make_store):
+    breaker = make_store().create("cold", CircuitBreakerConfig(failure_threshold=3))
+    permits = [breaker.acquire() for _ in range(5)]
+    assert permits[3:] == [REJECTED, REJECTED]
+    breaker.record(permits[0], SUCCESS)  # proven healthy: no more limit
+    assert all(breaker.acquire() != REJECTED for _ in range(10))
+
+
+def test_without_cautious_admission_every_closed_call_is_admitted(make_store):
+    breaker = make_store(cautious=False).create("free", CircuitBreakerConfig(failure_threshold=3))
+    assert REJECTED not in [breaker.acquire() for _ in range(10)]
+
+
+def test_dead_probe_lease_expires_and_another_worker_probes(make_store):
+    config = CircuitBreakerConfig(failure_threshold=1, timeout=0.2)
+    a = make_store().create("lease", config)
+    b = make_store().create("lease", config)
+    run(a, boom)
+    a.force_open(duration=0)
+    assert isinstance(a.acquire(), tuple)  # this worker dies holding the probe
+    assert b.acquire() == REJECTED
+    permits = []
+
+    def b_probes() -> bool:
+        permits.append(b.acquire())
+        return isinstance(permits[-1], tuple)
+
+    wait_for(b_probes, what="the dead worker's lease to expire on the server")
+    b.record(permits[-1], SUCCESS)
+    b.record(b.acquire(), SUCCESS)
+    assert b.state is State.CLOSED
+
+
+# -- the state machine matches breaker.py -----------------------------------------------------
+
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("acquire")),
+        st.tuples(st.just("record"), st.integers(0, 5), st.sampled_from([SUCCESS, FAILURE, IGNORED])),
+        st.tuples(st.sampled_from(["cooldown_over", "close", "reset", "health", "open"])),
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    ops=OPS,
+    threshold=st.integers(1, 4),
+    successes=st.integers(1, 3),
+    probes=st.integers(1, 2),
+)
+def test_same_decisions_as_the_in_memory_state_machine(make_store, ops, threshold, successes, probes):
+    config = CircuitBreakerConfig(
+        failure_threshold=threshold, success_threshold=successes, half_open_max_calls=probes, recovery_timeout=60
+    )
+    store = make_store(cautious=False, watch=False)
+    shared = store.create("model", config)
+    shared.reset()
+    local = CircuitBreaker("model", config)
+    held: list[tuple] = []
+    for op in ops:
+        if op[0] == "acquire":
+            pair = (shared.acquire(), local.acquire())
+            kinds = [("probe" if isinstance(p, tuple) else "rejected" if p == REJECTED else "closed") for p in pair]
+            assert kinds[0] == kinds[1], (op, kinds)
+            if kinds[0] != "rejected":
+                held.append(pair)
+        elif op[0] == "record":
+            if held:
+                shared_permit, local_permit = held.pop(op[1] % len(held))
+                shared.record(shared_permit, op[2])
+                local.record(local_permit, op[2])
+        elif op[0] == "cooldown_over":
+            if local.state is State.OPEN and local._open_until != math.inf:
+                shared.force_open(duration=0)
+                local.force_open(duration=0)
+        elif op[0] == "close":
+            shared.force_close()
+            local.force_close()
+        elif op[0] == "reset":
+            shared.reset()
+            local.reset()
+        elif op[0] == "health":
+            assert shared.health_check_passed() == local.health_check_passed()
+        elif op[0] == "open":
+            shared.force_open()
+            local.force_open()
+        assert shared.state is local.state, op
+        assert shared.stats.consecutive_failures == local.stats.consecutive_failures, op
+    store.client.delete(*shared._keys)
+
+
+# -- sharing between workers ------------------------------------------------------------------
+
+
+def test_other_workers_follow_a_transition_without_reporting_it(make_store, transitions):
+    config = CircuitBreakerConfig(failure_threshold=2, recovery_timeout=60)
+    a_store, b_store = make_store(), make_store()
+    a = a_store.create("shared", config)
+    b = b_store.create("shared", config)
+    wait_watching(a_store, b_store)
+    b_changes = []
+    b.on_state_change(b_changes.append)
+    run(a, boom)
+    run(a, boom)
+    wait_for(lambda: b.state is State.OPEN, what="worker b to see the opening")
+    assert 59 < b.retry_after <= 60
+    assert len(transitions) == 1 and b_changes == []
+    before = evalsha_calls(a_store.client)
+    assert b.call(ok)["circuit_open"] is True  # rejected locally
+    assert evalsha_calls(a_store.client) == before
+    a.force_close()
+    wait_for(lambda: b.state is State.CLOSED, what="worker b to see the close")
+
+
+def test_agents_share_by_tool_unless_per_agent(make_store, prefix, redis_server):
+    store = make_store()
+    one = store.create("tool", CircuitBreakerConfig(), agent_name="planner")
+    two = store.create("tool", CircuitBreakerConfig(), agent_name="writer")
+    assert one.key == two.key == "{" + prefix + ":t:tool}"
+    per_agent = make_store(redis_server.url + "?per_agent=true")
+    three = per_agent.create("tool", CircuitBreakerConfig(), agent_name="planner")
+    assert three.key == "{" + prefix + ":a:planner:tool}"
+    three.acquire()
+    ttl = per_agent.client.pttl(three.key)
+    assert 0 < ttl <= 7 * 86400 * 1000
+
+
+def test_session_scope_keys_live_under_the_prefix_and_expire(make_store, prefix):
+    store = make_store()
+    registry = BreakerRegistry(store=store, settings=Settings(scope="session"))
+    with registry.session("sess-1"):
+        breaker = registry.breaker_for(ToolCall("lookup"))
+        assert breaker.call(ok) == "ok"
+    assert breaker.key == "{" + prefix + ":s:sess-1:lookup}"
+    assert 0 < store.client.pttl(breaker.key) <= 3600 * 1000
+    other = registry.breaker_for(ToolCall("lookup"))
+    assert other.key == "{" + prefix + ":t:lookup}"
+
+
+def test_registry_picks_the_store_from_settings(redis_server, prefix):
+    from otel_breaker.config import set_settings
+
+    settings_ = Settings(store=redis_server.url, redis_prefix=prefix)
+    set_settings(settings_)  # OTEL_BREAKER_STORE / OTEL_BREAKER_REDIS_PREFIX, as the environment would set them
+    registry = BreakerRegistry(settings=settings_)
+    try:
+        assert isinstance(registry.store, RedisStore)
+        assert registry.store.prefix == prefix
+        breaker = registry.get("via_env")
+        assert isinstance(breaker, RedisCircuitBreaker) and breaker.call(ok) == "ok"
+        assert registry.store.error_count == 0 and registry.store.name == "redis"
+    finally:
+        set_settings(None)
+        registry.store.close()
+
+
+def test_script_is_loaded_again_after_noscript(make_store):
+    store = make_store()
+    breaker = store.create("flush", CircuitBreakerConfig())
+    assert breaker.call(ok) == "ok"
+    store.client.script_flush()
+    run(breaker, boom)
+    assert breaker.stats.consecutive_failures == 1 and store.error_count == 0
+
+
+def test_keys_share_one_cluster_slot(make_store):
+    from redis.crc import key_slot
+
+    breaker = make_store().create("slot", CircuitBreakerConfig())
+    slots = {key_slot(k.encode()) for k in breaker._keys}
+    assert len(slots) == 1
+
+
+# -- asyncio client -----------------------------------------------------------------------------
+
+
+def test_asyncio_client(redis_server, prefix):
+    import redis.asyncio
+
+    async def main() -> None:
+        client = redis.asyncio.Redis.from_url(redis_server.url, socket_timeout=0.5)
+        store = RedisStore(client, prefix=prefix)
+        try:
+            breaker = store.create("async_tool", CircuitBreakerConfig(failure_threshold=2))
+
+            async def tool() -> str:
+                return "done"
+
+            assert await breaker.acall(tool) == "done"
+            permit = await breaker.aacquire()
+            await breaker.arecord(permit, FAILURE)
+            permit = await breaker.aacquire()
+            await breaker.arecord(permit, FAILURE)
+            assert breaker.state is State.OPEN
+            assert await breaker.aacquire() == REJECTED
+            assert store.error_count == 0
+        finally:
+            store.close()
+            await client.aclose()
+
+    asyncio.run(main())
+
+
+def test_store_from_url_builds_a_redis_store(redis_server, prefix):
+    store = store_from_url(redis_server.url)
+    try:
+        assert isinstance(store, RedisStore)
+        assert store.client.connection_pool.connection_kwargs["socket_timeout"] == 0.05
+    finally:
+        store.close()

@@ -1,0 +1,129 @@
+"""One worker process of the multi-process store tests.
+
+``python worker.py SCENARIO JSON-ARGS`` prints one JSON line of results.
+Scenarios:
+
+* ``storm``: an agent loop that calls a dead tool ``attempts`` times through the
+  guarded call path (every call that reaches the tool increments a counter);
+* ``race``: ``threads`` threads acquire the same breaker at once and hold
+  their permits; reports how many probes were handed out.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+
+import redis
+
+from otel_breaker import breaker as breaker_module
+from otel_breaker.breaker import REJECTED, CircuitBreakerConfig
+from otel_breaker.guard import Guard
+from otel_breaker.registry import BreakerRegistry
+from otel_breaker.store.memory import MemoryStore
+from otel_breaker.store.redis import RedisStore
+from otel_breaker.toolcall import ToolCall
+
+
+def _wait_for_go(control: redis.Redis, key: str) -> None:
+    deadline = time.monotonic() + 30
+    while not control.exists(key):
+        if time.monotonic() > deadline:
+            raise SystemExit("no go signal")
+        time.sleep(0.001)
+
+
+def main() -> None:
+    scenario, raw = sys.argv[1], sys.argv[2]
+    opts = json.loads(raw)
+    offset = float(opts.get("clock_offset", 0.0))
+    if offset:
+        # This host's clocks are off by ``offset`` seconds: wall clock and the breaker's clock.
+        real_time, real_monotonic = time.time, time.monotonic
+        time.time = lambda: real_time() + offset
+        clock = lambda: real_monotonic() + offset  # noqa: E731
+    else:
+        clock = None
+    control = redis.Redis.from_url(opts["control_url"])
+    transitions: list[tuple[str, str]] = []
+    breaker_module.add_global_listener(
+        lambda change: transitions.append((change.from_state.value, change.to_state.value))
+    )
+    config = CircuitBreakerConfig(
+        failure_threshold=opts.get("failure_threshold", 5),
+        half_open_max_calls=opts.get("half_open_max_calls", 1),
+        recovery_timeout=opts.get("recovery_timeout", 60.0),
+        timeout=opts.get("timeout", 30.0),
+    )
+    if opts["store"] == "memory":
+        store = MemoryStore()
+    else:
+        store = RedisStore.from_url(
+            opts["store"], prefix=opts["prefix"], socket_timeout=opts.get("socket_timeout", 0.05)
+        )
+    registry = BreakerRegistry(store=store, clock=clock)
+    breaker = registry.get(opts.get("tool", "web_search"), config)
+    if isinstance(store, RedisStore):
+        deadline = time.monotonic() + 10
+        while not store.watching and time.monotonic() < deadline:
+            time.sleep(0.001)
+    result: dict = {}
+    control.incr(opts["ready_key"])
+    _wait_for_go(control, opts["go_key"])
+
+    if scenario == "storm":
+        guard = Guard(registry)
+        call = ToolCall(breaker.name)
+
+        delay = opts.get("tool_delay", 0.0)
+
+        def dead_tool() -> None:
+            control.incr(opts["reached_key"])
+            if delay:
+                time.sleep(delay)  # the dead service times out instead of refusing at once
+            raise ConnectionError("connection refused")
+
+        reached = rejected = 0
+        for _attempt in range(opts.get("attempts", 3)):
+            try:
+                value = guard.call(call, dead_tool)
+            except ConnectionError:
+                reached += 1
+                continue
+            if isinstance(value, dict) and value.get("error"):
+                rejected += 1
+        result = {"reached": reached, "rejected": rejected}
+    elif scenario == "race":
+        threads = opts.get("threads", 50)
+        barrier = threading.Barrier(threads)
+        permits: list = []
+        lock = threading.Lock()
+
+        def hit() -> None:
+            barrier.wait()
+            permit = breaker.acquire()
+            with lock:
+                permits.append(permit)
+
+        workers = [threading.Thread(target=hit) for _ in range(threads)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
+        result = {
+            "probes": sum(isinstance(p, tuple) for p in permits),
+            "rejected": sum(p == REJECTED for p in permits),
+            "admitted_closed": sum(not isinstance(p, tuple) and p != REJECTED for p in permits),
+        }
+    else:
+        raise SystemExit(f"unknown scenario {scenario}")
+    result["transitions"] = transitions
+    result["errors"] = getattr(store, "error_count", 0)
+    print(json.dumps(result), flush=True)
+    store.close()
+
+
+if __name__ == "__main__":
+    main()
