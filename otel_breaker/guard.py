@@ -24,7 +24,7 @@ from typing import Any, Protocol
 from otel_breaker import breaker as _breaker_module
 from otel_breaker import degrade, health  # noqa: F401 - health checks listen for openings
 from otel_breaker.breaker import REJECTED, SHADOW, CircuitBreaker, CircuitBreakerConfig, Clock
-from otel_breaker.classify import FAILURE, SUCCESS, classify_exception, error_type, result_failed
+from otel_breaker.classify import FAILURE, IGNORED, SUCCESS, classify_exception, error_type, result_failed
 from otel_breaker.registry import BreakerRegistry, default_registry
 from otel_breaker.telemetry import _METRICS_GLOBALS, _TRACE_GLOBALS, TELEMETRY
 from otel_breaker.toolcall import ToolCall
@@ -36,6 +36,9 @@ logger = logging.getLogger("otel_breaker")
 
 TIMEOUT_ERROR_TYPE = "timeout"
 INVALID_RESULT_ERROR_TYPE = "invalid_result"
+#: What an adapter's ``result_error`` returns for a value that is neither a
+#: success nor a failure of the tool (a denial, a policy block, a pause for input).
+IGNORED_RESULT = "otel_breaker.ignored"
 
 
 class ToolTimeoutError(TimeoutError):
@@ -51,7 +54,8 @@ class Adapter(Protocol):
     """What a framework adapter adds to the call path."""
 
     def result_error(self, call: ToolCall, result: Any) -> str | None:
-        """``error.type`` when the framework turned a failure into a returned value."""
+        """``error.type`` when the framework turned a failure into a returned value,
+        ``IGNORED_RESULT`` for a value that must not count either way, else None."""
 
     def rejection(self, call: ToolCall, info: degrade.Rejection) -> Any:
         """The framework-native value for a rejected call (or raise)."""
@@ -199,9 +203,12 @@ def run_sync(
             err = TIMEOUT_ERROR_TYPE
         elif adapter is not None or config.is_failure_result is not None:
             err = _result_error(breaker, call, result, adapter)
+        outcome = SUCCESS if err is None else FAILURE
+        if err == IGNORED_RESULT:
+            outcome, err = IGNORED, None
         try:
             if permit is not None:
-                breaker.record(permit, SUCCESS if err is None else FAILURE)
+                breaker.record(permit, outcome)
         except Exception:
             _bookkeeping_failed("recording an outcome")
         if observed:
@@ -310,9 +317,12 @@ async def run_async(
             err = TIMEOUT_ERROR_TYPE
         elif adapter is not None or config.is_failure_result is not None:
             err = _result_error(breaker, call, result, adapter)
+        outcome = SUCCESS if err is None else FAILURE
+        if err == IGNORED_RESULT:
+            outcome, err = IGNORED, None
         try:
             if permit is not None:
-                breaker.record(permit, SUCCESS if err is None else FAILURE)
+                breaker.record(permit, outcome)
         except Exception:
             _bookkeeping_failed("recording an outcome")
         if observed:

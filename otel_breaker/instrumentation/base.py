@@ -21,7 +21,7 @@ from typing import Any
 import wrapt
 
 from otel_breaker.degrade import Rejection
-from otel_breaker.guard import Guard, default_guard
+from otel_breaker.guard import IGNORED_RESULT, Guard, default_guard
 from otel_breaker.toolcall import ToolCall
 
 logger = logging.getLogger("otel_breaker")
@@ -55,6 +55,34 @@ def _run_first_use() -> None:
             callback()
         except Exception:
             logger.exception("otel-breaker: start-up step %r failed", callback)
+
+
+# Failures that a nested layer of the same logical call saw in a returned value
+# (an MCP error result inside an agent SDK's function tool, which the outer layer
+# only sees as text). The outer guarded call counts them as its own failure.
+_nested_errors: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
+    "otel_breaker_nested_errors", default=None
+)
+
+
+class _OuterCall:
+    """The adapter as the guard sees it for one call: its own checks first, then
+    what nested layers of the same call reported."""
+
+    __slots__ = ("adapter", "nested")
+
+    def __init__(self, adapter: FrameworkAdapter, nested: list[str]) -> None:
+        self.adapter = adapter
+        self.nested = nested
+
+    def result_error(self, call: ToolCall, result: Any) -> str | None:
+        err = self.adapter.result_error(call, result)
+        if err is None and self.nested:
+            return self.nested[0]
+        return err
+
+    def rejection(self, call: ToolCall, info: Rejection) -> Any:
+        return self.adapter.rejection(call, info)
 
 
 def active_call() -> ToolCall | None:
@@ -252,11 +280,16 @@ class FrameworkAdapter:
             _run_first_use()
         active = _active_call.get()
         if active is not None and active.tool == call.tool:
-            return wrapped(*args, **kwargs)
+            result = wrapped(*args, **kwargs)
+            self._report_nested(call, result)
+            return result
+        nested: list[str] = []
         token = _active_call.set(call)
+        nested_token = _nested_errors.set(nested)
         try:
-            return self.guard.call(call, wrapped, args, kwargs, adapter=self)
+            return self.guard.call(call, wrapped, args, kwargs, adapter=_OuterCall(self, nested))
         finally:
+            _nested_errors.reset(nested_token)
             _active_call.reset(token)
 
     async def run_async(self, call: ToolCall, wrapped: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
@@ -265,12 +298,29 @@ class FrameworkAdapter:
             _run_first_use()
         active = _active_call.get()
         if active is not None and active.tool == call.tool:
-            return await wrapped(*args, **kwargs)
+            result = await wrapped(*args, **kwargs)
+            self._report_nested(call, result)
+            return result
+        nested: list[str] = []
         token = _active_call.set(call)
+        nested_token = _nested_errors.set(nested)
         try:
-            return await self.guard.acall(call, wrapped, args, kwargs, adapter=self)
+            return await self.guard.acall(call, wrapped, args, kwargs, adapter=_OuterCall(self, nested))
         finally:
+            _nested_errors.reset(nested_token)
             _active_call.reset(token)
+
+    def _report_nested(self, call: ToolCall, result: Any) -> None:
+        """A nested layer's view of the result: a failure it sees counts for the outer call."""
+        nested = _nested_errors.get()
+        if nested is None:
+            return
+        try:
+            err = self.result_error(call, result)
+        except Exception:
+            return
+        if err is not None and err != IGNORED_RESULT:
+            nested.append(err)
 
     def safe_tool_call(self, build: Callable[[], ToolCall | None]) -> ToolCall | None:
         """Build a ToolCall, or None (call passes through unguarded) if the

@@ -38,6 +38,7 @@ from __future__ import annotations
 from typing import Any
 
 from otel_breaker.degrade import Rejection
+from otel_breaker.guard import IGNORED_RESULT
 from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget, agent_display_name
 from otel_breaker.toolcall import ToolCall
 
@@ -129,9 +130,9 @@ class PraisonAIAdapter(FrameworkAdapter):
         if not isinstance(result, dict) or not result.get("error"):
             return None
         if any(result.get(key) for key in _DECISION_KEYS):
-            return None
+            return IGNORED_RESULT  # a denial or policy block: says nothing about the tool
         if any(key in result for key in _MODEL_MISTAKE_KEYS):
-            return None
+            return IGNORED_RESULT  # the model's mistake (unknown tool, bad arguments)
         if result.get("circuit_open"):
             return "circuit_open"
         if result.get("timeout"):

@@ -17,8 +17,10 @@ from praisonaiagents.config.feature_configs import ToolConfig
 from praisonaiagents.errors import ToolExecutionError
 from praisonaiagents.tools.retry import RetryPolicy
 
+from otel_breaker import CircuitBreakerConfig, ToolCall, get_circuit_breaker
 from otel_breaker.breaker import State
 from otel_breaker.config import load_settings, set_settings
+from otel_breaker.guard import IGNORED_RESULT
 from otel_breaker.instrumentation.praisonai import PraisonAIAdapter
 from otel_breaker.registry import default_registry
 
@@ -281,11 +283,23 @@ def test_result_error_classification():
     assert adapter.result_error(None, {"error": "Error executing lookup: boom"}) == "tool_error"
     assert adapter.result_error(None, {"error": "Tool timed out after 5s", "timeout": True}) == "timeout"
     assert adapter.result_error(None, {"error": "open", "circuit_open": True}) == "circuit_open"
-    assert adapter.result_error(None, {"error": "no", "approval_denied": True}) is None
-    assert adapter.result_error(None, {"error": "[loop-guard] stop", "loop_blocked": True}) is None
-    assert adapter.result_error(None, {"error": "Function x not found", "available_tools": ["a"]}) is None
+    # denials, policy blocks and the model's own mistakes count neither way
+    assert adapter.result_error(None, {"error": "no", "approval_denied": True}) == IGNORED_RESULT
+    assert adapter.result_error(None, {"error": "[loop-guard] stop", "loop_blocked": True}) == IGNORED_RESULT
+    assert adapter.result_error(None, {"error": "Function x not found", "available_tools": ["a"]}) == IGNORED_RESULT
     assert adapter.result_error(None, {"error": ""}) is None
     assert adapter.result_error(None, "fine") is None
+
+
+def test_a_denial_never_closes_a_half_open_breaker():
+    adapter = PraisonAIAdapter()
+    breaker = get_circuit_breaker("lookup", CircuitBreakerConfig(failure_threshold=1, recovery_timeout=0.0))
+    breaker.force_open(duration=0.0)
+    call = ToolCall("lookup", framework="praisonai")
+    denied = adapter.run_sync(call, lambda: {"error": "no", "approval_denied": True}, (), {})
+    assert denied == {"error": "no", "approval_denied": True}
+    assert breaker.state is State.HALF_OPEN
+    assert breaker.stats.ignored_count == 1
 
 
 def test_uninstrument_restores_originals(model, instrument, threshold_two):
