@@ -46,6 +46,7 @@ import hashlib
 import inspect
 import logging
 import math
+import os
 import threading
 import time
 import weakref
@@ -578,6 +579,7 @@ class RedisStore:
         self._watcher: threading.Thread | None = None
         self._stop = threading.Event()
         self._closed = False
+        _STORES.add(self)
 
     def __repr__(self) -> str:
         return f"<RedisStore {mask_url(self.url) if self.url else self.client!r} prefix={self.prefix!r}>"
@@ -768,6 +770,17 @@ class RedisStore:
             self._watcher = threading.Thread(target=self._watch_loop, name="otel-breaker-redis-watch", daemon=True)
         self._watcher.start()
 
+    def _after_fork(self) -> None:
+        """In a forked child the change feed thread is gone: start over."""
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._watcher = None
+        self.watching = False
+        self._watch_epoch += 1
+        self._invalidate()
+        if self._breakers and not self._closed:
+            self._start_watching()
+
     def _set_watching(self, watching: bool) -> None:
         with self._lock:
             self._watch_epoch += 1
@@ -861,6 +874,18 @@ class RedisStore:
             rows.append(_row(key, fields, now_ms))
         rows.sort(key=lambda r: (r["tool"], r["agent"] or "", r["session"] or ""))
         return rows
+
+
+_STORES: weakref.WeakSet[RedisStore] = weakref.WeakSet()
+
+
+def _reinit_after_fork() -> None:
+    for store in list(_STORES):
+        store._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reinit_after_fork)
 
 
 def _row(key: str, fields: dict[str, str], now_ms: int) -> dict[str, Any]:

@@ -386,3 +386,26 @@ def test_store_from_url_builds_a_redis_store(redis_server, prefix):
         assert store.client.connection_pool.connection_kwargs["socket_timeout"] == 0.05
     finally:
         store.close()
+
+
+def test_forked_worker_follows_changes_again(make_store):
+    """Pre-fork servers (gunicorn --preload) create the store before forking workers."""
+    import os
+
+    store = make_store()
+    breaker = store.create("forked", CircuitBreakerConfig(failure_threshold=1))
+    wait_watching(store)
+    assert breaker.call(ok) == "ok"
+    pid = os.fork()
+    if pid == 0:  # the child: its feed thread must be new, and it must see another worker's change
+        code = 1
+        try:
+            wait_watching(store)
+            other = RedisStore(store.client, prefix=store.prefix, watch=False)
+            other.create("forked", CircuitBreakerConfig()).force_open()
+            wait_for(lambda: breaker.state is State.OPEN, what="the child to follow the change")
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
