@@ -291,6 +291,7 @@ class Exporters:
     meter_provider: Any
     metrics_port: int | None = None
     otlp: str | None = None
+    span_exporter: Any = None
 
 
 def _resource() -> Any:
@@ -333,7 +334,7 @@ def set_up_telemetry(serve_metrics: int | None, otlp: bool) -> Exporters:
         readers.append(PeriodicExportingMetricReader(metric_exporter, export_interval_millis=3_600_000))
     meter_provider = MeterProvider(metric_readers=readers, resource=_resource())
     telemetry.configure(tracer_provider, meter_provider, estimator=TokenEstimator())
-    return Exporters(tracer_provider, meter_provider, port, endpoint)
+    return Exporters(tracer_provider, meter_provider, port, endpoint, span_exporter if otlp else None)
 
 
 def _otlp_exporters() -> tuple[Any, Any, str]:
@@ -358,7 +359,26 @@ def _otlp_exporters() -> tuple[Any, Any, str]:
             f"--otlp needs the OTLP exporter ({exc.name}): pip install opentelemetry-exporter-otlp"
         ) from None
     endpoint = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or default
-    return OTLPSpanExporter(), OTLPMetricExporter(), f"{endpoint} ({protocol})"
+    return _Watched(OTLPSpanExporter()), OTLPMetricExporter(), f"{endpoint} ({protocol})"
+
+
+class _Watched:
+    """A span exporter that remembers whether every export succeeded."""
+
+    def __init__(self, exporter: Any) -> None:
+        self._exporter = exporter
+        self.failed = False
+
+    def export(self, spans: Any) -> Any:
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        result = self._exporter.export(spans)
+        if result is not SpanExportResult.SUCCESS:
+            self.failed = True
+        return result
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._exporter, name)
 
 
 # -- output ------------------------------------------------------------------------------------
@@ -570,7 +590,10 @@ def run(args: argparse.Namespace) -> int:
     if exporters.otlp:
         exporters.tracer_provider.force_flush()
         exporters.meter_provider.force_flush()
-        print(f"Sent spans and metrics over OTLP to {exporters.otlp}", file=sys.stderr)
+        if exporters.span_exporter.failed:
+            print(f"OTLP export to {exporters.otlp} failed (is a collector listening there?)", file=sys.stderr)
+        else:
+            print(f"Sent spans and metrics over OTLP to {exporters.otlp}", file=sys.stderr)
     if exporters.metrics_port is not None:
         _serve(exporters.metrics_port, args.hold)
     exporters.tracer_provider.shutdown()
