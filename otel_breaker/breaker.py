@@ -304,6 +304,9 @@ class CircuitBreaker:
         self._last_change: float | None = None
         # ``stats`` reports counts since the last reset by subtracting this.
         self._baseline = (0, 0, 0, 0, 0, 0)
+        # The call path may inline this class's acquire/record fast paths; not for
+        # subclasses that keep state elsewhere (shared stores).
+        self._plain = type(self).acquire is CircuitBreaker.acquire and type(self).record is CircuitBreaker.record
         #: Set when a registry pruned this breaker and folded its counts away.
         self.retired = False
         #: Free for telemetry to cache per-breaker data (attribute sets).

@@ -17,13 +17,12 @@ import asyncio
 import functools
 import inspect
 import logging
-import sys
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from otel_breaker import breaker as _breaker_module
-from otel_breaker import degrade, health  # noqa: F401 - health checks listen for openings
-from otel_breaker.breaker import REJECTED, SHADOW, CircuitBreaker, CircuitBreakerConfig, Clock
+from otel_breaker import deadline, degrade, health  # noqa: F401 - health checks listen for openings
+from otel_breaker.breaker import _CLOSED, _OPEN, REJECTED, SHADOW, CircuitBreaker, CircuitBreakerConfig, Clock
 from otel_breaker.classify import FAILURE, IGNORED, SUCCESS, classify_exception, error_type, result_failed
 from otel_breaker.registry import BreakerRegistry, default_registry
 from otel_breaker.telemetry import _METRICS_GLOBALS, _TRACE_GLOBALS, TELEMETRY
@@ -31,6 +30,7 @@ from otel_breaker.toolcall import ToolCall
 
 _TELEMETRY = TELEMETRY
 _rejection_result = degrade.rejection_result
+_deadline_start = deadline.start
 
 logger = logging.getLogger("otel_breaker")
 
@@ -154,6 +154,14 @@ def _end(
         _bookkeeping_failed("ending a span")
 
 
+def _observing() -> bool:
+    return (
+        _TELEMETRY.explicit
+        or _TRACE_GLOBALS["_TRACER_PROVIDER"] is not None
+        or _METRICS_GLOBALS["_METER_PROVIDER"] is not None
+    )
+
+
 def run_sync(
     breaker: CircuitBreaker,
     fn: Callable[..., Any],
@@ -169,6 +177,47 @@ def run_sync(
         or _TRACE_GLOBALS["_TRACER_PROVIDER"] is not None
         or _METRICS_GLOBALS["_METER_PROVIDER"] is not None
     )
+    if not observed and adapter is None and breaker._plain:
+        # The common case inlined: no telemetry, no adapter, a breaker whose
+        # state lives in memory. Same rules as breaker.acquire/record, without
+        # their call overhead (this path is what a closed breaker costs).
+        state = breaker._state
+        permit = breaker._generation
+        clock = breaker._clock
+        if state is _CLOSED:
+            next(breaker._request_counter)
+            start = clock()
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as exc:
+                _record(breaker, permit, _classify(breaker, exc))
+                raise
+            config = breaker._config
+            if (config.timeout is not None and clock() - start > config.timeout) or (
+                config.is_failure_result is not None and result_failed(result, config)
+            ):
+                _record(breaker, permit, FAILURE)
+            elif not breaker._consecutive and breaker._window is None and permit == breaker._generation:
+                next(breaker._success_counter)
+            else:
+                _record(breaker, permit, SUCCESS)
+            return result
+        if state is _OPEN and not breaker._observe:
+            now = clock()
+            if now < breaker._open_until:
+                config = breaker._config
+                if config.graceful_degradation and not config.high_stakes:
+                    next(breaker._request_counter)
+                    next(breaker._rejected_open_counter)
+                    cached = breaker.rejection_cache
+                    if (
+                        cached is not None
+                        and cached[0] <= now < cached[1]
+                        and cached[2] is call
+                        and cached[3] == breaker._generation
+                    ):
+                        return cached[4].copy()
+                    return _rejection_result(breaker, call)
     span = None
     if observed:
         call, span = _start(breaker, call)
@@ -197,58 +246,53 @@ def run_sync(
                 _end(breaker, call, span, clock() - start, error_type(exc) if outcome == FAILURE else None, exc, permit)
             raise
         elapsed = clock() - start
-        config = breaker._config
-        err = None
-        if config.timeout is not None and elapsed > config.timeout:
-            err = TIMEOUT_ERROR_TYPE
-        elif adapter is not None or config.is_failure_result is not None:
-            err = _result_error(breaker, call, result, adapter)
-        outcome = SUCCESS if err is None else FAILURE
-        if err == IGNORED_RESULT:
-            outcome, err = IGNORED, None
-        try:
-            if permit is not None:
-                breaker.record(permit, outcome)
-        except Exception:
-            _bookkeeping_failed("recording an outcome")
-        if observed:
-            _end(breaker, call, span, elapsed, err, None, permit)
+        _complete(breaker, permit, call, span, adapter, result, elapsed, observed)
         return result
     finally:
         if span is not None:
             TELEMETRY.detach(span)
 
 
-if sys.version_info >= (3, 11):
-    _timeout_scope = asyncio.timeout
-else:  # pragma: no cover - Python 3.10
+def _outcome(
+    breaker: CircuitBreaker, call: ToolCall | None, adapter: Adapter | None, result: Any, elapsed: float
+) -> tuple[int, str | None]:
+    """(outcome, ``error.type``) of a call that returned ``result`` after ``elapsed`` seconds."""
+    config = breaker._config
+    err = None
+    if config.timeout is not None and elapsed > config.timeout:
+        err = TIMEOUT_ERROR_TYPE
+    elif adapter is not None or config.is_failure_result is not None:
+        err = _result_error(breaker, call, result, adapter)
+    if err == IGNORED_RESULT:
+        return IGNORED, None
+    return (SUCCESS if err is None else FAILURE), err
 
-    class _timeout_scope:
-        """``asyncio.timeout`` for 3.10: cancel the current task after ``delay``."""
 
-        def __init__(self, delay: float | None):
-            self._delay = delay
-            self._handle: asyncio.TimerHandle | None = None
-            self._expired = False
+async def _arecord(breaker: CircuitBreaker, permit: Any, outcome: int, shared: bool) -> None:
+    if not shared or permit is None:
+        _record(breaker, permit, outcome)
+        return
+    try:
+        await breaker.arecord(permit, outcome)
+    except Exception:
+        _bookkeeping_failed("recording an outcome")
 
-        async def __aenter__(self):
-            if self._delay is not None:
-                task = asyncio.current_task()
-                loop = asyncio.get_running_loop()
 
-                def expire() -> None:
-                    self._expired = True
-                    task.cancel()
-
-                self._handle = loop.call_later(self._delay, expire)
-            return self
-
-        async def __aexit__(self, kind, exc, tb):
-            if self._handle is not None:
-                self._handle.cancel()
-            if self._expired and kind is asyncio.CancelledError:
-                raise TimeoutError from exc
-            return False
+def _complete(
+    breaker: CircuitBreaker,
+    permit: Any,
+    call: ToolCall | None,
+    span: Any,
+    adapter: Adapter | None,
+    result: Any,
+    elapsed: float,
+    observed: bool,
+) -> None:
+    """Classify a returned value, record it, end the span: the tail both paths share."""
+    outcome, err = _outcome(breaker, call, adapter, result, elapsed)
+    _record(breaker, permit, outcome)
+    if observed:
+        _end(breaker, call, span, elapsed, err, None, permit)
 
 
 async def run_async(
@@ -271,8 +315,9 @@ async def run_async(
     if observed:
         call, span = _start(breaker, call)
     try:
+        shared = getattr(breaker, "aacquire", None) is not None  # a store with an asyncio client
         try:
-            permit = breaker.acquire()
+            permit = await breaker.aacquire() if shared else breaker.acquire()
         except Exception:
             permit = None
             _bookkeeping_failed("acquiring a permit")
@@ -285,48 +330,45 @@ async def run_async(
                 return value
             permit = SHADOW
         clock = breaker._clock
-        config = breaker._config
-        timeout = config.timeout
+        timeout = breaker._config.timeout
         start = clock()
         try:
             result = fn(*args, **kwargs)
             if inspect.isawaitable(result):
-                if timeout is None:
+                watch = _deadline_start(timeout) if timeout is not None else None
+                if watch is None:
                     result = await result
                 else:
                     try:
-                        async with _timeout_scope(timeout):
-                            result = await result
-                    except TimeoutError as exc:
-                        tool = call.tool if call is not None else breaker.name
-                        raise ToolTimeoutError(tool, timeout) from exc
+                        result = await result
+                    except asyncio.CancelledError:
+                        if deadline.consume_cancellation(watch):
+                            tool = call.tool if call is not None else breaker.name
+                            raise ToolTimeoutError(tool, timeout) from None
+                        raise
+                    finally:
+                        deadline.finish(watch)
+                    if watch.expired:  # the call swallowed our cancellation and returned
+                        deadline.consume_cancellation(watch)
         except ToolTimeoutError as exc:
-            _record(breaker, permit, FAILURE)
+            await _arecord(breaker, permit, FAILURE, shared)
             if observed:
                 _end(breaker, call, span, clock() - start, TIMEOUT_ERROR_TYPE, exc, permit)
             raise
         except BaseException as exc:
             outcome = _classify(breaker, exc)
-            _record(breaker, permit, outcome)
+            await _arecord(breaker, permit, outcome, shared)
             if observed:
                 _end(breaker, call, span, clock() - start, error_type(exc) if outcome == FAILURE else None, exc, permit)
             raise
         elapsed = clock() - start
-        err = None
-        if timeout is not None and elapsed > timeout:
-            err = TIMEOUT_ERROR_TYPE
-        elif adapter is not None or config.is_failure_result is not None:
-            err = _result_error(breaker, call, result, adapter)
-        outcome = SUCCESS if err is None else FAILURE
-        if err == IGNORED_RESULT:
-            outcome, err = IGNORED, None
-        try:
-            if permit is not None:
-                breaker.record(permit, outcome)
-        except Exception:
-            _bookkeeping_failed("recording an outcome")
-        if observed:
-            _end(breaker, call, span, elapsed, err, None, permit)
+        if shared:
+            outcome, err = _outcome(breaker, call, adapter, result, elapsed)
+            await _arecord(breaker, permit, outcome, shared)
+            if observed:
+                _end(breaker, call, span, elapsed, err, None, permit)
+        else:
+            _complete(breaker, permit, call, span, adapter, result, elapsed, observed)
         return result
     finally:
         if span is not None:

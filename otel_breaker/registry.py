@@ -352,7 +352,7 @@ def _store_from_settings(settings: Settings) -> BreakerStore:
     if not settings.store or settings.store == "memory":
         return MemoryStore()
     try:
-        return store_from_url(settings.store)
+        return store_from_url(settings.store, settings)
     except Exception as exc:
         logger.error("otel-breaker: OTEL_BREAKER_STORE unusable (%s); using per-process breakers", exc)
         return MemoryStore()

@@ -8,9 +8,12 @@ interface, so the state machine never changes with the store.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from otel_breaker.breaker import CircuitBreaker, CircuitBreakerConfig, Clock
+
+if TYPE_CHECKING:
+    from otel_breaker.config import Settings
 
 
 class BreakerStore(Protocol):
@@ -31,8 +34,11 @@ class BreakerStore(Protocol):
     def close(self) -> None: ...
 
 
-def store_from_url(url: str | None) -> BreakerStore:
-    """The store for an ``OTEL_BREAKER_STORE`` value (``memory`` or ``redis://...``)."""
+def store_from_url(url: str | None, settings: Settings | None = None) -> BreakerStore:
+    """The store for an ``OTEL_BREAKER_STORE`` value (``memory`` or ``redis://...``).
+
+    ``settings`` supplies the Redis prefix and password (default: the process settings).
+    """
     from otel_breaker.store.memory import MemoryStore
 
     if not url or url == "memory":
@@ -40,7 +46,12 @@ def store_from_url(url: str | None) -> BreakerStore:
     if url.startswith(("redis://", "rediss://", "unix://")):
         from otel_breaker.store.redis import RedisStore
 
-        return RedisStore.from_url(url)
+        if settings is None:
+            return RedisStore.from_url(url)
+        from urllib.parse import parse_qs, urlsplit
+
+        prefix = parse_qs(urlsplit(url).query).get("prefix", [settings.redis_prefix])[0]
+        return RedisStore.from_url(url, prefix=prefix, password=settings.redis_password)
     raise ValueError(f"OTEL_BREAKER_STORE={url!r}: expected 'memory' or a redis:// or rediss:// URL")
 
 

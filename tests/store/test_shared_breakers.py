@@ -332,6 +332,14 @@ def test_registry_picks_the_store_from_settings(redis_server, prefix):
         registry.store.close()
 
 
+def test_a_registrys_own_settings_choose_the_prefix(redis_server, prefix):
+    registry = BreakerRegistry(settings=Settings(store=redis_server.url, redis_prefix=prefix + "-own"))
+    try:
+        assert registry.store.prefix == prefix + "-own"  # not the process-wide settings' prefix
+    finally:
+        registry.store.close()
+
+
 def test_script_is_loaded_again_after_noscript(make_store):
     store = make_store()
     breaker = store.create("flush", CircuitBreakerConfig())
@@ -409,3 +417,36 @@ def test_forked_worker_follows_changes_again(make_store):
             os._exit(code)
     _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_acall_goes_through_the_asyncio_client_without_blocking_calls(redis_server, prefix):
+    import redis.asyncio
+
+    class CountingStore(RedisStore):
+        blocking = 0
+
+        def _eval(self, *args, **kwargs):
+            CountingStore.blocking += 1
+            return super()._eval(*args, **kwargs)
+
+    async def main() -> None:
+        client = redis.asyncio.Redis.from_url(redis_server.url, socket_timeout=0.5)
+        store = CountingStore(client, prefix=prefix)
+        try:
+            breaker = store.create("async_guarded", CircuitBreakerConfig(failure_threshold=2))
+
+            async def fail() -> None:
+                raise ConnectionError("down")
+
+            for _ in range(2):
+                with pytest.raises(ConnectionError):
+                    await breaker.acall(fail)
+            assert breaker.state is State.OPEN
+            assert (await breaker.acall(fail))["circuit_open"] is True
+            assert CountingStore.blocking == 0
+            assert store.error_count == 0
+        finally:
+            store.close()
+            await client.aclose()
+
+    asyncio.run(main())
