@@ -13,7 +13,14 @@ who is calling:
   model's tool-call id, which exists only on the tool-calling path;
 * ``local_python_executor.timeout`` runs CodeAgent's code in a fresh worker
   thread without copying context variables; wrapping it carries the caller's
-  context (our agent mark and the current span) into that thread.
+  context (our agent mark and the current span) into that thread;
+* ``MultiStepAgent.write_memory_to_messages`` builds the messages of every
+  action step's model call, the agent's system prompt first: with
+  ``OTEL_BREAKER_STATUS_IN_PROMPT=true`` the tool-status block is appended to
+  that system message of the returned list (a fresh copy: the agent's memory
+  and prompt templates are never changed), so each model call reads the
+  breakers' state at that moment. Planning and final-answer calls carry no
+  system prompt of the agent and are left as they are.
 
 A tool failure already surfaces as an exception in ``Tool.__call__``, so no
 swallowed-failure detection is needed. A rejection must be raised, too:
@@ -29,15 +36,19 @@ process, and managed agents are called as agents, not through ``Tool.__call__``.
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import functools
+import logging
 from collections.abc import Generator
 from typing import Any
 
-from otel_breaker.degrade import Rejection
+from otel_breaker.degrade import Rejection, augment_instructions, status_in_prompt_enabled
 from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget, agent_display_name
 from otel_breaker.toolcall import ToolCall
 
 FRAMEWORK = "smolagents"
+
+logger = logging.getLogger("otel_breaker")
 
 # (agent, tool-call id) of the step or tool call running in this context.
 _caller: contextvars.ContextVar[tuple[Any, str | None] | None] = contextvars.ContextVar(
@@ -98,6 +109,7 @@ class SmolagentsAdapter(FrameworkAdapter):
             PatchTarget("smolagents.agents", "ToolCallingAgent.process_tool_calls", self._process_tool_calls),
             PatchTarget("smolagents.agents", "ToolCallingAgent.execute_tool_call", self._execute_tool_call),
             PatchTarget("smolagents.local_python_executor", "timeout", self._timeout),
+            PatchTarget("smolagents.agents", "MultiStepAgent.write_memory_to_messages", self._memory_messages),
         ]
 
     # -- the breaker point ---------------------------------------------------------------------
@@ -189,3 +201,54 @@ class SmolagentsAdapter(FrameworkAdapter):
             return decorator(in_caller_context)
 
         return decorate
+
+    # -- the tool-status block -----------------------------------------------------------------------
+
+    def _memory_messages(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        messages = wrapped(*args, **kwargs)
+        try:
+            if not status_in_prompt_enabled():
+                return messages
+            return _with_status(messages, instance)
+        except Exception:
+            logger.debug("otel-breaker: smolagents: tool status not added to the prompt", exc_info=True)
+            return messages
+
+
+# -- the tool-status block in the system prompt ------------------------------------------------------
+
+
+def _with_status(messages: Any, agent: Any) -> Any:
+    """``messages`` with the status block appended to its leading system message
+    (a new list and message; ``messages`` itself is not changed)."""
+    if not isinstance(messages, list) or not messages:
+        return messages
+    first = messages[0]
+    role = getattr(first, "role", None)
+    if getattr(role, "value", role) != "system":
+        return messages  # summary mode: no system prompt in this list
+    content = first.content
+    if isinstance(content, str):
+        text = augment_instructions(content, agent)
+        if text == content:
+            return messages
+        new_content: Any = text
+    elif isinstance(content, list):
+        index = next(
+            (
+                i
+                for i in range(len(content) - 1, -1, -1)
+                if isinstance(content[i], dict) and content[i].get("type") == "text"
+            ),
+            None,
+        )
+        if index is None or not isinstance(content[index].get("text"), str):
+            return messages
+        text = augment_instructions(content[index]["text"], agent)
+        if text == content[index]["text"]:
+            return messages
+        new_content = [dict(part) if isinstance(part, dict) else part for part in content]
+        new_content[index]["text"] = text
+    else:
+        return messages
+    return [dataclasses.replace(first, content=new_content), *messages[1:]]
