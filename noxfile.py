@@ -14,6 +14,7 @@ import nox
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.reuse_existing_virtualenvs = False
 nox.options.error_on_missing_interpreters = True
+nox.options.sessions = ["lint", "tests", "framework"]  # `nox -s benchmarks` runs on demand
 
 ROOT = pathlib.Path(__file__).parent
 FRAMEWORKS = sorted(p.parent.name for p in (ROOT / "tests" / "frameworks").glob("*/requirements.txt"))
@@ -26,9 +27,10 @@ TEST_DEPS = [
 ]
 
 
-@nox.session(python=False)
+@nox.session
 def lint(session: nox.Session) -> None:
     """Ruff lint and format check."""
+    session.install("ruff>=0.6")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
 

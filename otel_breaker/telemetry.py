@@ -201,9 +201,11 @@ class Telemetry:
         self._ensure_meter()
 
     def reset(self, *, counts: bool = False) -> None:
-        """Back to the global providers; ``counts=True`` also forgets transition
-        counts and savings (a clean slate, e.g. between tests)."""
+        """Back to the global providers and the options the settings give;
+        ``counts=True`` also forgets transition counts and savings (a clean
+        slate, e.g. between tests)."""
         with self._lock:
+            self._settings_read = False  # capture_content, duration_metric: from settings again
             if counts:
                 self._transitions.clear()
                 self.estimator = TokenEstimator(self.estimator.tokens_per_call)
@@ -478,7 +480,14 @@ class Telemetry:
                 yield Observation(value, {**labels, ATTR_STATE: state.value})
 
     def _observe_transitions(self, options: CallbackOptions) -> Iterable[Observation]:
-        for (tool, agent, from_state, to_state), value in self.transitions().items():
+        transitions = self.transitions()
+        # Every breaker reports its "-> open" series from the start, at 0: rate() and
+        # increase() only see growth after a series' first sample, so a first opening
+        # would otherwise never count on dashboards and in alerts.
+        for breaker in self.live_breakers():
+            for from_state in (State.CLOSED.value, State.HALF_OPEN.value):
+                transitions.setdefault((breaker.name, breaker.agent_name, from_state, State.OPEN.value), 0)
+        for (tool, agent, from_state, to_state), value in transitions.items():
             yield Observation(value, {**_key_labels(tool, agent), ATTR_FROM_STATE: from_state, ATTR_TO_STATE: to_state})
 
     def _observe_calls(self, options: CallbackOptions) -> Iterable[Observation]:

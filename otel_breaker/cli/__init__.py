@@ -20,15 +20,23 @@ class UsageError(Exception):
     """A problem with the user's input: reported as one line, exit code 2."""
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """Bad arguments are one line on stderr and exit code 2, for every verb."""
+
+    def error(self, message: str):  # type: ignore[override]
+        sys.stderr.write(f"{self.prog}: {message} (see --help)\n")
+        sys.exit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog="otel-breaker",
         description="Circuit breakers for AI agent tool calls, visible in OpenTelemetry.",
     )
     from otel_breaker import __version__
 
     parser.add_argument("--version", action="version", version=f"otel-breaker {__version__}")
-    subparsers = parser.add_subparsers(dest="verb", metavar="VERB")
+    subparsers = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_OneLineParser)
     for name in VERB_MODULES:
         try:
             module = importlib.import_module(f"otel_breaker.cli.{name}")

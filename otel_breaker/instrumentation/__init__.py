@@ -103,7 +103,7 @@ class BreakerInstrumentor(BaseInstrumentor):
         if requested is None:
             requested = get_settings().frameworks
             explicit = requested is not None
-        names = [normalize_framework(n) for n in requested] if requested else list(ADAPTERS)
+        names = [normalize_framework(n) for n in requested] if requested is not None else list(ADAPTERS)
         self._lazy = bool(kwargs.get("lazy", False))
         errors = []
         for name in names:
