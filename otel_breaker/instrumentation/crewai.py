@@ -33,19 +33,36 @@ message text instead: a breaker never crashes the loop.
 
 Breakers are per agent object (``Agent``), named by its ``role``; CrewAI's
 per-action fingerprints change on every action and are not used.
+
+The tool-status block (``OTEL_BREAKER_STATUS_IN_PROMPT=true``): every model
+call of an agent's loop (``AgentExecutor``, ``LiteAgent``; native and ReAct,
+sync and async) goes through ``crewai.utilities.agent_utils._prepare_llm_call``,
+the context manager that runs CrewAI's before-call hooks and yields the
+messages handed to ``llm.call``. While the call runs, the system message
+carries the block (a system message holding only the block is added when
+there is none); when it ends the executor's messages are put back as they
+were, so the block never accumulates in the conversation and each call
+reflects the breakers' state at that moment. Calls that bypass it (the
+planner's step executor, the forced final answer after ``max_iter``) get no
+block.
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import inspect
+import logging
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from otel_breaker.degrade import Rejection
+from otel_breaker.degrade import Rejection, augment_instructions, status_in_prompt_enabled
 from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget, agent_display_name
 from otel_breaker.toolcall import ToolCall
 
 FRAMEWORK = "crewai"
+
+logger = logging.getLogger("otel_breaker")
 
 # Who is calling on the native path: (agent, task, crew, tool call id).
 _native: contextvars.ContextVar[tuple[Any, Any, Any, str | None] | None] = contextvars.ContextVar(
@@ -99,6 +116,7 @@ class CrewAIAdapter(FrameworkAdapter):
             PatchTarget("crewai.tools.tool_usage", "ToolUsage.ause", self._ause),
             PatchTarget("crewai.tools.structured_tool", "CrewStructuredTool.invoke", self._invoke),
             PatchTarget("crewai.tools.structured_tool", "CrewStructuredTool.ainvoke", self._ainvoke),
+            PatchTarget("crewai.utilities.agent_utils", "_prepare_llm_call", self._prepare_llm_call),
         ]
 
     # -- native path -------------------------------------------------------------------
@@ -261,6 +279,19 @@ class CrewAIAdapter(FrameworkAdapter):
         finally:
             _tool.reset(token)
 
+    # -- the tool-status block in the system prompt ---------------------------------------
+
+    def _prepare_llm_call(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        manager = wrapped(*args, **kwargs)
+        try:
+            if not status_in_prompt_enabled():
+                return manager
+            executor = args[0] if args else kwargs.get("executor_context")
+            agent = getattr(executor, "agent", None) or executor
+        except Exception:
+            return manager
+        return _status_in_prompt(manager, agent)
+
     # -- the adapter protocol ------------------------------------------------------------
 
     def result_error(self, call: ToolCall, result: Any) -> str | None:
@@ -320,3 +351,64 @@ class CrewAIAdapter(FrameworkAdapter):
         except Exception:
             return False
         return policy is ToolFailurePolicy.RAISE
+
+
+@contextlib.contextmanager
+def _status_in_prompt(manager: Any, agent: Any) -> Iterator[Any]:
+    """CrewAI's ``_prepare_llm_call`` context, with the status block in the
+    system message of the yielded messages for the duration of the call."""
+    with manager as messages:
+        undo = _add_status(messages, agent)
+        try:
+            yield messages
+        finally:
+            undo()
+
+
+def _nothing() -> None:
+    return None
+
+
+def _add_status(messages: Any, agent: Any) -> Callable[[], None]:
+    """Put the status block into ``messages`` (in place); returns what takes it out again. Never raises."""
+    try:
+        if not isinstance(messages, list):
+            return _nothing
+        index = next(
+            (i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "system"),
+            None,
+        )
+        if index is None:
+            block = augment_instructions(None, agent)
+            if not block:
+                return _nothing
+            added: dict[str, Any] = {"role": "system", "content": block}
+            messages.insert(0, added)
+            original = None
+        else:
+            original = messages[index]
+            content = original.get("content")
+            if not isinstance(content, str):
+                return _nothing
+            text = augment_instructions(content, agent)
+            if text == content:
+                return _nothing
+            added = {**original, "content": text}
+            messages[index] = added
+    except Exception:
+        logger.debug("otel-breaker: crewai: tool status not added to the prompt", exc_info=True)
+        return _nothing
+
+    def undo() -> None:
+        try:
+            for i, message in enumerate(messages):
+                if message is added:
+                    if original is None:
+                        del messages[i]
+                    else:
+                        messages[i] = original
+                    return
+        except Exception:
+            logger.debug("otel-breaker: crewai: could not take the tool status out again", exc_info=True)
+
+    return undo
