@@ -19,6 +19,15 @@ rejection is raised too (:class:`~otel_breaker.CircuitOpenError` carrying the
 sanitized text): the model reads exactly that text as an error result and the
 loop goes on. Handoff tools are never guarded: AutoGen runs them outside the
 workbench, where an exception would abort the agent, and they do no I/O.
+
+The tool-status block (``OTEL_BREAKER_STATUS_IN_PROMPT=true``): every model
+call of ``AssistantAgent`` (each tool-loop iteration and the reflection call,
+streaming or not) passes its messages, system messages first, through the
+staticmethod ``AssistantAgent._get_compatible_context`` right before
+``create``/``create_stream``. The returned list gets the block appended to its
+first ``SystemMessage`` (a new message: the agent's own system messages and
+its model context are not changed), or a ``SystemMessage`` holding only the
+block in front when the agent has none, for the agent whose turn is running.
 """
 
 from __future__ import annotations
@@ -26,14 +35,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import logging
 from collections.abc import AsyncGenerator
 from typing import Any
 
-from otel_breaker.degrade import Rejection
+from otel_breaker.degrade import Rejection, augment_instructions, status_in_prompt_enabled
 from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget, agent_display_name
 from otel_breaker.toolcall import ToolCall
 
 FRAMEWORK = "autogen"
+
+logger = logging.getLogger("otel_breaker")
 
 # The agentchat agent whose turn is running in this context.
 _agent: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_breaker_autogen_agent", default=None)
@@ -106,6 +118,11 @@ class AutoGenAdapter(FrameworkAdapter):
             ),
             PatchTarget(
                 "autogen_agentchat.agents._assistant_agent", "AssistantAgent._execute_tool_call", self._execute_call
+            ),
+            PatchTarget(
+                "autogen_agentchat.agents._assistant_agent",
+                "AssistantAgent._get_compatible_context",
+                self._model_messages,
             ),
         ]
 
@@ -215,3 +232,34 @@ class AutoGenAdapter(FrameworkAdapter):
             return await wrapped(*args, **kwargs)
         finally:
             _tool_call.reset(token)
+
+    # -- the tool-status block in the system prompt ---------------------------------------------------
+
+    def _model_messages(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        messages = wrapped(*args, **kwargs)
+        try:
+            if not status_in_prompt_enabled():
+                return messages
+            return _with_status(messages, _agent.get())
+        except Exception:
+            logger.debug("otel-breaker: autogen: tool status not added to the prompt", exc_info=True)
+            return messages
+
+
+def _with_status(messages: Any, agent: Any) -> Any:
+    """``messages`` with the status block in its first system message (a new list)."""
+    from autogen_core.models import SystemMessage
+
+    items = list(messages)
+    index = next((i for i, m in enumerate(items) if isinstance(m, SystemMessage)), None)
+    if index is None:
+        block = augment_instructions(None, agent)
+        if not block:
+            return messages
+        return [SystemMessage(content=block), *items]
+    current = items[index].content
+    text = augment_instructions(current, agent)
+    if not isinstance(text, str) or text == current:
+        return messages
+    items[index] = items[index].model_copy(update={"content": text})
+    return items
