@@ -31,18 +31,39 @@ framework's is never reached; when the framework's opens first, its refusal
 (``circuit_open``) is counted as a failure here, because it only opens on real
 failures of the tool. Keep ``failure_threshold`` at or below
 ``5 / retry attempts`` to have ours decide first.
+
+The tool-status block (``OTEL_BREAKER_STATUS_IN_PROMPT=true``): the system
+prompt is built once per chat, but the tool loop calls the model several times
+within it, so the block goes into each request instead. Every Chat
+Completions request of ``OpenAIClient`` (sync and async, streaming or not,
+with or without tools) passes its parameters through the module function
+``praisonaiagents.llm.openai_client._normalize_chat_params``, and every
+LiteLLM request of ``LLM`` through ``LLM._build_completion_params``; the
+request's ``messages`` are replaced by a copy whose system message carries the
+block (a system message holding only the block is put first when there is
+none). The conversation the agent keeps is never changed. ``ChatMixin.chat``
+and ``achat`` mark the agent whose chat is running, so its own breakers are
+listed. Requests that bypass both (the Responses API path, the agent's own
+direct streaming calls of ``start(stream=True)``) get no block.
 """
 
 from __future__ import annotations
 
+import contextvars
+import logging
 from typing import Any
 
-from otel_breaker.degrade import Rejection
+from otel_breaker.degrade import Rejection, augment_instructions, status_in_prompt_enabled
 from otel_breaker.guard import IGNORED_RESULT
 from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget, agent_display_name
 from otel_breaker.toolcall import ToolCall
 
 FRAMEWORK = "praisonai"
+
+logger = logging.getLogger("otel_breaker")
+
+# The agent whose chat is running in this context (for the tool-status block).
+_agent: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_breaker_praisonai_agent", default=None)
 
 # Meta-tools of praisonaiagents' tool search: ``tool_call`` re-enters
 # ``execute_tool`` with the real tool's name, which is the call we count.
@@ -83,6 +104,10 @@ class PraisonAIAdapter(FrameworkAdapter):
             PatchTarget(
                 "praisonaiagents.agent.execution_mixin", "ExecutionMixin.execute_tool_async", self._execute_tool_async
             ),
+            PatchTarget("praisonaiagents.agent.chat_mixin", "ChatMixin.chat", self._chat),
+            PatchTarget("praisonaiagents.agent.chat_mixin", "ChatMixin.achat", self._achat),
+            PatchTarget("praisonaiagents.llm.openai_client", "_normalize_chat_params", self._request_params),
+            PatchTarget("praisonaiagents.llm.llm", "LLM._build_completion_params", self._request_params),
         ]
 
     # -- describing a call -----------------------------------------------------------
@@ -124,6 +149,35 @@ class PraisonAIAdapter(FrameworkAdapter):
             return await wrapped(*args, **kwargs)
         return await self.run_async(call, wrapped, args, kwargs)
 
+    # -- the tool-status block in each request's system message ---------------------------
+
+    def _chat(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        token = _agent.set(instance)
+        try:
+            return wrapped(*args, **kwargs)
+        finally:
+            _agent.reset(token)
+
+    async def _achat(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        token = _agent.set(instance)
+        try:
+            return await wrapped(*args, **kwargs)
+        finally:
+            _agent.reset(token)
+
+    def _request_params(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        params = wrapped(*args, **kwargs)
+        try:
+            if not status_in_prompt_enabled():
+                return params
+            if isinstance(params, dict) and isinstance(params.get("messages"), list):
+                messages = _with_status(params["messages"], _agent.get())
+                if messages is not params["messages"]:
+                    params = {**params, "messages": messages}
+        except Exception:
+            logger.debug("otel-breaker: praisonai: tool status not added to the prompt", exc_info=True)
+        return params
+
     # -- the adapter protocol ------------------------------------------------------------
 
     def result_error(self, call: ToolCall, result: Any) -> str | None:
@@ -141,3 +195,21 @@ class PraisonAIAdapter(FrameworkAdapter):
 
     def rejection(self, call: ToolCall, info: Rejection) -> Any:
         return {"error": info.message}
+
+
+def _with_status(messages: list, agent: Any) -> list:
+    """``messages`` with the status block in its system message (a new list), or
+    ``messages`` itself when there is nothing to add."""
+    index = next((i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "system"), None)
+    if index is None:
+        block = augment_instructions(None, agent)
+        return [{"role": "system", "content": block}, *messages] if block else messages
+    content = messages[index].get("content")
+    if not isinstance(content, str):
+        return messages
+    text = augment_instructions(content, agent)
+    if text == content:
+        return messages
+    copied = list(messages)
+    copied[index] = {**messages[index], "content": text}
+    return copied
