@@ -222,3 +222,18 @@ async def test_block_disappears_once_the_breaker_closes(instrument):
     assert [STATUS_HEADER in p for p in client.system_prompts] == [False, False, True, False, False]
     (breaker,) = default_registry().find("lookup")
     assert breaker.state is State.CLOSED
+
+
+async def test_per_agent_breakers_are_listed_only_for_their_agent(instrument):
+    instrument("autogen")
+    _settings(status_in_prompt="true", failure_threshold="1", scope="agent")
+    _, broken = await run(flaky, n=1, name="broken")
+    assert [b.agent_name for b in default_registry().find("lookup")] == ["broken"]
+
+    fine, _ = await run(healthy, n=1, name="fine")
+    assert not any(STATUS_HEADER in p for p in fine.system_prompts), "another agent's breaker is not listed"
+
+    again = RecordingClient(["done TERMINATE"], model_info=MODEL_INFO)
+    broken._model_client = again
+    await broken.run(task="say done")
+    assert all("'lookup' (open)" in p for p in again.system_prompts)
