@@ -48,6 +48,9 @@ def framework(session: nox.Session, name: str) -> None:
     """One agent framework's real offline agent loops, in its own environment."""
     session.install("-e", ".", *TEST_DEPS, "-r", f"tests/frameworks/{name}/requirements.txt")
     session.run("pytest", f"tests/frameworks/{name}", "-q", *session.posargs)
+    example = ROOT / "examples" / f"{name}_flaky_tool.py"
+    if example.exists():
+        session.run("python", str(example), env={"CREWAI_DISABLE_TELEMETRY": "true", "OTEL_SDK_DISABLED": "true"})
 
 
 @nox.session

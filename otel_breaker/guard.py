@@ -82,7 +82,9 @@ def _default_call(breaker: CircuitBreaker) -> ToolCall:
 
 def _reject(breaker: CircuitBreaker, call: ToolCall | None, adapter: Adapter | None, span: Any) -> tuple[bool, Any]:
     """Handle a rejected call. Returns (run_anyway, value)."""
-    config = breaker.config
+    config = breaker._config
+    if span is None and adapter is None and config.graceful_degradation and not config.high_stakes:
+        return False, _rejection_result(breaker, call)
     if call is None:
         call = _default_call(breaker)
     info = degrade.Rejection(breaker, call)
@@ -228,9 +230,6 @@ def run_sync(
             permit = None
             _bookkeeping_failed("acquiring a permit")
         if permit == REJECTED:
-            config = breaker._config
-            if span is None and adapter is None and config.graceful_degradation and not config.high_stakes:
-                return _rejection_result(breaker, call)
             run_anyway, value = _reject(breaker, call, adapter, span)
             if not run_anyway:
                 return value
@@ -322,9 +321,6 @@ async def run_async(
             permit = None
             _bookkeeping_failed("acquiring a permit")
         if permit == REJECTED:
-            config = breaker._config
-            if span is None and adapter is None and config.graceful_degradation and not config.high_stakes:
-                return _rejection_result(breaker, call)
             run_anyway, value = _reject(breaker, call, adapter, span)
             if not run_anyway:
                 return value

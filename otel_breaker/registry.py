@@ -92,6 +92,15 @@ class BreakerRegistry:
                 store = self._store
         return store
 
+    def use_clock(self, clock: Clock | None) -> None:
+        """Create future breakers with ``clock`` (None: ``time.monotonic``).
+
+        For tests and simulations of agents whose breakers come from the
+        registry (framework adapters, ``@guard``): cooldowns then pass when the
+        clock says so, without sleeping.
+        """
+        self._clock = clock
+
     def use_store(self, store: BreakerStore) -> None:
         """Create future breakers in ``store`` (existing ones are kept)."""
         self._store = store

@@ -277,43 +277,47 @@ class Telemetry:
             unit="{breaker}",
             description="Circuit breaker state per tool: 1 for the current state, 0 for the others.",
         )
-        meter.create_observable_counter(
-            METRIC_TRANSITIONS,
-            callbacks=[self._observe_transitions],
-            unit="{transition}",
-            description="State transitions of tool circuit breakers.",
+        counters = (
+            (
+                METRIC_TRANSITIONS,
+                self._observe_transitions,
+                "{transition}",
+                "State transitions of tool circuit breakers.",
+            ),
+            (
+                METRIC_CALLS,
+                self._observe_calls,
+                "{call}",
+                "Tool calls that ran through a breaker, by outcome (success, failure, ignored).",
+            ),
+            (
+                METRIC_REJECTED,
+                self._observe_rejected,
+                "{call}",
+                "Tool calls rejected by an open or half-open breaker without running the tool "
+                "(in observe mode: calls that would have been rejected).",
+            ),
+            (
+                METRIC_TOKENS_SAVED,
+                self._observe_tokens,
+                "{token}",
+                "Estimated LLM tokens saved by rejected tool calls.",
+            ),
+            (
+                METRIC_COST_SAVED,
+                self._observe_cost,
+                "USD",
+                "Estimated LLM cost saved by rejected tool calls, from the configured price table.",
+            ),
+            (
+                METRIC_STORE_ERRORS,
+                self._observe_store_errors,
+                "{error}",
+                "Errors talking to the shared breaker store (calls fell back to local breakers).",
+            ),
         )
-        meter.create_observable_counter(
-            METRIC_CALLS,
-            callbacks=[self._observe_calls],
-            unit="{call}",
-            description="Tool calls that ran through a breaker, by outcome (success, failure, ignored).",
-        )
-        meter.create_observable_counter(
-            METRIC_REJECTED,
-            callbacks=[self._observe_rejected],
-            unit="{call}",
-            description="Tool calls rejected by an open or half-open breaker without running the tool "
-            "(in observe mode: calls that would have been rejected).",
-        )
-        meter.create_observable_counter(
-            METRIC_TOKENS_SAVED,
-            callbacks=[self._observe_tokens],
-            unit="{token}",
-            description="Estimated LLM tokens saved by rejected tool calls.",
-        )
-        meter.create_observable_counter(
-            METRIC_COST_SAVED,
-            callbacks=[self._observe_cost],
-            unit="USD",
-            description="Estimated LLM cost saved by rejected tool calls, from the configured price table.",
-        )
-        meter.create_observable_counter(
-            METRIC_STORE_ERRORS,
-            callbacks=[self._observe_store_errors],
-            unit="{error}",
-            description="Errors talking to the shared breaker store (calls fell back to local breakers).",
-        )
+        for name, callback, unit, description in counters:
+            meter.create_observable_counter(name, callbacks=[callback], unit=unit, description=description)
         if self.duration_metric:
             self._duration = meter.create_histogram(
                 METRIC_DURATION,

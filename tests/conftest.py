@@ -38,6 +38,16 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
+@pytest.fixture
+def registry_clock():
+    """A fake clock for every breaker the registry creates in this test
+    (the ones framework adapters and ``@guard`` use): advance it past a cooldown."""
+    fake = FakeClock()
+    default_registry().use_clock(fake)
+    yield fake
+    default_registry().use_clock(None)
+
+
 @pytest.fixture(autouse=True)
 def fresh_state():
     """Each test starts with default settings, no registered breakers and global telemetry."""

@@ -48,6 +48,10 @@ class Otel:
         """metric name -> data points."""
         return {name: list(m.data.data_points) for name, m in self.metric_objects().items()}
 
+    def metric_value(self, name: str, **attributes) -> float:
+        """Like :meth:`value`; attribute names may also be written with ``__`` for ``.``."""
+        return self.value(name, **{k.replace("__", "_"): v for k, v in attributes.items()})
+
     def value(self, name: str, **attributes) -> float:
         """Sum over the points of ``name`` whose attributes match ``attributes``
         (attribute names written with ``_`` for ``.``)."""

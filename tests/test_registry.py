@@ -151,3 +151,10 @@ def test_every_scope_guards_calls(scope):
     registry = BreakerRegistry(settings=load_settings({"OTEL_BREAKER_SCOPE": scope}))
     call = ToolCall("search", agent=Agent("a"), session_id="s")
     assert registry.breaker_for(call) is registry.breaker_for(call)
+
+
+def test_a_registry_clock_lets_cooldowns_pass_without_sleeping(registry_clock):
+    breaker = get_circuit_breaker("search", CircuitBreakerConfig(failure_threshold=1, recovery_timeout=30))
+    breaker.force_open(duration=30)
+    registry_clock.advance(30)
+    assert breaker.state is State.HALF_OPEN
