@@ -18,18 +18,32 @@ Rejection: ``ToolNode`` accepts only a ``ToolMessage`` (a string raises
 handler), so an open breaker answers with ``ToolMessage(status="error")``
 carrying the call's ``tool_call_id``; a direct call without a tool call id gets
 the text, as ``run`` itself would return it.
+
+Tool status in the prompt (``OTEL_BREAKER_STATUS_IN_PROMPT``): every chat model
+call of an agent loop enters ``BaseChatModel.invoke``, ``ainvoke``, ``stream`` or
+``astream`` (LangGraph's model nodes, ``create_agent``, chains; ``batch`` and the
+event streams end in these too), each with the messages about to be sent and the
+call's config. When the setting is on and a tool the agent can call is open or
+half-open, the first ``SystemMessage`` gets the status block appended (a system
+message is put first when there is none). Only the messages passed to that one
+call change: the graph's state is left alone, so each call shows the state of
+that moment. With the setting off the messages pass through untouched.
 """
 
 from __future__ import annotations
 
 import contextvars
+import logging
 from typing import Any
 
-from otel_breaker.degrade import Rejection
+from otel_breaker.degrade import STATUS_HEADER, Rejection, augment_instructions, status_in_prompt_enabled
 from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget
 from otel_breaker.toolcall import ToolCall
 
 _MODULE = "langchain_core.tools.base"
+_CHAT_MODULE = "langchain_core.language_models.chat_models"
+
+logger = logging.getLogger("otel_breaker")
 
 # Handled errors seen inside the ``run``/``arun`` call of this context:
 # a list of ("tool" | "validation", error type name), or None outside a call.
@@ -62,7 +76,7 @@ class LangChainAdapter(FrameworkAdapter):
     name = "langchain"
     distribution = "langchain-core"
     version_range = ">=1.0,<2"
-    modules = (_MODULE,)
+    modules = (_MODULE, _CHAT_MODULE)
 
     def targets(self) -> list[PatchTarget]:
         return [
@@ -70,6 +84,11 @@ class LangChainAdapter(FrameworkAdapter):
             PatchTarget(_MODULE, "BaseTool.arun", self._arun),
             PatchTarget(_MODULE, "_handle_tool_error", self._note_tool_error),
             PatchTarget(_MODULE, "_handle_validation_error", self._note_validation_error),
+            # The tool-status block, on the messages of every chat model call.
+            PatchTarget(_CHAT_MODULE, "BaseChatModel.invoke", self._model_call),
+            PatchTarget(_CHAT_MODULE, "BaseChatModel.ainvoke", self._model_call),
+            PatchTarget(_CHAT_MODULE, "BaseChatModel.stream", self._model_call),
+            PatchTarget(_CHAT_MODULE, "BaseChatModel.astream", self._model_call),
         ]
 
     # -- describing a call ------------------------------------------------------------
@@ -135,6 +154,13 @@ class LangChainAdapter(FrameworkAdapter):
             seen.append(("validation", type(args[0]).__name__))
         return wrapped(*args, **kwargs)
 
+    def _model_call(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """Any of the four entry points: returns what the original returns (a
+        message, a coroutine or a stream), called with the status block added."""
+        if status_in_prompt_enabled():
+            args, kwargs = _with_status_block(instance, args, kwargs)
+        return wrapped(*args, **kwargs)
+
     # -- the adapter protocol -----------------------------------------------------------------
 
     def result_error(self, call: ToolCall, result: Any) -> str | None:
@@ -153,3 +179,65 @@ class LangChainAdapter(FrameworkAdapter):
         from langchain_core.messages import ToolMessage
 
         return ToolMessage(info.message, tool_call_id=call.call_id, name=call.tool, status="error")
+
+
+# -- the tool-status block -------------------------------------------------------------------
+
+
+def _with_status_block(model: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """``(args, kwargs)`` of a chat model call, its input replaced by the messages
+    with the status block; unchanged when there is nothing to add or on any problem."""
+    try:
+        if args:
+            model_input, config = args[0], (args[1] if len(args) > 1 else kwargs.get("config"))
+        elif "input" in kwargs:
+            model_input, config = kwargs["input"], kwargs.get("config")
+        else:
+            return args, kwargs
+        messages = _status_messages(model, model_input, config)
+        if messages is None:
+            return args, kwargs
+        if args:
+            return (messages, *args[1:]), kwargs
+        return args, {**kwargs, "input": messages}
+    except Exception:
+        logger.debug("otel-breaker: langchain: could not add the tool-status block", exc_info=True)
+        return args, kwargs
+
+
+def _status_messages(model: Any, model_input: Any, config: Any) -> list | None:
+    """The messages of ``model_input`` with the block in the first system message,
+    or None when they would not change."""
+    from langchain_core.messages import SystemMessage
+    from langchain_core.runnables.config import ensure_config
+
+    # ensure_config also reads the config of the runnable this call runs inside.
+    merged = ensure_config(config if isinstance(config, dict) else None)
+    agent = _agent_name(merged, merged.get("metadata") or {})
+    messages = list(model._convert_input(model_input).to_messages())
+    index = next((i for i, m in enumerate(messages) if getattr(m, "type", None) == "system"), None)
+    if index is None:
+        block = augment_instructions(None, agent)
+        if not block:
+            return None
+        messages.insert(0, SystemMessage(block))
+        return messages
+    system = messages[index]
+    content = system.content
+    if isinstance(content, str):
+        text = augment_instructions(content, agent)
+        if text == content or text is None:
+            return None
+        messages[index] = system.model_copy(update={"content": text})
+        return messages
+    if not isinstance(content, list):
+        return None
+    # Content blocks: drop the block of an earlier turn, append the current one.
+    parts = [p for p in content if not (isinstance(p, dict) and str(p.get("text", "")).startswith(STATUS_HEADER))]
+    block = augment_instructions(None, agent)
+    if block:
+        parts.append({"type": "text", "text": block})
+    if parts == content:
+        return None
+    messages[index] = system.model_copy(update={"content": parts})
+    return messages

@@ -19,20 +19,33 @@ flow, not an outcome, and is never counted.
 
 Rejection: ``ToolOutput(is_error=True)`` with the rejection text, the same
 shape a failing tool produces, so the loop goes on and the model reads it.
+
+Tool status in the prompt (``OTEL_BREAKER_STATUS_IN_PROMPT``): before every
+model call of an agent loop, the ``setup_agent`` workflow step
+(``BaseWorkflowAgent`` on its own, ``AgentWorkflow`` for multi-agent workflows)
+puts the agent's system prompt in front of the messages from memory and hands
+them to ``run_agent_step`` as ``AgentSetup.input``, the ``llm_input`` of
+``take_step`` (FunctionAgent, ReActAgent, CodeActAgent and custom agents alike).
+When the setting is on, the system message there gets the status block of the
+tools open or half-open for the active agent (a system message is put first when
+there is none). Memory is left alone; with the setting off nothing changes.
 """
 
 from __future__ import annotations
 
 import contextvars
+import logging
 from typing import Any
 
-from otel_breaker.degrade import Rejection
+from otel_breaker.degrade import STATUS_HEADER, Rejection, augment_instructions, status_in_prompt_enabled
 from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget, agent_display_name
 from otel_breaker.toolcall import ToolCall
 
 _AGENT_MODULE = "llama_index.core.agent.workflow.base_agent"
 _WORKFLOW_MODULE = "llama_index.core.agent.workflow.multi_agent_workflow"
 _CALLING_MODULE = "llama_index.core.tools.calling"
+
+logger = logging.getLogger("otel_breaker")
 
 # The model's id for the tool call being run, set by the step / selection helper
 # that knows it, read by the wrapper of the call that does not.
@@ -90,6 +103,9 @@ class LlamaIndexAdapter(FrameworkAdapter):
             PatchTarget(_CALLING_MODULE, "acall_tool_with_selection", self._awith_selection),
             PatchTarget(_CALLING_MODULE, "call_tool", self._call_tool),
             PatchTarget(_CALLING_MODULE, "acall_tool", self._acall_tool),
+            # The tool-status block, on the system prompt of every model call.
+            PatchTarget(_AGENT_MODULE, "BaseWorkflowAgent.setup_agent", self._agent_setup),
+            PatchTarget(_WORKFLOW_MODULE, "AgentWorkflow.setup_agent", self._workflow_setup),
         ]
 
     # -- carrying the tool call id -------------------------------------------------------
@@ -195,6 +211,21 @@ class LlamaIndexAdapter(FrameworkAdapter):
             return await wrapped(*args, **kwargs)
         return await self.run_async(call, wrapped, args, kwargs)
 
+    # -- the tool-status block in the system prompt -------------------------------------------
+
+    async def _agent_setup(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        if not status_in_prompt_enabled():
+            return await wrapped(*args, **kwargs)
+        return _with_status_block(await wrapped(*args, **kwargs), lambda name: instance)
+
+    async def _workflow_setup(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        if not status_in_prompt_enabled():
+            return await wrapped(*args, **kwargs)
+        # The breakers of the agent about to run (as _workflow_call_tool keys them).
+        return _with_status_block(
+            await wrapped(*args, **kwargs), lambda name: (getattr(instance, "agents", None) or {}).get(name, instance)
+        )
+
     # -- the adapter protocol -----------------------------------------------------------------
 
     def result_error(self, call: ToolCall, result: Any) -> str | None:
@@ -210,3 +241,45 @@ class LlamaIndexAdapter(FrameworkAdapter):
         return ToolOutput(
             content=info.message, tool_name=call.tool, raw_input=arguments, raw_output=info.message, is_error=True
         )
+
+
+def _with_status_block(setup: Any, agent_for: Any) -> Any:
+    """The ``AgentSetup`` event with the status block in its system message;
+    unchanged when there is nothing to add or on any problem."""
+    try:
+        messages = getattr(setup, "input", None)
+        if not isinstance(messages, list):
+            return setup
+        updated = _status_messages(messages, agent_for(getattr(setup, "current_agent_name", None)))
+        if updated is not None:
+            setup.input = updated
+    except Exception:
+        logger.debug("otel-breaker: llama_index: could not add the tool-status block", exc_info=True)
+    return setup
+
+
+def _status_messages(messages: list, agent: Any) -> list | None:
+    """``messages`` with the block in the leading system message, or None when they would not change."""
+    from llama_index.core.base.llms.types import ChatMessage, MessageRole, TextBlock
+
+    first = messages[0] if messages else None
+    if first is None or first.role != MessageRole.SYSTEM:
+        block = augment_instructions(None, agent)
+        if not block:
+            return None
+        return [ChatMessage(role=MessageRole.SYSTEM, content=block), *messages]
+    blocks = list(first.blocks)
+    if len(blocks) == 1 and isinstance(blocks[0], TextBlock):
+        text = augment_instructions(blocks[0].text, agent)
+        if text == blocks[0].text:
+            return None
+        updated = [TextBlock(text=text)] if text else []
+    else:
+        # Several blocks: drop the block of an earlier turn, append the current one.
+        updated = [b for b in blocks if not (isinstance(b, TextBlock) and b.text.startswith(STATUS_HEADER))]
+        block = augment_instructions(None, agent)
+        if block:
+            updated.append(TextBlock(text=block))
+        if updated == blocks:
+            return None
+    return [first.model_copy(update={"blocks": updated}), *messages[1:]]

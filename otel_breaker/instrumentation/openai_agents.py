@@ -19,21 +19,30 @@ rejection text.
 
 All three names are private to the SDK: they are looked up with ``hasattr``
 and the version range is pinned to the one tested.
+
+Tool status in the prompt (``OTEL_BREAKER_STATUS_IN_PROMPT``): the Runner asks
+``Agent.get_system_prompt`` for the instructions of every model call (each turn,
+streamed or not, after every handoff), so that public method is wrapped. When the
+setting is on, the instructions it returns get the status block of the tools open
+or half-open for that agent; with the setting off they pass through untouched.
 """
 
 from __future__ import annotations
 
 import contextvars
+import logging
 from dataclasses import dataclass
 from typing import Any
 
-from otel_breaker.degrade import Rejection
+from otel_breaker.degrade import Rejection, augment_instructions, status_in_prompt_enabled
 from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget, agent_display_name
 from otel_breaker.toolcall import ToolCall
 
 _INVOKE = "_invoke_function_tool_with_metadata"
 _FAILURE_HOOK = "maybe_invoke_function_tool_failure_error_function"
 _INVALID_ARGUMENTS_PREFIX = "Invalid JSON input for tool"
+
+logger = logging.getLogger("otel_breaker")
 
 
 @dataclass
@@ -66,7 +75,7 @@ class OpenAIAgentsAdapter(FrameworkAdapter):
     name = "openai_agents"
     distribution = "openai-agents"
     version_range = ">=0.24,<0.25"
-    modules = ("agents.tool", "agents.run_internal.tool_execution")
+    modules = ("agents.tool", "agents.run_internal.tool_execution", "agents.agent")
 
     def targets(self) -> list[PatchTarget]:
         return [
@@ -74,6 +83,8 @@ class OpenAIAgentsAdapter(FrameworkAdapter):
             PatchTarget("agents.tool", _INVOKE, self._invoke),
             # Looked up in agents.tool by the tool's own failure-handling invoker.
             PatchTarget("agents.tool", _FAILURE_HOOK, self._failure_hook),
+            # The tool-status block, on the instructions of every model call.
+            PatchTarget("agents.agent", "Agent.get_system_prompt", self._system_prompt),
         ]
 
     # -- wrappers ----------------------------------------------------------------------
@@ -110,6 +121,19 @@ class OpenAIAgentsAdapter(FrameworkAdapter):
         except Exception:  # bookkeeping must never disturb the SDK's error handling
             pass
         return await wrapped(*args, **kwargs)
+
+    async def _system_prompt(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        if not status_in_prompt_enabled():
+            return await wrapped(*args, **kwargs)
+        prompt = await wrapped(*args, **kwargs)
+        if prompt is not None and not isinstance(prompt, str):
+            return prompt
+        try:
+            # Tools run with the agent the program created, not the Runner's execution copy.
+            return augment_instructions(prompt, _public_agent(instance))
+        except Exception:
+            logger.debug("otel-breaker: openai_agents: could not add the tool-status block", exc_info=True)
+            return prompt
 
     # -- describing a call -----------------------------------------------------------------
 
@@ -157,6 +181,16 @@ def _invalid_arguments(error: Exception) -> bool:
     """The model sent arguments the tool's schema refuses: the tool never ran,
     so this says nothing about its health."""
     return type(error).__name__ == "ModelBehaviorError" and str(error).startswith(_INVALID_ARGUMENTS_PREFIX)
+
+
+def _public_agent(agent: Any) -> Any:
+    """The agent tool calls report (``context.agent``) for the one whose prompt is built."""
+    try:
+        from agents._public_agent import get_public_agent
+
+        return get_public_agent(agent)
+    except Exception:
+        return agent
 
 
 def _session_id(context: Any) -> str | None:

@@ -18,14 +18,26 @@ way of telling the model a tool failed, which costs no retry budget.
 validation (to raise the prepared retry inside a span) and for deferred or
 approval-gated calls: the tool body runs in neither, so they pass through
 uncounted.
+
+Tool status in the prompt (``OTEL_BREAKER_STATUS_IN_PROMPT``): before every
+model request, ``ModelRequestNode`` gathers the run's instructions (the agent's,
+its capabilities', its toolsets') through the module function
+``_get_instructions``; what it returns is what the model request carries. When the
+setting is on, a dynamic instruction part holding the status block of the
+tools open or half-open for the run's agent is added there. It is added only
+while a model request is being prepared (a wrapper on
+``ModelRequestNode._prepare_request`` marks that), since the same function also
+decides whether a resumed run has anything new to send. With the setting off
+nothing changes.
 """
 
 from __future__ import annotations
 
 import contextvars
+import logging
 from typing import Any
 
-from otel_breaker.degrade import Rejection
+from otel_breaker.degrade import STATUS_HEADER, Rejection, augment_instructions, status_in_prompt_enabled
 from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget, agent_display_name
 from otel_breaker.toolcall import ToolCall
 
@@ -33,15 +45,58 @@ from otel_breaker.toolcall import ToolCall
 # answers it with its own id and kind, in the form its caller expects.
 _part: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_breaker_pydantic_ai_part", default=None)
 
+# True while ModelRequestNode prepares a model request in this context.
+_preparing: contextvars.ContextVar[bool] = contextvars.ContextVar("otel_breaker_pydantic_ai_request", default=False)
+
+_GRAPH = "pydantic_ai._agent_graph"
+
+logger = logging.getLogger("otel_breaker")
+
 
 class PydanticAIAdapter(FrameworkAdapter):
     name = "pydantic_ai"
     distribution = "pydantic-ai-slim"
     version_range = ">=2.68,<3"
-    modules = ("pydantic_ai.tool_manager",)
+    modules = ("pydantic_ai.tool_manager", _GRAPH)
 
     def targets(self) -> list[PatchTarget]:
-        return [PatchTarget("pydantic_ai.tool_manager", "ToolManager.execute_tool_call", self._execute)]
+        return [
+            PatchTarget("pydantic_ai.tool_manager", "ToolManager.execute_tool_call", self._execute),
+            # The tool-status block, in the instructions of every model request.
+            PatchTarget(_GRAPH, "ModelRequestNode._prepare_request", self._prepare_request),
+            PatchTarget(_GRAPH, "_get_instructions", self._instructions),
+        ]
+
+    async def _prepare_request(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        if not status_in_prompt_enabled():
+            return await wrapped(*args, **kwargs)
+        token = _preparing.set(True)
+        try:
+            return await wrapped(*args, **kwargs)
+        finally:
+            _preparing.reset(token)
+
+    async def _instructions(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """``_get_instructions(ctx, run_context)``: a list of ``InstructionPart`` or None."""
+        parts = await wrapped(*args, **kwargs)
+        if not _preparing.get() or not status_in_prompt_enabled():
+            return parts
+        try:
+            run_context = args[1] if len(args) > 1 else kwargs["run_context"]
+            block = augment_instructions(None, getattr(run_context, "agent", None))
+            if not block:
+                if parts is None and _block_in_force(args[0] if args else kwargs["ctx"]):
+                    # None would let the model fall back to the history's instructions,
+                    # an earlier request's block: an empty list means no instructions.
+                    return []
+                return parts
+            from pydantic_ai.messages import InstructionPart
+
+            # Dynamic: it changes between requests, so it goes after the static parts a provider may cache.
+            return [*(parts or ()), InstructionPart(block, dynamic=True)]
+        except Exception:
+            logger.debug("otel-breaker: pydantic_ai: could not add the tool-status block", exc_info=True)
+            return parts
 
     async def _execute(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         call = self.safe_tool_call(lambda: self._describe(args, kwargs))
@@ -92,3 +147,11 @@ class PydanticAIAdapter(FrameworkAdapter):
             outcome="failed",
         )
         raise ToolFailedError(return_part)
+
+
+def _block_in_force(ctx: Any) -> bool:
+    """Whether the instructions the history holds for this request carry a status block."""
+    from pydantic_ai._instrumentation import get_instructions_source
+
+    source = get_instructions_source(ctx.state.message_history)
+    return source is not None and STATUS_HEADER in (source.instructions or "")
