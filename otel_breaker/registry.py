@@ -92,6 +92,11 @@ class BreakerRegistry:
                 store = self._store
         return store
 
+    @property
+    def clock(self) -> Clock | None:
+        """The clock given to :meth:`use_clock` (None: breakers use ``time.monotonic``)."""
+        return self._clock
+
     def use_clock(self, clock: Clock | None) -> None:
         """Create future breakers with ``clock`` (None: ``time.monotonic``).
 

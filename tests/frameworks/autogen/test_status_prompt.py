@@ -9,7 +9,6 @@ uninstrumented; nothing but sanitised tool names and numbers reaches it.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
@@ -202,7 +201,7 @@ async def test_injection_through_tool_name_or_error_does_not_reach_the_prompt(in
         assert INJECTION not in prompt
 
 
-async def test_block_disappears_once_the_breaker_closes(instrument):
+async def test_block_disappears_once_the_breaker_closes(registry_clock, instrument):
     instrument("autogen")
     _settings(status_in_prompt="true", failure_threshold="2", recovery_timeout="0.2", success_threshold="1")
     up = [False]
@@ -215,7 +214,7 @@ async def test_block_disappears_once_the_breaker_closes(instrument):
 
     async def recover():
         up[0] = True
-        await asyncio.sleep(0.3)  # past the cooldown: the next call is the half-open probe
+        registry_clock.advance(0.3)  # past the cooldown: the next call is the half-open probe
 
     client, _ = await run(backend, n=4, before_step={3: recover})
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import itertools
-import time
 from typing import Any
 
 import pytest
@@ -167,7 +166,7 @@ def test_injection_through_tool_name_or_error_does_not_reach_the_prompt(instrume
 
 
 @pytest.mark.parametrize("native", PATHS)
-def test_block_disappears_once_the_breaker_closes(instrument, native):
+def test_block_disappears_once_the_breaker_closes(registry_clock, instrument, native):
     instrument("crewai")
     _settings(status_in_prompt="true", failure_threshold="2", recovery_timeout="0.2", success_threshold="1")
     up = [False]
@@ -179,7 +178,7 @@ def test_block_disappears_once_the_breaker_closes(instrument, native):
 
     def recover():
         up[0] = True
-        time.sleep(0.3)  # past the cooldown: the next call is the half-open probe
+        registry_clock.advance(0.3)  # past the cooldown: the next call is the half-open probe
 
     llm, _ = run(make_tool(backend), native, False, calls=4, before_step={3: recover})
 

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from zero_code import launcher, run_script, script_env
 
 pytest.importorskip("crewai")
 
@@ -18,14 +14,12 @@ SCRIPT = HERE / "agent_script.py"
 UNAVAILABLE = "is temporarily unavailable"
 
 
-def run_script(extra_env: dict[str, str], launcher: list[str] | None = None) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "OPENAI_"))}
-    env.update({"CREWAI_DISABLE_TELEMETRY": "true", "CREWAI_TRACING_ENABLED": "false", **extra_env})
-    command = [*(launcher or []), sys.executable, str(SCRIPT)]
-    done = subprocess.run(command, env=env, cwd=HERE, capture_output=True, text=True, timeout=600, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    line = next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))
-    return json.loads(line.removeprefix("RESULT "))
+def run(extra_env: dict[str, str], launch: list[str] | None = None) -> dict:
+    env = script_env(
+        drop=("OPENAI_",), **{"CREWAI_DISABLE_TELEMETRY": "true", "CREWAI_TRACING_ENABLED": "false", **extra_env}
+    )
+    report, _ = run_script(SCRIPT, env, marker="RESULT ", launch=launch, timeout=600)
+    return report
 
 
 def assert_guarded(result: dict) -> None:
@@ -37,14 +31,14 @@ def assert_guarded(result: dict) -> None:
 
 
 def test_unguarded_baseline():
-    result = run_script({})
+    result = run({})
     assert result["runs"] == {"native": 4, "react": 24}
     assert not any(UNAVAILABLE in seen for seen in result["native_seen"] + result["react_seen"])
 
 
 def test_enabled_by_environment():
     assert_guarded(
-        run_script(
+        run(
             {
                 "OTEL_BREAKER_ENABLED": "true",
                 "OTEL_BREAKER_FAILURE_THRESHOLD": "2",
@@ -54,17 +48,14 @@ def test_enabled_by_environment():
 
 
 def test_opentelemetry_instrument_launcher():
-    launcher = shutil.which("opentelemetry-instrument", path=str(Path(sys.executable).parent))
-    if launcher is None:
-        pytest.skip("opentelemetry-instrument is not installed")
     assert_guarded(
-        run_script(
+        run(
             {
                 "OTEL_BREAKER_FAILURE_THRESHOLD": "2",
                 "OTEL_TRACES_EXPORTER": "none",
                 "OTEL_METRICS_EXPORTER": "none",
                 "OTEL_LOGS_EXPORTER": "none",
             },
-            launcher=[launcher],
+            launch=launcher(),
         )
     )

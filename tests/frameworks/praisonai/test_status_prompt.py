@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import copy
 import itertools
-import time
 
 import pytest
 
@@ -169,7 +168,7 @@ def test_injection_through_tool_name_or_error_does_not_reach_the_prompt(model, i
         assert INJECTION not in prompt
 
 
-def test_block_disappears_once_the_breaker_closes(model, instrument, monkeypatch):
+def test_block_disappears_once_the_breaker_closes(registry_clock, model, instrument, monkeypatch):
     instrument("praisonai")
     _settings(status_in_prompt="true", failure_threshold="2", recovery_timeout="0.2", success_threshold="1")
     model.reset(calls=4)
@@ -185,7 +184,7 @@ def test_block_disappears_once_the_breaker_closes(model, instrument, monkeypatch
     def reply_and_recover(body):
         if len(model.requests) == 2:  # answering the 3rd request: the backend is back, the cooldown passes
             up[0] = True
-            time.sleep(0.3)
+            registry_clock.advance(0.3)  # past the cooldown: the next call is the half-open probe
         return reply(body)
 
     monkeypatch.setattr(model, "reply", reply_and_recover)

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from zero_code import launcher, run_script, script_env
 
 pytest.importorskip("praisonaiagents")
 
@@ -18,14 +14,10 @@ SCRIPT = HERE / "agent_script.py"
 UNAVAILABLE = "is temporarily unavailable"
 
 
-def run_script(extra_env: dict[str, str], launcher: list[str] | None = None) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "OPENAI_"))}
-    env.update({"PRAISONAI_TELEMETRY_DISABLED": "true", "DO_NOT_TRACK": "true", **extra_env})
-    command = [*(launcher or []), sys.executable, str(SCRIPT)]
-    done = subprocess.run(command, env=env, cwd=HERE, capture_output=True, text=True, timeout=240, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    line = next(line for line in done.stdout.splitlines() if line.startswith("RESULT "))
-    return json.loads(line.removeprefix("RESULT "))
+def run(extra_env: dict[str, str], launch: list[str] | None = None) -> dict:
+    env = script_env(drop=("OPENAI_",), **{"PRAISONAI_TELEMETRY_DISABLED": "true", "DO_NOT_TRACK": "true", **extra_env})
+    report, _ = run_script(SCRIPT, env, marker="RESULT ", launch=launch, timeout=240)
+    return report
 
 
 def assert_guarded(result: dict) -> None:
@@ -38,7 +30,7 @@ def assert_guarded(result: dict) -> None:
 
 
 def test_unguarded_baseline():
-    result = run_script({})
+    result = run({})
     assert result["runs"] == {"async": 4, "sync": 3}
     assert not any(UNAVAILABLE in seen for seen in result["async_seen"])
     assert result["sync_errors"] == 3 and result["sync_output"] is None
@@ -46,7 +38,7 @@ def test_unguarded_baseline():
 
 def test_enabled_by_environment():
     assert_guarded(
-        run_script(
+        run(
             {
                 "OTEL_BREAKER_ENABLED": "true",
                 "OTEL_BREAKER_FAILURE_THRESHOLD": "2",
@@ -56,17 +48,14 @@ def test_enabled_by_environment():
 
 
 def test_opentelemetry_instrument_launcher():
-    launcher = shutil.which("opentelemetry-instrument", path=str(Path(sys.executable).parent))
-    if launcher is None:
-        pytest.skip("opentelemetry-instrument is not installed")
     assert_guarded(
-        run_script(
+        run(
             {
                 "OTEL_BREAKER_FAILURE_THRESHOLD": "2",
                 "OTEL_TRACES_EXPORTER": "none",
                 "OTEL_METRICS_EXPORTER": "none",
                 "OTEL_LOGS_EXPORTER": "none",
             },
-            launcher=[launcher],
+            launch=launcher(),
         )
     )

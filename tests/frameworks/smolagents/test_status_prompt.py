@@ -10,7 +10,6 @@ uninstrumented; nothing but sanitised tool names and numbers reaches it.
 from __future__ import annotations
 
 import os
-import time
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -184,14 +183,14 @@ def test_injection_through_tool_name_or_error_does_not_reach_the_prompt(kind, in
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_block_disappears_once_the_breaker_closes(kind, instrument):
+def test_block_disappears_once_the_breaker_closes(registry_clock, kind, instrument):
     instrument("smolagents")
     _settings(status_in_prompt="true", failure_threshold="2", recovery_timeout="0.2", success_threshold="1")
     BACKEND_UP[0] = False
 
     def recover():
         BACKEND_UP[0] = True
-        time.sleep(0.3)  # past the cooldown: the next call is the half-open probe
+        registry_clock.advance(0.3)  # past the cooldown: the next call is the half-open probe
 
     model, _ = run(kind, backend, n=4, before_step={3: recover})
 

@@ -4,14 +4,9 @@
 
 from __future__ import annotations
 
-import json
-import os
 import pathlib
-import shutil
-import subprocess
-import sys
 
-import pytest
+from zero_code import launcher, run_script, script_env
 
 SCRIPT = pathlib.Path(__file__).with_name("agent_script.py")
 UNAVAILABLE = "Tool 'inventory' is temporarily unavailable"
@@ -19,16 +14,12 @@ KINDS = ("tool_calling", "code")
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    env.update(HF_HUB_OFFLINE="1", **extra)
-    return env
+    return script_env(HF_HUB_OFFLINE="1", **extra)
 
 
-def _run(argv: list[str], env: dict[str, str]) -> tuple[dict, str]:
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=180, check=False)
-    assert proc.returncode == 0, proc.stderr
-    line = next(x for x in proc.stdout.splitlines() if x.startswith('{"smolagents_report"'))
-    return json.loads(line)["smolagents_report"], proc.stdout
+def _run(env: dict[str, str], launch: list[str] | None = None) -> tuple[dict, str]:
+    report, stdout = run_script(SCRIPT, env, marker='{"smolagents_report"', launch=launch)
+    return report["smolagents_report"], stdout
 
 
 def _assert_guarded(report: dict) -> None:
@@ -41,7 +32,7 @@ def _assert_guarded(report: dict) -> None:
 
 
 def test_script_unguarded_baseline():
-    report, _ = _run([sys.executable, str(SCRIPT)], _env(OTEL_BREAKER_FAILURE_THRESHOLD="2"))
+    report, _ = _run(_env(OTEL_BREAKER_FAILURE_THRESHOLD="2"))
     for kind in KINDS:
         assert report[kind]["final"] == "done"
         assert report[kind]["body_runs"] == 4
@@ -49,24 +40,18 @@ def test_script_unguarded_baseline():
 
 
 def test_env_switch_guards_the_script():
-    report, _ = _run(
-        [sys.executable, str(SCRIPT)],
-        _env(OTEL_BREAKER_ENABLED="true", OTEL_BREAKER_FAILURE_THRESHOLD="2"),
-    )
+    report, _ = _run(_env(OTEL_BREAKER_ENABLED="true", OTEL_BREAKER_FAILURE_THRESHOLD="2"))
     _assert_guarded(report)
 
 
 def test_opentelemetry_instrument_guards_the_script():
-    launcher = shutil.which("opentelemetry-instrument", path=str(pathlib.Path(sys.executable).parent))
-    if launcher is None:
-        pytest.fail("opentelemetry-instrument is missing: install opentelemetry-distro (requirements.txt)")
     env = _env(
         OTEL_BREAKER_FAILURE_THRESHOLD="2",
         OTEL_TRACES_EXPORTER="console",
         OTEL_METRICS_EXPORTER="none",
         OTEL_LOGS_EXPORTER="none",
     )
-    report, stdout = _run([launcher, sys.executable, str(SCRIPT)], env)
+    report, stdout = _run(env, launch=launcher())
     _assert_guarded(report)
     assert stdout.count('"name": "execute_tool inventory"') == 8
     assert stdout.count('"otel_breaker.rejected": true') == 4
