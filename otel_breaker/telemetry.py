@@ -128,11 +128,12 @@ _METRICS_GLOBALS = (
 )
 
 
+_SUPPRESS_KEY = context_api._SUPPRESS_INSTRUMENTATION_KEY
+
+
 def _instrumentation_suppressed() -> bool:
-    return bool(
-        context_api.get_value(context_api._SUPPRESS_INSTRUMENTATION_KEY)
-        or context_api.get_value("suppress_instrumentation")
-    )
+    current = context_api.get_current()
+    return bool(current.get(_SUPPRESS_KEY) or current.get("suppress_instrumentation"))
 
 
 class Telemetry:
@@ -334,12 +335,21 @@ class Telemetry:
             self._ensure_meter()
         tracer = self._tracer
         if tracer is None:
+            if self._tracer_provider is None and _TRACE_GLOBALS.get("_TRACER_PROVIDER", True) is None:
+                return None  # metrics only: no tracer anywhere
             tracer = self.tracer()
-            if tracer is None:
-                return None
         if _instrumentation_suppressed():
             return None
-        attributes = {ATTR_OPERATION: OPERATION, ATTR_TOOL: bounded(call.tool), ATTR_GUARDED: True}
+        # The state before admission is nearly always the admitted one: set it now, in
+        # one go with the rest, and correct it in finish() in the rare other case.
+        state = breaker._state.value
+        attributes = {
+            ATTR_OPERATION: OPERATION,
+            ATTR_TOOL: bounded(call.tool),
+            ATTR_GUARDED: True,
+            ATTR_STATE: state,
+            ATTR_REJECTED: False,
+        }
         if call.call_id is not None:
             attributes[ATTR_TOOL_CALL_ID] = bounded(call.call_id)
         if call.tool_type:
@@ -352,7 +362,7 @@ class Telemetry:
             attributes[ATTR_TOOL_ARGUMENTS] = bounded(call.arguments)
         span = tracer.start_span(f"execute_tool {call.tool}", kind=SpanKind.INTERNAL, attributes=attributes)
         token = context_api.attach(trace_api.set_span_in_context(span))
-        return (span, token)
+        return (span, token, state)
 
     def detach(self, handle: Any) -> None:
         try:
@@ -387,13 +397,15 @@ class Telemetry:
             return
         span = handle[0]
         try:
-            if span.is_recording():
-                span.set_attribute(ATTR_STATE, _admitted_state(permit))
-                span.set_attribute(ATTR_REJECTED, False)
+            admitted = _admitted_state(permit)
+            if (admitted != handle[2] or err is not None) and span.is_recording():
+                attributes = {ATTR_STATE: admitted}
                 if permit == SHADOW:
-                    span.set_attribute(ATTR_WOULD_REJECT, True)
+                    attributes[ATTR_WOULD_REJECT] = True
                 if err is not None:
-                    span.set_attribute(ATTR_ERROR_TYPE, err)
+                    attributes[ATTR_ERROR_TYPE] = err
+                span.set_attributes(attributes)
+                if err is not None:
                     description = str(exc) if (exc is not None and self.capture_content) else None
                     span.set_status(Status(StatusCode.ERROR, description))
                 if exc is not None:
@@ -420,9 +432,9 @@ class Telemetry:
         try:
             if span.is_recording():
                 retry_after = info.retry_after
-                span.set_attribute(ATTR_STATE, info.state.value)
-                span.set_attribute(ATTR_REJECTED, True)
-                span.set_attribute(ATTR_ERROR_TYPE, ERROR_CIRCUIT_OPEN)
+                span.set_attributes(
+                    {ATTR_STATE: info.state.value, ATTR_REJECTED: True, ATTR_ERROR_TYPE: ERROR_CIRCUIT_OPEN}
+                )
                 span.add_event(
                     EVENT_REJECTED,
                     {ATTR_STATE: info.state.value, ATTR_RETRY_AFTER: -1.0 if retry_after is None else retry_after},
