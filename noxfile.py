@@ -14,7 +14,7 @@ import nox
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.reuse_existing_virtualenvs = False
 nox.options.error_on_missing_interpreters = True
-nox.options.sessions = ["lint", "tests", "framework"]  # `nox -s benchmarks` runs on demand
+nox.options.sessions = ["lint", "tests", "api_only", "framework"]  # `nox -s benchmarks` runs on demand
 
 ROOT = pathlib.Path(__file__).parent
 FRAMEWORKS = sorted(p.parent.name for p in (ROOT / "tests" / "frameworks").glob("*/requirements.txt"))
@@ -40,6 +40,20 @@ def tests(session: nox.Session) -> None:
     """The core suite: state machine, registry, guard, telemetry, CLI, dashboards, Redis."""
     session.install("-e", ".[dev]")
     session.run("pytest", "tests", "--ignore=tests/frameworks", "-q", *session.posargs)
+
+
+@nox.session
+def api_only(session: nox.Session) -> None:
+    """The breaker and the call path with nothing but opentelemetry-api and wrapt installed."""
+    session.install("opentelemetry-api>=1.27", "wrapt>=1.14", "pytest>=8", "pytest-asyncio>=0.23", "hypothesis>=6.100")
+    session.install("--no-deps", "-e", ".")
+    session.run(
+        "python",
+        "-c",
+        "import importlib.util, sys; sys.exit(importlib.util.find_spec('opentelemetry.sdk') is not None)",
+    )
+    core = ["test_breaker.py", "test_stateful.py", "test_concurrency.py", "test_guard.py", "test_deadline.py"]
+    session.run("pytest", *(f"tests/{name}" for name in core), "-q", *session.posargs)
 
 
 @nox.session

@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import pathlib
+import socket
+import subprocess
+import time
+
+import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -61,3 +68,67 @@ class Otel:
             if all(attrs.get(k) == v for k, v in attributes.items()):
                 total += getattr(point, "value", None) if hasattr(point, "value") else point.count
         return total
+
+
+def free_port() -> int:
+    with contextlib.closing(socket.socket()) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def rotel_binary() -> str | None:
+    try:
+        import rotel
+    except ImportError:
+        return None
+    path = pathlib.Path(rotel.__file__).parent / "rotel-agent"
+    return str(path) if path.exists() else None
+
+
+class Receiver:
+    """A real OTLP receiver that logs every span and metric it gets."""
+
+    def __init__(self, tmp_path: pathlib.Path) -> None:
+        self.grpc_port, self.http_port = free_port(), free_port()
+        self.log = tmp_path / "rotel.log"
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        binary = rotel_binary()
+        if binary is None:
+            pytest.skip("the rotel package (OTLP receiver) is not installed")
+        command = [
+            binary, "start",
+            "--otlp-grpc-endpoint", f"127.0.0.1:{self.grpc_port}",
+            "--otlp-http-endpoint", f"127.0.0.1:{self.http_port}",
+            "--exporter", "blackhole",
+            "--debug-log", "traces", "--debug-log", "metrics",
+            "--debug-log-verbosity", "detailed",
+            "--pid-file", str(self.log.with_suffix(".pid")),
+        ]  # fmt: skip
+        self.process = subprocess.Popen(command, stdout=self.log.open("ab"), stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.http_port), 0.2):
+                return
+            time.sleep(0.05)
+        raise RuntimeError(f"rotel did not start: {self.text()}")
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.terminate()
+            self.process.wait(10)
+            self.process = None
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def wait_for(self, *needles: str, timeout: float = 20) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = self.text()
+            if all(n in text for n in needles):
+                return text
+            time.sleep(0.1)
+        missing = [n for n in needles if n not in self.text()]
+        raise AssertionError(f"the receiver never got {missing}")
