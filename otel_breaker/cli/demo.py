@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from otel_breaker.cli import UsageError
-from otel_breaker.cli._common import one_line_errors
+from otel_breaker.cli._common import number, one_line_errors
 
 AGENT = "research_agent"
 PRIMARY = "web_search"
@@ -483,34 +483,9 @@ def render(
 # -- the verb ------------------------------------------------------------------------------------
 
 
-def _steps(raw: str) -> int:
-    try:
-        value = int(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {raw!r}") from None
-    if not 10 <= value <= 10_000:
-        raise argparse.ArgumentTypeError(f"expected 10 to 10000, got {value}")
-    return value
-
-
-def _port(raw: str) -> int:
-    try:
-        value = int(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a port number, got {raw!r}") from None
-    if not 0 <= value <= 65535:
-        raise argparse.ArgumentTypeError(f"expected a port number 0-65535, got {value}")
-    return value
-
-
-def _seconds(raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {raw!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"expected seconds >= 0, got {raw}")
-    return value
+_steps = number(int, "a whole number", low=10, high=10_000)
+_port = number(int, "a port number", low=0, high=65535)
+_seconds = number(float, "seconds", low=0, unit="s")
 
 
 def register(subparsers: Any) -> None:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from otel_breaker.cli import UsageError
-from otel_breaker.cli._common import one_line_errors
+from otel_breaker.cli._common import number, number_list, one_line_errors
 
 DEFAULT_THRESHOLDS = (1, 2, 3, 4, 5, 8)
 DEFAULT_COOLDOWNS = (10.0, 20.0, 30.0, 40.0, 60.0, 120.0, 300.0)
@@ -301,44 +301,10 @@ def recommendation(results: list[Result]) -> Result | None:
 # -- the verb ------------------------------------------------------------------------------------
 
 
-def _int_list(raw: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(v) for v in raw.split(",") if v.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected whole numbers separated by commas, got {raw!r}") from None
-    if not values or any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError(f"expected whole numbers >= 1 separated by commas, got {raw!r}")
-    return values
-
-
-def _float_list(raw: str) -> tuple[float, ...]:
-    try:
-        values = tuple(float(v.strip().rstrip("s")) for v in raw.split(",") if v.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds separated by commas, got {raw!r}") from None
-    if not values or any(not (math.isfinite(v) and v >= 0) for v in values):
-        raise argparse.ArgumentTypeError(f"expected seconds >= 0 separated by commas, got {raw!r}")
-    return values
-
-
-def _weight(raw: str) -> float:
-    try:
-        value = float(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {raw!r}") from None
-    if not (math.isfinite(value) and value >= 0):
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {raw!r}")
-    return value
-
-
-def _positive(raw: str) -> int:
-    try:
-        value = int(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {raw!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {raw!r}")
-    return value
+_int_list = number_list(int, "whole numbers", low=1)
+_float_list = number_list(float, "seconds", low=0, unit="s")
+_weight = number(float, "a number", low=0)
+_positive = number(int, "a whole number", low=1)
 
 
 def register(subparsers: Any) -> None:

@@ -239,9 +239,9 @@ def test_recorded_outcomes_can_be_tuned(tmp_path):
 @pytest.mark.parametrize(
     ("args", "fragment"),
     [
-        (["--steps", "3"], "--steps: expected 10 to 10000, got 3"),
+        (["--steps", "3"], "--steps: expected a whole number 10 to 10000, got 3"),
         (["--steps", "many"], "--steps: expected a whole number"),
-        (["--serve-metrics", "99999"], "--serve-metrics: expected a port number 0-65535"),
+        (["--serve-metrics", "99999"], "--serve-metrics: expected a port number 0 to 65535, got 99999"),
         (["--hold", "5"], "--hold only applies with --serve-metrics"),
         (["--record", "/nonexistent/dir/calls.jsonl"], "--record: cannot write"),
     ],

@@ -182,7 +182,7 @@ def test_bad_files_are_one_line_errors_naming_the_line(tmp_path, content, fragme
     [
         (["/nonexistent/calls.jsonl"], "cannot read /nonexistent/calls.jsonl: No such file or directory"),
         ([BURSTS, "--thresholds", "0,2"], "--thresholds: expected whole numbers >= 1"),
-        ([BURSTS, "--cooldowns", "soon"], "--cooldowns: expected seconds separated by commas"),
+        ([BURSTS, "--cooldowns", "soon"], "--cooldowns: expected seconds >= 0 separated by commas"),
         ([BURSTS, "--wrong-weight", "-1"], "--wrong-weight: expected a number >= 0"),
         ([BURSTS, "--tool", "nope"], "no calls of nope in"),
         ([], "the following arguments are required: FILE"),
