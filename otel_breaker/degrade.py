@@ -251,8 +251,7 @@ def _breakers_for(registry: BreakerRegistry, agent: Any) -> list[CircuitBreaker]
     if isinstance(agent, str):
         own = [b for b in everything if b.agent_name == agent and b.session_id is None]
     else:
-        by_agent = getattr(registry, "_by_agent", {})
-        own = list(by_agent.get(id(agent), {}).values())
+        own = registry.breakers_of(agent)
         if not own:
             from otel_breaker.instrumentation.base import agent_display_name
 

@@ -334,6 +334,11 @@ class BreakerRegistry:
         with self._lock:
             return {key: list(values) for key, values in self._retired.items()}
 
+    def breakers_of(self, agent: Any) -> list[CircuitBreaker]:
+        """The per-agent breakers of ``agent`` (an agent object held in agent scope)."""
+        with self._lock:
+            return list(self._by_agent.get(id(agent), {}).values())
+
     def find(self, tool: str) -> list[CircuitBreaker]:
         """Every breaker guarding ``tool`` (all agents and sessions)."""
         return [b for b in self.breakers() if b.name == tool]
