@@ -481,13 +481,9 @@ def call_with_fallback(
             logger.debug("otel-breaker: %s failed; trying the next alternative", call.tool)
             last = exc
             continue
-        if attempt.rejected is not None:
-            last = attempt.rejected
-            continue
-        if attempt.invalid:
-            last = _InvalidResult(call.tool, result)
-            continue
-        return result
+        last = _shortfall(attempt, call, result)
+        if last is None:
+            return result
     return _give_up(last) if last is not None else None
 
 
@@ -516,14 +512,19 @@ async def acall_with_fallback(
             logger.debug("otel-breaker: %s failed; trying the next alternative", call.tool)
             last = exc
             continue
-        if attempt.rejected is not None:
-            last = attempt.rejected
-            continue
-        if attempt.invalid:
-            last = _InvalidResult(call.tool, result)
-            continue
-        return result
+        last = _shortfall(attempt, call, result)
+        if last is None:
+            return result
     return _give_up(last) if last is not None else None
+
+
+def _shortfall(attempt: _Attempt, call: ToolCall, result: Any) -> Rejection | BaseException | None:
+    """Why an attempt that returned did not succeed (rejected, or an invalid result), else None."""
+    if attempt.rejected is not None:
+        return attempt.rejected
+    if attempt.invalid:
+        return _InvalidResult(call.tool, result)
+    return None
 
 
 class _InvalidResult(Exception):
