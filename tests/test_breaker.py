@@ -254,7 +254,9 @@ def test_slow_sync_calls_count_as_failures_when_they_return(clock):
     assert breaker.state is State.OPEN
 
 
-@pytest.mark.parametrize("config", [CircuitBreakerConfig(failure_threshold=1), CircuitBreakerConfig.preset("slow_tool")])
+@pytest.mark.parametrize(
+    "config", [CircuitBreakerConfig(failure_threshold=1), CircuitBreakerConfig.preset("slow_tool")]
+)
 def test_a_slow_healthy_sync_call_is_never_a_failure_by_default(clock, config):
     breaker = CircuitBreaker("compile", config, clock=clock)
 
