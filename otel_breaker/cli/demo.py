@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import sys
+import textwrap
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -478,7 +479,7 @@ ROWS: list[tuple[str, Callable[[Ledger], str]]] = [
 def _saving_note(with_: Ledger) -> str:
     """Why the metric's count differs from the measured saving (it only sees rejections)."""
     if not with_.rejected:
-        return "(*) otel_breaker.tokens.saved counts one failed round-trip per rejected call; nothing was rejected."
+        return "(*) otel_breaker.tokens.saved counts one failed round-trip per rejected call; none was rejected."
     per_call = with_.tokens_saved / with_.rejected
     measured = with_.saved_measured or 0
     relation = (
@@ -489,10 +490,11 @@ def _saving_note(with_: Ledger) -> str:
         if with_.tokens_saved == measured
         else "above the measured saving: the agent still paid for the round-trip that was rejected"
     )
-    return (
+    text = (
         f"(*) otel_breaker.tokens.saved counts one failed round-trip (~{per_call:,.0f} tokens) per rejected call "
-        f"({with_.rejected}),\n    as it happens; here that is {relation}."
+        f"({with_.rejected}), as it happens; here that is {relation}."
     )
+    return textwrap.fill(text, width=100, subsequent_indent="    ")
 
 
 def render(

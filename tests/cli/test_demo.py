@@ -51,7 +51,7 @@ def test_demo_compares_the_runs_and_shows_the_timeline():
     assert row(out, "est. tokens saved (difference in tokens spent)") == ("-", f"{spent_without - spent_with:,}")
     # ... and the metric's different count is explained, with its own numbers
     rejected = number(row(out, "  rejected by a breaker (not run)")[1])
-    note = out.split("\n(*) ")[1].split("\n\n")[0]
+    note = " ".join(out.split("\n(*) ")[1].split("\n\n")[0].split())
     assert f"per rejected call ({rejected})" in note
     assert f"~{number(counted_with) / rejected:,.0f} tokens" in note
     assert "below the measured saving" in note
