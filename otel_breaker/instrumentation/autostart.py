@@ -38,8 +38,10 @@ def autostart() -> None:
         return
     from otel_breaker.instrumentation import BreakerInstrumentor
 
+    instrumentor = BreakerInstrumentor()
     try:
-        BreakerInstrumentor().instrument(lazy=True, lenient=True)
+        if not instrumentor.is_instrumented_by_opentelemetry:  # the launcher may have loaded it already
+            instrumentor.instrument(lazy=True, lenient=True)
     except Exception as exc:
         logger.warning("otel-breaker: could not register framework hooks: %s: %s", type(exc).__name__, exc)
     from otel_breaker.instrumentation.base import before_first_call
