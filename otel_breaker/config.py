@@ -345,6 +345,9 @@ def load_settings(environ: Mapping[str, str] | None = None, *, strict: bool = Tr
             apply(parser(raw))
             sources[var] = "env"
         except _Partial as partial:
+            if not partial.value:  # nothing valid: as if unset
+                problems.append(_problem(var, raw, partial, allowed, "using the default"))
+                return
             apply(partial.value)
             sources[var] = "env"
             problems.append(_problem(var, raw, partial, allowed, "the valid parts apply"))

@@ -151,3 +151,11 @@ def test_every_framework_name_has_an_adapter():
     from otel_breaker.instrumentation import ADAPTERS
 
     assert tuple(ADAPTERS) == FRAMEWORKS
+
+
+def test_a_list_with_nothing_valid_falls_back_to_the_default(caplog):
+    with caplog.at_level(logging.WARNING, logger="otel_breaker"):
+        settings = load_settings({"OTEL_BREAKER_FRAMEWORKS": "langchian"}, strict=False)
+    assert settings.frameworks is None  # every installed framework, as when unset
+    assert "OTEL_BREAKER_FRAMEWORKS" not in settings.sources
+    assert caplog.records[0].getMessage().endswith("using the default")
