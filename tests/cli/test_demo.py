@@ -281,6 +281,7 @@ def test_demo_with_a_dead_collector_is_quick_and_one_line():
 
 def test_a_paced_run_spreads_the_run_with_breakers_over_the_duration(monkeypatch, capsys):
     from otel_breaker.cli import demo, main
+    from otel_breaker.registry import default_registry
 
     now = [0.0]
     slept: list[float] = []
@@ -291,7 +292,12 @@ def test_a_paced_run_spreads_the_run_with_breakers_over_the_duration(monkeypatch
 
     monkeypatch.setattr(demo, "SLEEP", sleep)
     monkeypatch.setattr(demo, "CLOCK", lambda: now[0])
-    assert main(["demo", "--duration", "5m", "--steps", "10", "--no-progress"]) == 0
+    registry = default_registry()
+    store = registry.store  # the demo runs its breakers on a simulated clock: give later tests the real one back
+    try:
+        assert main(["demo", "--duration", "5m", "--steps", "10", "--no-progress"]) == 0
+    finally:
+        registry.use_store(store)
     assert len(slept) == 10 and abs(sum(slept) - 300) < 1e-6  # one step every 30 s
     assert all(abs(s - 30) < 1e-6 for s in slept)
     captured = capsys.readouterr()
