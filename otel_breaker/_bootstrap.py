@@ -1,16 +1,85 @@
-"""Start-up hook imported by ``otel_breaker.pth`` when ``OTEL_BREAKER_ENABLED`` is true.
+"""Start-up hook run by ``otel_breaker.pth`` when ``OTEL_BREAKER_ENABLED`` is true.
 
-The ``.pth`` line itself does the environment check, so a process with the
-variable unset pays one dictionary lookup and imports nothing of ours. Once
-enabled, this registers post-import hooks so each agent framework is patched
-when, and only if, the program imports it.
+Every Python process of the environment runs it (``pip`` too), so it does
+almost nothing: it puts one meta-path finder in front of the import system
+that finds nothing and only notices the first import of a supported agent
+framework. Only then is otel-breaker itself imported, its configuration read
+(one log line per bad ``OTEL_BREAKER_*`` value) and the framework's tool
+calls patched. A process that never imports a framework pays for this module
+and one string check per import; nothing of OpenTelemetry, asyncio or
+packaging is imported.
+
+The ``.pth`` line executes this file by path rather than importing it, so the
+``otel_breaker`` package (which imports OpenTelemetry) is not loaded at
+start-up. It therefore imports nothing but ``sys``, and any failure is one
+line on stderr, never a traceback in the user's process.
 """
 
-try:
-    from otel_breaker.instrumentation.autostart import autostart
+import sys
 
-    autostart()
-except Exception:  # never break the host program's start-up
-    import logging
+#: Top-level modules whose import means a supported framework is being loaded
+#: (``test_bootstrap`` checks that every adapter's patch points live under one).
+FRAMEWORK_MODULES = frozenset(
+    {
+        "langchain_core",
+        "agents",
+        "pydantic_ai",
+        "llama_index",
+        "smolagents",
+        "crewai",
+        "autogen_core",
+        "autogen_agentchat",
+        "praisonaiagents",
+        "mcp",
+    }
+)
 
-    logging.getLogger("otel_breaker").warning("otel-breaker: auto-instrumentation failed to start", exc_info=True)
+
+class FrameworkImportWatch:
+    """A meta-path finder that finds nothing: on the first import of a
+    supported framework it starts otel-breaker, then stays out of the way."""
+
+    otel_breaker_watch = True  # marker: installed once, whichever copy of this module installs it
+
+    def __init__(self) -> None:
+        self.fired = False
+
+    def find_spec(self, fullname, path=None, target=None):
+        if self.fired or fullname not in FRAMEWORK_MODULES:
+            return None
+        self.fired = True  # before starting: our own imports must not start it again
+        activate()
+        return None
+
+
+def activate() -> None:
+    """Start otel-breaker (idempotent); a failure is one line on stderr."""
+    try:
+        from otel_breaker.instrumentation.autostart import autostart
+
+        autostart()
+    except Exception as exc:  # never break the host program
+        sys.stderr.write(f"otel-breaker: auto-instrumentation failed to start: {type(exc).__name__}: {exc}\n")
+
+
+def _disabled_by_launcher_variable() -> bool:
+    import os
+
+    names = os.environ.get("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "")
+    return "otel_breaker" in (name.strip() for name in names.split(","))
+
+
+def install() -> None:
+    """Put the watch in front of the import system (once per process)."""
+    if _disabled_by_launcher_variable():
+        return
+    if any(getattr(finder, "otel_breaker_watch", False) for finder in sys.meta_path):
+        return
+    watch = FrameworkImportWatch()
+    sys.meta_path.insert(0, watch)
+    if any(name in sys.modules for name in FRAMEWORK_MODULES):  # imported before us: start now
+        watch.fired = True
+        activate()
+
+
+install()

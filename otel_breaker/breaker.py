@@ -55,7 +55,10 @@ _HALF_OPEN = State.HALF_OPEN
 
 MODES = ("enforce", "observe")
 
-#: Starting points from the agent circuit breaker pattern's table.
+#: Starting points from the agent circuit breaker pattern's table. No preset sets
+#: a per-call timeout (the default, None, applies): a slow tool is not a broken
+#: tool, so a timeout is only ever switched on explicitly (``timeout=``,
+#: ``OTEL_BREAKER_TIMEOUT``, a per-tool override), and a preset never clears one.
 PRESETS: dict[str, dict[str, Any]] = {
     "fast_api": {"failure_threshold": 3, "recovery_timeout": 30.0},
     "slow_tool": {"failure_threshold": 2, "recovery_timeout": 120.0},
@@ -67,13 +70,15 @@ PRESETS: dict[str, dict[str, Any]] = {
 class CircuitBreakerConfig:
     """How one breaker decides. Defaults are the ones agent users already know.
 
-    Every option is documented in the README with its default.
+    Every option is documented in the README with its default. ``timeout`` is
+    None by default: a healthy tool that takes long (a 45 s compile or scrape)
+    must never count as a failure unless the user asked for a per-call timeout.
     """
 
     failure_threshold: int = 5
     recovery_timeout: float = 60.0
     success_threshold: int = 2
-    timeout: float | None = 30.0
+    timeout: float | None = None
     monitor_window: float = 300.0
     graceful_degradation: bool = True
     failure_rate_threshold: float | None = None

@@ -50,6 +50,46 @@ _BREAKER_OPTIONS: dict[str, str] = {
 }
 
 
+#: Identifiers of the supported frameworks (``OTEL_BREAKER_FRAMEWORKS``); each
+#: has an adapter in ``otel_breaker.instrumentation``.
+FRAMEWORKS = (
+    "langchain",
+    "openai_agents",
+    "pydantic_ai",
+    "llama_index",
+    "smolagents",
+    "crewai",
+    "autogen",
+    "praisonai",
+    "mcp",
+)
+
+#: Other spellings users write for them (distribution names, the graph layer).
+FRAMEWORK_ALIASES = {
+    "openai-agents": "openai_agents",
+    "openai_agents_sdk": "openai_agents",
+    "pydantic-ai": "pydantic_ai",
+    "pydanticai": "pydantic_ai",
+    "llama-index": "llama_index",
+    "llamaindex": "llama_index",
+    "langgraph": "langchain",
+    "langchain-core": "langchain",
+    "autogen-core": "autogen",
+    "autogen_core": "autogen",
+    "praisonaiagents": "praisonai",
+    "praison": "praisonai",
+}
+
+
+def normalize_framework(name: str) -> str:
+    """The framework identifier for a user-written name; ValueError naming the allowed ones."""
+    key = name.strip().lower()
+    key = FRAMEWORK_ALIASES.get(key, key).replace("-", "_")
+    if key not in FRAMEWORKS:
+        raise ValueError(f"unknown framework {name.strip()!r} (allowed: {', '.join(FRAMEWORKS)})")
+    return key
+
+
 # Per-tool only (OTEL_BREAKER_TOOLS); globally, OTEL_BREAKER_HIGH_STAKES lists tools.
 _TOOL_ONLY_OPTIONS = frozenset({"high_stakes"})
 
@@ -170,8 +210,51 @@ def _parse_tool_list(raw: str) -> tuple[str, ...]:
     return tuple(validate_tool_name(t.strip()) for t in raw.replace(";", ",").split(",") if t.strip())
 
 
-def _parse_list(raw: str) -> tuple[str, ...]:
-    return tuple(item.strip().lower() for item in raw.split(",") if item.strip())
+def _parse_frameworks(raw: str) -> tuple[str, ...]:
+    names: list[str] = []
+    for item in raw.split(","):
+        if item.strip() and normalize_framework(item) not in names:
+            names.append(normalize_framework(item))
+    return tuple(names)
+
+
+class _Partial(ValueError):
+    """Some parts of a list setting were bad: ``value`` holds the good ones."""
+
+    def __init__(self, value: Any, errors: list[str]) -> None:
+        self.value = value
+        super().__init__("; ".join(errors))
+
+
+def _leniently(parse, separator: str, merge):
+    """A parser for a list setting that keeps every valid part.
+
+    Each part (split on ``separator``) is parsed on its own; when some are bad,
+    :class:`_Partial` carries the merged good ones and one message per bad one.
+    """
+
+    def parse_all(raw: str) -> Any:
+        good, errors = [], []
+        for part in raw.split(separator):
+            if not part.strip():
+                continue
+            try:
+                good.append(parse(part))
+            except ValueError as exc:
+                errors.append(str(exc))
+        value = merge(good)
+        if errors:
+            raise _Partial(value, errors)
+        return value
+
+    return parse_all
+
+
+def _store_url(raw: str) -> str:
+    text = raw.strip()
+    if text != "memory" and "://" not in text:
+        raise ValueError("expected 'memory' or a URL such as redis://host:6379/0")
+    return text
 
 
 @dataclass(frozen=True)
@@ -228,18 +311,25 @@ _PLAIN_SETTINGS: dict[str, tuple[str, str]] = {
 
 # Free-text settings: variable suffix -> field.
 _TEXT_SETTINGS = {
-    "STORE": "store",
     "REDIS_PREFIX": "redis_prefix",
     "REDIS_PASSWORD": "redis_password",
     "PRICES": "prices",
 }
 
 
+#: Every ``OTEL_BREAKER_*`` variable otel-breaker reads; any other is reported as misspelt.
+KNOWN_VARIABLES = frozenset(
+    [PREFIX + suffix for suffix in (*_PLAIN_SETTINGS, *_TEXT_SETTINGS)]
+    + [PREFIX + option.upper() for option in _BREAKER_OPTIONS if option not in _TOOL_ONLY_OPTIONS]
+    + [PREFIX + suffix for suffix in ("TOOLS", "FALLBACKS", "HIGH_STAKES", "FRAMEWORKS", "STORE")]
+)
+
+
 def load_settings(environ: Mapping[str, str] | None = None, *, strict: bool = True) -> Settings:
     """Read ``OTEL_BREAKER_*`` from ``environ`` (default ``os.environ``).
 
     strict: raise :class:`ConfigError` listing every bad value; otherwise log
-    each one and use its default.
+    one line per bad value and use its default (for a list, its valid parts).
     """
     env = os.environ if environ is None else environ
     problems: list[str] = []
@@ -254,8 +344,15 @@ def load_settings(environ: Mapping[str, str] | None = None, *, strict: bool = Tr
         try:
             apply(parser(raw))
             sources[var] = "env"
+        except _Partial as partial:
+            if not partial.value:  # nothing valid: as if unset
+                problems.append(_problem(var, raw, partial, allowed, "using the default"))
+                return
+            apply(partial.value)
+            sources[var] = "env"
+            problems.append(_problem(var, raw, partial, allowed, "the valid parts apply"))
         except ValueError as exc:
-            problems.append(f"{var}={raw!r}: {exc} ({allowed})" if allowed else f"{var}={raw!r}: {exc}")
+            problems.append(_problem(var, raw, exc, allowed, "using the default"))
 
     for suffix, (name, kind) in _PLAIN_SETTINGS.items():
         take(
@@ -275,36 +372,57 @@ def load_settings(environ: Mapping[str, str] | None = None, *, strict: bool = Tr
         )
     take(
         PREFIX + "TOOLS",
-        parse_tool_overrides,
+        _leniently(parse_tool_overrides, ";", lambda parts: {k: v for part in parts for k, v in part.items()}),
         "format: tool=preset,option=value;tool2=...",
         lambda v: values.__setitem__("tools", v),
     )
     take(
         PREFIX + "FALLBACKS",
-        parse_fallbacks,
+        _leniently(parse_fallbacks, ";", lambda parts: {k: v for part in parts for k, v in part.items()}),
         "format: tool=alt1,alt2;tool2=alt3",
         lambda v: values.__setitem__("fallbacks", v),
     )
-    take(PREFIX + "HIGH_STAKES", _parse_tool_list, "", lambda v: values.__setitem__("high_stakes", v))
-    take(PREFIX + "FRAMEWORKS", _parse_list, "", lambda v: values.__setitem__("frameworks", v or None))
+    take(
+        PREFIX + "HIGH_STAKES",
+        _leniently(_parse_tool_list, ",", lambda parts: tuple(t for part in parts for t in part)),
+        "",
+        lambda v: values.__setitem__("high_stakes", v),
+    )
+    take(
+        PREFIX + "FRAMEWORKS",
+        _leniently(_parse_frameworks, ",", lambda parts: tuple(dict.fromkeys(n for part in parts for n in part))),
+        "",
+        lambda v: values.__setitem__("frameworks", v or None),
+    )
+    take(PREFIX + "STORE", _store_url, "", lambda v: values.__setitem__("store", v))
     for suffix, name in _TEXT_SETTINGS.items():
         raw = env.get(PREFIX + suffix)
         if raw:
             values[name] = raw.strip()
             sources[PREFIX + suffix] = "env"
+    for var in sorted(env):
+        if var.startswith(PREFIX) and var not in KNOWN_VARIABLES:
+            problems.append(f"{var} is not an otel-breaker setting (misspelt?); it is ignored")
 
     defaults = CircuitBreakerConfig()
     if breaker_options:
         try:
             defaults = CircuitBreakerConfig(**breaker_options)
         except ValueError as exc:
-            problems.append(str(exc))
+            problems.append(f"{exc}; using the defaults for these options")
     if problems:
         if strict:
             raise ConfigError(problems)
         for problem in problems:
-            logger.warning("otel-breaker: %s; using the default", problem)
+            logger.warning("otel-breaker: %s", problem)
     return Settings(defaults=defaults, sources=sources, **values)
+
+
+def _problem(var: str, raw: str, exc: Exception, allowed: str, consequence: str) -> str:
+    """One line: the variable, its (bounded) value, what is wrong and allowed, what happens instead."""
+    shown = raw if len(raw) <= 200 else raw[:200] + "..."
+    detail = f"{exc} ({allowed})" if allowed else str(exc)
+    return f"{var}={shown!r}: {detail}; {consequence}"
 
 
 def describe_sources(settings: Settings) -> list[tuple[str, str, str]]:
@@ -318,7 +436,13 @@ def describe_sources(settings: Settings) -> list[tuple[str, str, str]]:
             continue
         var = PREFIX + option.upper()
         rows.append((var, str(getattr(settings.defaults, option)), settings.sources.get(var, "default")))
-    structured = {"TOOLS": "tools", "FALLBACKS": "fallbacks", "HIGH_STAKES": "high_stakes", "FRAMEWORKS": "frameworks"}
+    structured = {
+        "TOOLS": "tools",
+        "FALLBACKS": "fallbacks",
+        "HIGH_STAKES": "high_stakes",
+        "FRAMEWORKS": "frameworks",
+        "STORE": "store",
+    }
     for suffix, name in {**structured, **_TEXT_SETTINGS}.items():
         var = PREFIX + suffix
         value = getattr(settings, name)

@@ -1,35 +1,483 @@
 """Set up the OpenTelemetry SDK from the standard ``OTEL_*`` variables.
 
 Used when otel-breaker is switched on by ``OTEL_BREAKER_ENABLED`` without the
-``opentelemetry-instrument`` launcher and the program configured no SDK: the
-same configurator the launcher uses, with the distro's defaults (OTLP traces
-and metrics). The protocol follows ``OTEL_EXPORTER_OTLP_PROTOCOL``; unset, an
-endpoint on port 4318 means OTLP/HTTP, anything else gRPC.
+``opentelemetry-instrument`` launcher and, by the first guarded call, the
+program has set none of the global tracer, meter and logger providers itself.
+
+The rule (:func:`plan_export`; ``otel-breaker doctor`` prints the same plan):
+
+* Per signal (traces, metrics, logs) the exporters are the ones
+  ``OTEL_{TRACES,METRICS,LOGS}_EXPORTER`` names (``none``: that signal is not
+  exported), loaded through the ``opentelemetry_<signal>_exporter`` entry points
+  exactly as ``opentelemetry-instrument`` loads them.
+* A signal whose variable is unset is exported over OTLP when an OTLP endpoint
+  is set for it (``OTEL_EXPORTER_OTLP_ENDPOINT`` or
+  ``OTEL_EXPORTER_OTLP_<SIGNAL>_ENDPOINT``), and not at all otherwise. Nothing
+  asked for means nothing exported and no provider installed.
+* ``otlp`` means gRPC unless ``OTEL_EXPORTER_OTLP_[<SIGNAL>_]PROTOCOL`` says
+  ``http/protobuf``, as in ``opentelemetry-instrument``; never guessed from a port.
+* ``OTEL_SDK_DISABLED=true`` sets nothing up.
+
+The exporters are built with the SDK's public classes, so every other standard
+variable (timeouts, headers, batch sizes, intervals, service name, sampler)
+applies as the SDK reads it. Exporters created here are watched: a collector
+that does not answer is reported in one warning line, exports pause instead of
+retrying in a loop, and at exit the providers get a bounded time to flush
+(:data:`EXIT_BUDGET` seconds, or the user's ``OTEL_EXPORTER_OTLP_TIMEOUT``),
+so a dead collector never holds the program.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 logger = logging.getLogger("otel_breaker")
 
+SIGNALS = ("traces", "metrics", "logs")
+OTLP_NAMES = ("otlp", "otlp_proto_grpc", "otlp_proto_http")
+_DEFAULT_ENDPOINTS = {"otlp_proto_grpc": "http://localhost:4317", "otlp_proto_http": "http://localhost:4318"}
 
-def _default_protocol() -> str:
-    endpoint = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "")
-    return "http/protobuf" if endpoint.rstrip("/").endswith(":4318") else "grpc"
+#: Seconds the providers created here get to flush at exit when the user set no
+#: OTLP timeout: the program exits within this (plus interpreter teardown)
+#: however unreachable the collector is.
+EXIT_BUDGET = 4.0
+#: Seconds exports pause after a failed one (then one attempt tells whether the
+#: collector is back).
+PAUSE_AFTER_FAILURE = 30.0
 
 
-def configure_sdk_from_env() -> None:
-    """Install SDK tracer and meter providers exporting as the environment says."""
-    os.environ.setdefault("OTEL_TRACES_EXPORTER", "otlp")
-    os.environ.setdefault("OTEL_METRICS_EXPORTER", "otlp")
-    os.environ.setdefault("OTEL_LOGS_EXPORTER", "none")
-    os.environ.setdefault("OTEL_EXPORTER_OTLP_PROTOCOL", _default_protocol())
-    from opentelemetry.sdk._configuration import _OTelSDKConfigurator
+# -- the rule ----------------------------------------------------------------------------------
 
-    _OTelSDKConfigurator().configure()
-    logger.info(
-        "otel-breaker: OpenTelemetry SDK configured from OTEL_* variables (%s)",
-        os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL"),
+
+@dataclass(frozen=True)
+class Exporter:
+    """One exporter of one signal: its entry-point name and what it sends where."""
+
+    signal: str
+    entry_point: str
+    description: str
+
+
+@dataclass(frozen=True)
+class SignalPlan:
+    signal: str
+    exporters: tuple[Exporter, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
+class ExportPlan:
+    """What the zero-code set-up exports, per signal, and the problems found."""
+
+    signals: tuple[SignalPlan, ...]
+    problems: tuple[str, ...] = ()
+    disabled: bool = False
+
+    @property
+    def active(self) -> bool:
+        return any(plan.exporters for plan in self.signals)
+
+    def exporters(self, signal: str) -> tuple[Exporter, ...]:
+        return next((plan.exporters for plan in self.signals if plan.signal == signal), ())
+
+
+def _entry_point_names(signal: str) -> set[str]:
+    from importlib.metadata import entry_points
+
+    return {ep.name for ep in entry_points(group=f"opentelemetry_{signal}_exporter")}
+
+
+def _otlp_endpoint(env: Mapping[str, str], signal: str, entry_point: str) -> str:
+    specific = env.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT", "").strip()
+    if specific:
+        return specific
+    base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip() or _DEFAULT_ENDPOINTS[entry_point]
+    if entry_point == "otlp_proto_http":
+        return base.rstrip("/") + f"/v1/{signal}"
+    return base
+
+
+def _resolve_otlp(env: Mapping[str, str], signal: str, name: str) -> str:
+    """The entry point ``otlp`` stands for, from the protocol variables (as the SDK resolves it)."""
+    protocol = (
+        env.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL", "").strip()
+        or env.get("OTEL_EXPORTER_OTLP_PROTOCOL", "").strip()
     )
+    if not protocol:
+        return "otlp_proto_grpc" if name == "otlp" else name
+    if protocol == "grpc":
+        return "otlp_proto_grpc"
+    if protocol == "http/protobuf":
+        return "otlp_proto_http"
+    raise ValueError(f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r}: expected grpc or http/protobuf")
+
+
+def plan_export(environ: Mapping[str, str] | None = None, *, force_otlp: bool = False) -> ExportPlan:
+    """The exporters the zero-code set-up creates for ``environ`` (default ``os.environ``).
+
+    ``force_otlp``: OTLP for every signal whatever ``OTEL_*_EXPORTER`` says
+    (``otel-breaker demo --otlp``).
+    """
+    env = os.environ if environ is None else environ
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return ExportPlan(tuple(SignalPlan(s, (), "OTEL_SDK_DISABLED=true") for s in SIGNALS), disabled=True)
+    problems: list[str] = []
+    plans = []
+    any_endpoint = bool(env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip())
+    for signal in SIGNALS:
+        var = f"OTEL_{signal.upper()}_EXPORTER"
+        raw = env.get(var, "").strip()
+        endpoint_var = f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT"
+        if force_otlp:
+            names, reason = ["otlp"], "--otlp"
+        elif raw:
+            names = [n.strip() for n in raw.split(",") if n.strip() and n.strip().lower() != "none"]
+            reason = f"{var}={raw}"
+        elif any_endpoint or env.get(endpoint_var, "").strip():
+            names = ["otlp"]
+            reason = f"{'OTEL_EXPORTER_OTLP_ENDPOINT' if any_endpoint else endpoint_var} is set"
+        else:
+            names, reason = [], f"nothing asked for: neither {var} nor an OTLP endpoint is set"
+        available = _entry_point_names(signal)
+        exporters = []
+        for name in names:
+            try:
+                entry_point = _resolve_otlp(env, signal, name) if name in OTLP_NAMES else name
+            except ValueError as exc:
+                problems.append(f"{signal}: {exc}; not exported")
+                continue
+            if entry_point not in available:
+                problems.append(
+                    f"{var}={raw or name}: no exporter {entry_point!r} is installed for {signal} "
+                    f"(available: {', '.join(sorted(available)) or 'none'})"
+                )
+                continue
+            if entry_point in _DEFAULT_ENDPOINTS:
+                protocol = "grpc" if entry_point == "otlp_proto_grpc" else "http/protobuf"
+                text = f"OTLP {protocol} to {_otlp_endpoint(env, signal, entry_point)}"
+            else:
+                text = entry_point
+            exporters.append(Exporter(signal, entry_point, text))
+        plans.append(SignalPlan(signal, tuple(exporters), reason))
+    return ExportPlan(tuple(plans), tuple(problems))
+
+
+# -- watching the collector --------------------------------------------------------------------
+
+
+_quiet = threading.local()
+
+
+class _QuietWhileWatched(logging.Filter):
+    """Drops an exporter's own retry and failure records while a watched export
+    runs on this thread: :class:`CollectorWatch` reports them as one line."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(_quiet, "active", False)
+
+
+_QUIET = _QuietWhileWatched()
+
+
+class CollectorWatch:
+    """Shared by the exporters of one set-up: one warning when exports fail,
+    then a pause instead of a stream of retries, one line when they work again."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic, pause: float = PAUSE_AFTER_FAILURE) -> None:
+        self._clock = clock
+        self._pause = pause
+        self._lock = threading.Lock()
+        self._paused_until: float | None = None
+        self.warned = False
+        self.closing = False
+        self.dropped = 0
+
+    def paused(self) -> bool:
+        with self._lock:
+            if self.closing and self.warned:
+                return True  # at exit, a collector already known to be down is not waited for again
+            return self._paused_until is not None and self._clock() < self._paused_until
+
+    def failed(self, where: str, detail: str = "", *, at_exit: bool = False) -> None:
+        with self._lock:
+            self.dropped += 1
+            self._paused_until = self._clock() + self._pause
+            first = not self.warned
+            self.warned = True
+        if first and at_exit:
+            logger.warning("otel-breaker: OpenTelemetry export (%s) %s; unsent telemetry was dropped", where, detail)
+        elif first:
+            logger.warning(
+                "otel-breaker: OpenTelemetry export failed (%s%s; is the collector reachable?); "
+                "telemetry is dropped while it is down and export is retried every %gs",
+                where,
+                f": {detail}" if detail else "",
+                self._pause,
+            )
+
+    def skipped(self) -> None:
+        with self._lock:
+            self.dropped += 1
+
+    def succeeded(self) -> None:
+        with self._lock:
+            was_down = self.warned and self._paused_until is not None
+            self._paused_until = None
+            self.warned = False
+        if was_down:
+            logger.warning("otel-breaker: OpenTelemetry export works again")
+
+
+class WatchedExporter:
+    """Wraps one span, metric or log exporter created by our set-up (see :class:`CollectorWatch`)."""
+
+    def __init__(self, exporter: Any, watch: CollectorWatch, where: str, success: Any, failure: Any) -> None:
+        self._exporter = exporter
+        self._watch = watch
+        self._where = where
+        self._success = success
+        self._failure = failure
+        for cls in type(exporter).__mro__:
+            if cls.__module__.startswith("opentelemetry.exporter"):
+                logging.getLogger(cls.__module__).addFilter(_QUIET)
+
+    def export(self, *args: Any, **kwargs: Any) -> Any:
+        if self._watch.paused():
+            self._watch.skipped()
+            return self._failure
+        _quiet.active = True
+        try:
+            result = self._exporter.export(*args, **kwargs)
+        except Exception as exc:
+            result, detail = self._failure, f"{type(exc).__name__}: {str(exc)[:200]}"
+        else:
+            detail = ""
+        finally:
+            _quiet.active = False
+        if result == self._success:
+            self._watch.succeeded()
+        else:
+            self._watch.failed(self._where, detail)
+        return result
+
+    def shutdown(self, *args: Any, **kwargs: Any) -> Any:
+        _quiet.active = True
+        try:
+            return self._exporter.shutdown(*args, **kwargs)
+        except Exception:
+            return None
+        finally:
+            _quiet.active = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._exporter, name)
+
+
+def _results(signal: str) -> tuple[Any, Any]:
+    if signal == "traces":
+        from opentelemetry.sdk.trace.export import SpanExportResult
+
+        return SpanExportResult.SUCCESS, SpanExportResult.FAILURE
+    if signal == "metrics":
+        from opentelemetry.sdk.metrics.export import MetricExportResult
+
+        return MetricExportResult.SUCCESS, MetricExportResult.FAILURE
+    return _logs_sdk().success, _logs_sdk().failure
+
+
+def load_exporter(exporter: Exporter, watch: CollectorWatch) -> Any:
+    """Instantiate one planned exporter through its entry point, watched.
+
+    A metric "exporter" that is a whole reader (Prometheus) is returned as it is.
+    """
+    from importlib.metadata import entry_points
+
+    (entry_point,) = [
+        ep for ep in entry_points(group=f"opentelemetry_{exporter.signal}_exporter") if ep.name == exporter.entry_point
+    ]
+    cls = entry_point.load()
+    if exporter.signal == "metrics":
+        from opentelemetry.sdk.metrics.export import MetricReader
+
+        if isinstance(cls, type) and issubclass(cls, MetricReader):
+            return cls()
+    success, failure = _results(exporter.signal)
+    return WatchedExporter(cls(), watch, exporter.description, success, failure)
+
+
+# -- the parts of the OpenTelemetry Python API that are still private --------------------------
+
+
+@dataclass(frozen=True)
+class _LogsSdk:
+    LoggerProvider: Any
+    BatchLogRecordProcessor: Any
+    set_logger_provider: Callable[[Any], None]
+    get_logger_provider: Callable[[], Any]
+    ProxyLoggerProvider: Any
+    success: Any
+    failure: Any
+
+
+def _logs_sdk() -> _LogsSdk:
+    """The logs SDK and API. Their modules are still underscored upstream (the
+    logs signal is not declared stable in Python yet); this is the one place we
+    name them, and ``test_sdk_setup`` fails loudly if they move."""
+    from opentelemetry import _logs
+    from opentelemetry._logs._internal import ProxyLoggerProvider
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk._logs.export import BatchLogRecordProcessor, LogExportResult
+
+    return _LogsSdk(
+        LoggerProvider,
+        BatchLogRecordProcessor,
+        _logs.set_logger_provider,
+        _logs.get_logger_provider,
+        ProxyLoggerProvider,
+        LogExportResult.SUCCESS,
+        LogExportResult.FAILURE,
+    )
+
+
+def providers_set_by_program() -> list[str]:
+    """The signals whose global provider the program (or a launcher) already set."""
+    from opentelemetry import metrics, trace
+
+    set_ = []
+    if not isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider):
+        set_.append("traces")
+    if type(metrics.get_meter_provider()).__name__ != "_ProxyMeterProvider":
+        set_.append("metrics")
+    try:
+        logs = _logs_sdk()
+        if not isinstance(logs.get_logger_provider(), logs.ProxyLoggerProvider):
+            set_.append("logs")
+    except ImportError:
+        pass
+    return set_
+
+
+# -- building and installing the providers ------------------------------------------------------
+
+
+@dataclass
+class SdkSetup:
+    """The providers one set-up created and installed, and their exit."""
+
+    plan: ExportPlan
+    watch: CollectorWatch
+    providers: dict[str, Any] = field(default_factory=dict)
+
+    def shutdown(self, budget: float | None = None) -> bool:
+        """Flush and shut every provider down in parallel, waiting at most ``budget``
+        seconds (default: :func:`exit_budget`). True when all finished in time."""
+        where = ", ".join(sorted({e.description for p in self.plan.signals for e in p.exporters}))
+        budget = exit_budget() if budget is None else budget
+        return shutdown_within(list(self.providers.values()), budget, self.watch, where)
+
+
+def exit_budget(environ: Mapping[str, str] | None = None) -> float:
+    """Seconds to wait for the flush at exit: :data:`EXIT_BUDGET`, or longer when
+    the user set an OTLP timeout (seconds, as the Python exporters read it)."""
+    env = os.environ if environ is None else environ
+    longest = 0.0
+    for var in ("OTEL_EXPORTER_OTLP_TIMEOUT", *(f"OTEL_EXPORTER_OTLP_{s.upper()}_TIMEOUT" for s in SIGNALS)):
+        try:
+            longest = max(longest, float(env.get(var, "") or 0))
+        except ValueError:
+            continue
+    return max(EXIT_BUDGET, longest + 1.0) if longest else EXIT_BUDGET
+
+
+def shutdown_within(
+    providers: list[Any], budget: float, watch: CollectorWatch | None = None, where: str = "the collector"
+) -> bool:
+    """Shut providers down in parallel daemon threads; give up after ``budget`` seconds.
+
+    A collector that does not answer can hold an exporter's shutdown for its
+    whole retry timeout; the program must not wait for that.
+    """
+    if watch is not None:
+        watch.closing = True
+    threads = []
+    for provider in providers:
+        thread = threading.Thread(target=_quiet_shutdown, args=(provider,), name="otel-breaker-shutdown", daemon=True)
+        thread.start()
+        threads.append(thread)
+    deadline = time.monotonic() + budget
+    for thread in threads:
+        thread.join(max(0.0, deadline - time.monotonic()))
+    finished = not any(thread.is_alive() for thread in threads)
+    if not finished and watch is not None and not watch.warned:
+        watch.failed(where, f"did not finish within {budget:g}s at exit", at_exit=True)
+    return finished
+
+
+def _quiet_shutdown(provider: Any) -> None:
+    _quiet.active = True
+    try:
+        provider.shutdown()
+    except Exception:
+        logger.debug("otel-breaker: provider shutdown failed", exc_info=True)
+    finally:
+        _quiet.active = False
+
+
+def configure_sdk_from_env(environ: Mapping[str, str] | None = None) -> SdkSetup | None:
+    """Install SDK providers exporting as :func:`plan_export` says; None when nothing is asked for."""
+    plan = plan_export(environ)
+    for problem in plan.problems:
+        logger.warning("otel-breaker: %s", problem)
+    if not plan.active:
+        logger.debug("otel-breaker: no OpenTelemetry export asked for; no SDK set up")
+        return None
+    import atexit
+
+    from opentelemetry.sdk.resources import Resource
+
+    resource = Resource.create()
+    setup = SdkSetup(plan, CollectorWatch())
+    traces = plan.exporters("traces")
+    if traces:
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+        for exporter in traces:
+            tracer_provider.add_span_processor(BatchSpanProcessor(load_exporter(exporter, setup.watch)))
+        trace.set_tracer_provider(tracer_provider)
+        setup.providers["traces"] = tracer_provider
+    metric_exporters = plan.exporters("metrics")
+    if metric_exporters:
+        from opentelemetry import metrics
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+
+        readers = []
+        for exporter in metric_exporters:
+            loaded = load_exporter(exporter, setup.watch)
+            readers.append(loaded if isinstance(loaded, MetricReader) else PeriodicExportingMetricReader(loaded))
+        meter_provider = MeterProvider(metric_readers=readers, resource=resource, shutdown_on_exit=False)
+        metrics.set_meter_provider(meter_provider)
+        setup.providers["metrics"] = meter_provider
+    log_exporters = plan.exporters("logs")
+    if log_exporters:
+        logs = _logs_sdk()
+        logger_provider = logs.LoggerProvider(resource=resource, shutdown_on_exit=False)
+        for exporter in log_exporters:
+            logger_provider.add_log_record_processor(logs.BatchLogRecordProcessor(load_exporter(exporter, setup.watch)))
+        logs.set_logger_provider(logger_provider)
+        setup.providers["logs"] = logger_provider
+    atexit.register(setup.shutdown)
+    logger.info(
+        "otel-breaker: OpenTelemetry SDK set up from OTEL_* variables: %s",
+        "; ".join(f"{e.signal}: {e.description}" for p in plan.signals for e in p.exporters),
+    )
+    return setup

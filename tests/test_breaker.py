@@ -45,7 +45,7 @@ def make(clock, **options) -> CircuitBreaker:
 def test_defaults_are_the_ones_agent_users_know():
     config = CircuitBreakerConfig()
     assert (config.failure_threshold, config.recovery_timeout, config.success_threshold) == (5, 60.0, 2)
-    assert (config.timeout, config.monitor_window, config.graceful_degradation) == (30.0, 300.0, True)
+    assert (config.timeout, config.monitor_window, config.graceful_degradation) == (None, 300.0, True)
     assert (config.enable_health_check, config.health_check_interval) == (True, 30.0)
     assert config.half_open_max_calls == 1 and config.mode == "enforce"
 
@@ -254,6 +254,38 @@ def test_slow_sync_calls_count_as_failures_when_they_return(clock):
     assert breaker.state is State.OPEN
 
 
+@pytest.mark.parametrize(
+    "config", [CircuitBreakerConfig(failure_threshold=1), CircuitBreakerConfig.preset("slow_tool")]
+)
+def test_a_slow_healthy_sync_call_is_never_a_failure_by_default(clock, config):
+    breaker = CircuitBreaker("compile", config, clock=clock)
+
+    def compile_project():
+        clock.advance(45)  # a 45 s compile that succeeds
+        return "built"
+
+    for _ in range(3):
+        assert breaker.call(compile_project) == "built"
+    assert breaker.state is State.CLOSED and breaker.stats.failure_count == 0
+
+
+async def test_a_slow_healthy_async_call_is_not_cancelled_by_default():
+    breaker = CircuitBreaker("scrape", CircuitBreakerConfig(failure_threshold=1))
+    release = asyncio.Event()
+
+    async def scrape():
+        await release.wait()
+        return "page"
+
+    task = asyncio.ensure_future(breaker.acall(scrape))
+    for _ in range(50):  # the tool is still running: nothing cancels it
+        await asyncio.sleep(0)
+    assert not task.done()
+    release.set()
+    assert await task == "page"
+    assert breaker.state is State.CLOSED
+
+
 async def test_async_calls_are_cancelled_at_the_timeout():
     from otel_breaker import ToolTimeoutError
 
@@ -406,6 +438,9 @@ def test_listener_errors_are_contained(clock):
 
 def test_presets_from_the_pattern_table():
     assert PRESETS["fast_api"] == {"failure_threshold": 3, "recovery_timeout": 30.0}
+    # a slow tool is not a broken tool: no preset carries a per-call timeout
+    assert all(CircuitBreakerConfig.preset(name).timeout is None for name in PRESETS)
+    assert CircuitBreakerConfig.preset("slow_tool", timeout=90).timeout == 90
     assert CircuitBreakerConfig.preset("slow_tool").failure_threshold == 2
     assert CircuitBreakerConfig.preset("slow_tool").recovery_timeout == 120.0
     assert CircuitBreakerConfig.preset("code_executor", success_threshold=1).recovery_timeout == 60.0

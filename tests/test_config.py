@@ -99,3 +99,63 @@ def test_describe_sources_names_every_variable():
     assert by_var["OTEL_BREAKER_MODE"][1:] == ("observe", "env")
     assert by_var["OTEL_BREAKER_FAILURE_THRESHOLD"][2] == "default"
     assert by_var["OTEL_BREAKER_REDIS_PASSWORD"][1] == "***"
+
+
+def test_the_valid_parts_of_a_list_setting_apply(caplog):
+    env = {
+        "OTEL_BREAKER_FRAMEWORKS": "langchain,langchian,LangGraph,mcp",
+        "OTEL_BREAKER_TOOLS": "search=fast_api;fetch=warp_speed;run_code=timeout=60",
+        "OTEL_BREAKER_FALLBACKS": "search=backup;fetch",
+        "OTEL_BREAKER_HIGH_STAKES": "deploy,bad name!,pay",
+    }
+    with caplog.at_level(logging.WARNING, logger="otel_breaker"):
+        settings = load_settings(env, strict=False)
+    assert settings.frameworks == ("langchain", "mcp")
+    assert settings.config_for("search").failure_threshold == 3
+    assert settings.config_for("run_code").timeout == 60
+    assert "fetch" not in settings.tools
+    assert settings.config_for("search").fallbacks == ("backup",)
+    assert settings.high_stakes == ("deploy", "pay")
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 4  # one line per variable
+    (frameworks,) = [line for line in lines if "OTEL_BREAKER_FRAMEWORKS" in line]
+    assert "unknown framework 'langchian' (allowed: langchain, openai_agents, pydantic_ai" in frameworks
+    assert frameworks.endswith("the valid parts apply")
+    with pytest.raises(ConfigError) as caught:
+        load_settings(env)
+    assert len(caught.value.problems) == 4
+
+
+def test_a_misspelt_variable_is_a_problem():
+    with pytest.raises(ConfigError, match="OTEL_BREAKER_FAILURE_TRESHOLD is not an otel-breaker setting"):
+        load_settings({"OTEL_BREAKER_FAILURE_TRESHOLD": "3"})
+
+
+def test_a_store_that_is_no_url_is_a_problem():
+    assert load_settings({"OTEL_BREAKER_STORE": "redis://localhost:6379/0"}).store == "redis://localhost:6379/0"
+    with pytest.raises(ConfigError, match="OTEL_BREAKER_STORE='redsi': expected 'memory' or a URL"):
+        load_settings({"OTEL_BREAKER_STORE": "redsi"})
+
+
+def test_no_timeout_unless_asked_for():
+    assert load_settings({}).defaults.timeout is None
+    assert load_settings({"OTEL_BREAKER_TOOLS": "compile=slow_tool"}).config_for("compile").timeout is None
+    settings = load_settings({"OTEL_BREAKER_TIMEOUT": "45", "OTEL_BREAKER_TOOLS": "compile=slow_tool;fetch=timeout=5"})
+    assert settings.config_for("compile").timeout == 45  # a preset never clears an explicit timeout
+    assert settings.config_for("fetch").timeout == 5
+    assert settings.config_for("other").timeout == 45
+
+
+def test_every_framework_name_has_an_adapter():
+    from otel_breaker.config import FRAMEWORKS
+    from otel_breaker.instrumentation import ADAPTERS
+
+    assert tuple(ADAPTERS) == FRAMEWORKS
+
+
+def test_a_list_with_nothing_valid_falls_back_to_the_default(caplog):
+    with caplog.at_level(logging.WARNING, logger="otel_breaker"):
+        settings = load_settings({"OTEL_BREAKER_FRAMEWORKS": "langchian"}, strict=False)
+    assert settings.frameworks is None  # every installed framework, as when unset
+    assert "OTEL_BREAKER_FRAMEWORKS" not in settings.sources
+    assert caplog.records[0].getMessage().endswith("using the default")

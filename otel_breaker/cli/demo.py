@@ -7,7 +7,10 @@ The same agent runs twice, without and with breakers, on the same script, and
 the two runs are compared side by side.
 
 Everything runs on a simulated clock (tools "take" simulated seconds, the
-breakers read the same clock), so the demo is deterministic and fast. The
+breakers read the same clock), so the demo is deterministic and fast.
+``--duration 5m`` paces the run with breakers over wall-clock time instead, so
+the dashboards (``--serve-metrics``, ``--otlp``, which exports periodically)
+watch it happen. The
 breakers, the guarded call path and the telemetry are the real ones: calls go
 through :class:`otel_breaker.guard.Guard`, spans and metrics through the
 OpenTelemetry SDK, and the tokens saved come from the library's estimator.
@@ -19,6 +22,7 @@ import argparse
 import json
 import os
 import sys
+import textwrap
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -119,6 +123,7 @@ class Ledger:
     degraded_reported: int = 0
     session_seconds: float = 0.0
     steps: int = 0
+    saved_measured: int | None = None
     outcomes: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -242,9 +247,9 @@ def run_with_breakers(
     world = World(clock)
     registry = default_registry()
     registry.use_store(SimStore(clock))
-    registry.get(PRIMARY, CircuitBreakerConfig.preset("fast_api", timeout=TOOL_TIMEOUT, fallbacks=(BACKUP,)))
-    registry.get(BACKUP, CircuitBreakerConfig.preset("fast_api", timeout=TOOL_TIMEOUT))
-    registry.get(FETCH, CircuitBreakerConfig.preset("fast_api", timeout=TOOL_TIMEOUT))
+    registry.get(PRIMARY, CircuitBreakerConfig.preset("fast_api", fallbacks=(BACKUP,)))
+    registry.get(BACKUP, CircuitBreakerConfig.preset("fast_api"))
+    registry.get(FETCH, CircuitBreakerConfig.preset("fast_api"))
     guard = Guard(registry)
 
     def listener(change: Any) -> None:
@@ -291,7 +296,19 @@ class Exporters:
     meter_provider: Any
     metrics_port: int | None = None
     otlp: str | None = None
-    span_exporter: Any = None
+    watch: Any = None
+    logger_provider: Any = None
+    where: str = "OTLP"
+
+    def providers(self) -> list[Any]:
+        return [p for p in (self.tracer_provider, self.meter_provider, self.logger_provider) if p is not None]
+
+
+#: Metric export interval of ``--otlp`` unless OTEL_METRIC_EXPORT_INTERVAL says otherwise:
+#: short, so ``increase()`` panels see a paced run as it happens.
+EXPORT_INTERVAL_MS = 5000
+#: Seconds the demo waits for its last export at the end (unless an OTLP timeout is set).
+DEMO_EXIT_BUDGET = 2.0
 
 
 def _resource() -> Any:
@@ -303,9 +320,8 @@ def _resource() -> Any:
 
 def set_up_telemetry(serve_metrics: int | None, otlp: bool) -> Exporters:
     from opentelemetry.sdk.metrics import MeterProvider
-    from opentelemetry.sdk.metrics.export import InMemoryMetricReader, PeriodicExportingMetricReader
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
     from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     from otel_breaker import telemetry
     from otel_breaker.tokens import TokenEstimator
@@ -326,59 +342,82 @@ def set_up_telemetry(serve_metrics: int | None, otlp: bool) -> Exporters:
         except OSError as exc:
             raise UsageError(f"--serve-metrics: cannot listen on port {serve_metrics}: {exc.strerror or exc}") from None
         port = server.server_port
-    tracer_provider = TracerProvider(resource=_resource())
-    endpoint = None
+    tracer_provider = TracerProvider(resource=_resource(), shutdown_on_exit=False)
+    exporters = Exporters(tracer_provider, None, port)
     if otlp:
-        span_exporter, metric_exporter, endpoint = _otlp_exporters()
-        tracer_provider.add_span_processor(BatchSpanProcessor(span_exporter))
-        readers.append(PeriodicExportingMetricReader(metric_exporter, export_interval_millis=3_600_000))
-    meter_provider = MeterProvider(metric_readers=readers, resource=_resource())
-    telemetry.configure(tracer_provider, meter_provider, estimator=TokenEstimator())
-    return Exporters(tracer_provider, meter_provider, port, endpoint, span_exporter if otlp else None)
+        _add_otlp(exporters, readers)
+    exporters.meter_provider = MeterProvider(metric_readers=readers, resource=_resource(), shutdown_on_exit=False)
+    telemetry.configure(tracer_provider, exporters.meter_provider, estimator=TokenEstimator())
+    return exporters
 
 
-def _otlp_exporters() -> tuple[Any, Any, str]:
-    from otel_breaker.sdk_setup import _default_protocol
+def _add_otlp(exporters: Exporters, readers: list[Any]) -> None:
+    """OTLP for traces, metrics (every :data:`EXPORT_INTERVAL_MS`) and logs, built
+    as the zero-code set-up builds them: watched, so a missing collector is one
+    line and never holds the demo."""
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    protocol = os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or _default_protocol()
+    from otel_breaker import sdk_setup
+
     try:
-        if protocol == "grpc":
-            from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
-            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
-
-            default = "http://localhost:4317"
-        elif protocol in ("http/protobuf", "http/json"):
-            from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
-            default = "http://localhost:4318"
-        else:
-            raise UsageError(f"--otlp: OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r} (expected grpc or http/protobuf)")
-    except ImportError as exc:
+        plan = sdk_setup.plan_export(force_otlp=True)
+    except ImportError as exc:  # pragma: no cover - the OTLP exporters are a default dependency
         raise UsageError(
             f"--otlp needs the OTLP exporter ({exc.name}): pip install opentelemetry-exporter-otlp"
         ) from None
-    endpoint = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or default
-    return _Watched(OTLPSpanExporter()), OTLPMetricExporter(), f"{endpoint} ({protocol})"
+    if plan.problems:
+        raise UsageError(f"--otlp: {plan.problems[0]}")
+    if not plan.exporters("traces") or not plan.exporters("metrics"):
+        raise UsageError("--otlp needs the OTLP exporter: pip install opentelemetry-exporter-otlp")
+    watch = sdk_setup.CollectorWatch()
+    (traces,) = plan.exporters("traces")
+    exporters.tracer_provider.add_span_processor(BatchSpanProcessor(sdk_setup.load_exporter(traces, watch)))
+    (metrics,) = plan.exporters("metrics")
+    interval = None if os.environ.get("OTEL_METRIC_EXPORT_INTERVAL") else EXPORT_INTERVAL_MS
+    readers.append(
+        PeriodicExportingMetricReader(sdk_setup.load_exporter(metrics, watch), export_interval_millis=interval)
+    )
+    for logs_exporter in plan.exporters("logs"):  # log-based events, through the global logger provider
+        try:
+            logs = sdk_setup._logs_sdk()
+        except ImportError:
+            break
+        exporters.logger_provider = logs.LoggerProvider(resource=_resource(), shutdown_on_exit=False)
+        exporters.logger_provider.add_log_record_processor(
+            logs.BatchLogRecordProcessor(sdk_setup.load_exporter(logs_exporter, watch))
+        )
+        logs.set_logger_provider(exporters.logger_provider)
+    protocol = "grpc" if traces.entry_point == "otlp_proto_grpc" else "http/protobuf"
+    default = "http://localhost:4317" if protocol == "grpc" else "http://localhost:4318"
+    exporters.otlp = f"{os.environ.get('OTEL_EXPORTER_OTLP_ENDPOINT') or default} ({protocol})"
+    exporters.watch = watch
+    exporters.where = traces.description
 
 
-class _Watched:
-    """A span exporter that remembers whether every export succeeded."""
+class Pacer:
+    """Spreads the steps of a run evenly over ``total`` wall-clock seconds.
 
-    def __init__(self, exporter: Any) -> None:
-        self._exporter = exporter
-        self.failed = False
+    ``sleep`` and ``clock`` are injectable: tests pace a five-minute run in no time.
+    """
 
-    def export(self, spans: Any) -> Any:
-        from opentelemetry.sdk.trace.export import SpanExportResult
+    def __init__(
+        self,
+        total: float,
+        steps: int,
+        sleep: Callable[[float], None] = time.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.total = total
+        self.steps = steps
+        self.sleep = sleep
+        self.clock = clock
+        self.start = clock()
 
-        result = self._exporter.export(spans)
-        if result is not SpanExportResult.SUCCESS:
-            self.failed = True
-        return result
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._exporter, name)
+    def __call__(self, step: int) -> None:
+        delay = self.start + self.total * (step + 1) / self.steps - self.clock()
+        if delay > 0:
+            self.sleep(delay)
 
 
 # -- output ------------------------------------------------------------------------------------
@@ -426,11 +465,36 @@ ROWS: list[tuple[str, Callable[[Ledger], str]]] = [
     ("  rejected by a breaker (not run)", lambda x: f"{x.rejected:,}"),
     ("est. tokens spent on tool round-trips", lambda x: f"{x.tokens_spent:,}"),
     ("  of which on failed calls", lambda x: f"{x.tokens_failed:,}"),
-    ("est. tokens saved (otel_breaker.tokens.saved)", lambda x: f"{x.tokens_saved:,}"),
+    (
+        "est. tokens saved (difference in tokens spent)",
+        lambda x: "-" if x.saved_measured is None else f"{x.saved_measured:,}",
+    ),
+    ("  counted live by otel_breaker.tokens.saved (*)", lambda x: f"{x.tokens_saved:,}"),
     ("time waiting on a dead tool", lambda x: duration(x.dead_wait)),
     ("switched to the backup tool", lambda x: f"{x.fallbacks_used:,}"),
     ("session length (simulated)", lambda x: duration(x.session_seconds)),
 ]
+
+
+def _saving_note(with_: Ledger) -> str:
+    """Why the metric's count differs from the measured saving (it only sees rejections)."""
+    if not with_.rejected:
+        return "(*) otel_breaker.tokens.saved counts one failed round-trip per rejected call; none was rejected."
+    per_call = with_.tokens_saved / with_.rejected
+    measured = with_.saved_measured or 0
+    relation = (
+        "below the measured saving: each rejection also spared the agent its retries of the dead tool "
+        "(it switched to the backup at once)"
+        if with_.tokens_saved < measured
+        else "the measured saving"
+        if with_.tokens_saved == measured
+        else "above the measured saving: the agent still paid for the round-trip that was rejected"
+    )
+    text = (
+        f"(*) otel_breaker.tokens.saved counts one failed round-trip (~{per_call:,.0f} tokens) per rejected call "
+        f"({with_.rejected}), as it happens; here that is {relation}."
+    )
+    return textwrap.fill(text, width=100, subsequent_indent="    ")
 
 
 def render(
@@ -449,6 +513,7 @@ def render(
     lines += [header, "-" * len(header)]
     for label, cell in ROWS:
         lines.append(f"{label:<{label_width}}  {cell(without):>16}  {cell(with_):>14}")
+    lines.append(_saving_note(with_))
     lines += ["", "Timeline of breaker state changes (simulated time):"]
     shown: list[Moment | None] = list(timeline)
     if len(timeline) > TIMELINE_LINES:
@@ -486,6 +551,25 @@ def render(
 _steps = number(int, "a whole number", low=10, high=10_000)
 _port = number(int, "a port number", low=0, high=65535)
 _seconds = number(float, "seconds", low=0, unit="s")
+_UNITS = {"s": 1, "m": 60, "h": 3600}
+
+
+def _wall_time(raw: str) -> float:
+    """``90``, ``90s``, ``5m`` or ``1h``: 1 s to 24 h."""
+    text = raw.strip().lower()
+    unit = _UNITS.get(text[-1:])
+    try:
+        value = float(text[:-1] if unit else text) * (unit or 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a time such as 90s, 5m or 1h, got {raw!r}") from None
+    if not 1 <= value <= 86_400:
+        raise argparse.ArgumentTypeError(f"expected a time from 1s to 24h, got {raw!r}")
+    return value
+
+
+#: Waiting between paced steps (tests replace it).
+SLEEP: Callable[[float], None] = time.sleep
+CLOCK: Callable[[], float] = time.monotonic
 
 
 def register(subparsers: Any) -> None:
@@ -512,7 +596,14 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--otlp",
         action="store_true",
-        help="export spans and metrics over OTLP (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_EXPORTER_OTLP_PROTOCOL, ...)",
+        help="export spans, metrics (every 5 s) and log events over OTLP (OTEL_EXPORTER_OTLP_ENDPOINT, "
+        "OTEL_EXPORTER_OTLP_PROTOCOL, ...)",
+    )
+    parser.add_argument(
+        "--duration",
+        type=_wall_time,
+        metavar="TIME",
+        help="pace the run with breakers over this wall-clock time (e.g. 90s, 5m), so dashboards watch it live",
     )
     parser.add_argument(
         "--record",
@@ -541,39 +632,59 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"--record: cannot write {args.record}: {exc.strerror or exc}") from None
 
     progress = Progress(2 * args.steps, enabled=not args.no_progress and sys.stderr.isatty())
-    without = run_without_breakers(args.steps, lambda step: progress.advance("without breakers"))
-    timeline: list[Moment] = []
-    prompt: list[str] = []
-    with_ = run_with_breakers(args.steps, lambda step: progress.advance("with breakers"), timeline, prompt)
-    progress.finish()
-    transitions = TELEMETRY.transitions()
+    try:
+        without = run_without_breakers(args.steps, lambda step: progress.advance("without breakers"))
+        timeline: list[Moment] = []
+        prompt: list[str] = []
+        pace = Pacer(args.duration, args.steps, SLEEP, CLOCK) if args.duration else None
+        if pace is not None:
+            print(
+                f"Pacing the run with breakers over {duration(args.duration)} of wall-clock time (Ctrl-C stops it)...",
+                file=sys.stderr,
+                flush=True,
+            )
 
-    if record is not None:
-        with record:
-            for outcome in without.outcomes:
-                record.write(json.dumps(outcome) + "\n")
-    if args.json:
-        print(json.dumps(_as_json(args.steps, without, with_, timeline, transitions), indent=2))
-    else:
-        print(render(args.steps, without, with_, timeline, transitions, prompt))
-    if record is not None:
-        print(
-            f"\nRecorded {len(without.outcomes)} tool outcomes to {args.record}; try: otel-breaker tune {args.record}"
-        )
-    sys.stdout.flush()
+        def with_step(step: int) -> None:
+            progress.advance("with breakers")
+            if pace is not None:
+                pace(step)
 
-    if exporters.otlp:
-        exporters.tracer_provider.force_flush()
-        exporters.meter_provider.force_flush()
-        if exporters.span_exporter.failed:
-            print(f"OTLP export to {exporters.otlp} failed (is a collector listening there?)", file=sys.stderr)
+        with_ = run_with_breakers(args.steps, with_step, timeline, prompt)
+        with_.saved_measured = without.tokens_spent - with_.tokens_spent
+        progress.finish()
+        transitions = TELEMETRY.transitions()
+
+        if record is not None:
+            with record:
+                for outcome in without.outcomes:
+                    record.write(json.dumps(outcome) + "\n")
+        if args.json:
+            print(json.dumps(_as_json(args.steps, without, with_, timeline, transitions), indent=2))
         else:
-            print(f"Sent spans and metrics over OTLP to {exporters.otlp}", file=sys.stderr)
-    if exporters.metrics_port is not None:
-        _serve(exporters.metrics_port, args.hold)
-    exporters.tracer_provider.shutdown()
-    exporters.meter_provider.shutdown()
+            print(render(args.steps, without, with_, timeline, transitions, prompt))
+        if record is not None:
+            print(
+                f"\nRecorded {len(without.outcomes)} tool outcomes to {args.record}; "
+                f"try: otel-breaker tune {args.record}"
+            )
+        sys.stdout.flush()
+        if exporters.metrics_port is not None:
+            _serve(exporters.metrics_port, args.hold)
+    finally:
+        _close(exporters)
     return 0
+
+
+def _close(exporters: Exporters) -> None:
+    """Flush and shut down, never waiting long for a collector that is not there."""
+    from otel_breaker import sdk_setup
+
+    budget = sdk_setup.exit_budget()
+    if budget == sdk_setup.EXIT_BUDGET:  # no OTLP timeout given: an interactive command waits less
+        budget = DEMO_EXIT_BUDGET
+    finished = sdk_setup.shutdown_within(exporters.providers(), budget, exporters.watch, exporters.where)
+    if exporters.otlp and finished and not exporters.watch.warned:
+        print(f"Sent spans and metrics over OTLP to {exporters.otlp}", file=sys.stderr)
 
 
 def _serve(port: int, hold: float | None) -> None:
@@ -604,6 +715,7 @@ def _as_json(steps: int, without: Ledger, with_: Ledger, timeline: list[Moment],
 
     return {
         "steps": steps,
+        "tokens_saved_measured": with_.saved_measured,
         "without_breakers": ledger(without),
         "with_breakers": ledger(with_),
         "timeline": [

@@ -1,9 +1,11 @@
 """``otel-breaker doctor``: why the breakers behave as they do here.
 
 Prints the resolved configuration with the source of every value (default,
-env, code) and every problem strict validation finds; which agent frameworks
+env, code) and every problem strict validation finds (the same ones the
+start-up hook logs); whether a per-call timeout applies and to which tools; which agent frameworks
 are installed and which of their patch points would be active or are skipped,
-and why; and whether an OpenTelemetry SDK and exporters are set up. Nothing is
+and why; and what the zero-code set-up exports, by the same rule it follows
+(:func:`otel_breaker.sdk_setup.plan_export`). Nothing is
 patched: the check imports framework modules and looks the targets up.
 
 Exit code 0 when nothing is wrong, 1 when a problem was found.
@@ -30,7 +32,9 @@ OTEL_ENV = (
     "OTEL_EXPORTER_OTLP_ENDPOINT",
     "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
     "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT",
     "OTEL_EXPORTER_OTLP_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_TIMEOUT",
     "OTEL_EXPORTER_OTLP_HEADERS",
     "OTEL_PYTHON_DISABLED_INSTRUMENTATIONS",
 )
@@ -102,15 +106,29 @@ def check_configuration(report: Report) -> Any:
         load_settings(strict=True)
     except ConfigError as exc:
         for problem in exc.problems:
-            report.problem(f"{problem} (ignored at run time: the default is used)")
-    unknown = sorted(
-        var
-        for var in os.environ
-        if var.startswith("OTEL_BREAKER_") and var not in {row[0] for row in describe_sources(settings)}
-    )
-    for var in unknown:
-        report.problem(f"{var} is not an otel-breaker setting (misspelt?)")
+            report.problem(problem)
     return settings
+
+
+def check_timeouts(report: Report, settings: Any) -> None:
+    """Whether a per-call timeout applies, and to which tools."""
+    report.section("Per-call timeout")
+    default = settings.defaults.timeout
+    if default is None:
+        report.add(
+            "  every tool: none (the default: a slow tool is never a failure; OTEL_BREAKER_TIMEOUT, "
+            "timeout= or a per-tool override switches one on)"
+        )
+    else:
+        source = settings.sources.get("OTEL_BREAKER_TIMEOUT", "default")
+        report.add(
+            f"  every tool: {default:g}s ({source}): a sync call that returns later counts as a failure, "
+            "an async call is cancelled"
+        )
+    overrides = {tool: options["timeout"] for tool, options in settings.tools.items() if "timeout" in options}
+    for tool, timeout in sorted(overrides.items()):
+        report.add(f"  {tool}: {'none' if timeout is None else f'{timeout:g}s'} (OTEL_BREAKER_TOOLS)")
+    report.add("  (breakers configured in code with timeout= apply their own)")
 
 
 def check_frameworks(report: Report, settings: Any) -> None:
@@ -176,13 +194,19 @@ def check_frameworks(report: Report, settings: Any) -> None:
 
 
 def check_running_instrumentor(report: Report) -> None:
-    """When the start-up hook instrumented this very process, what it did."""
+    """When the start-up hook runs in this very process, what it did."""
+    watch = next((f for f in sys.meta_path if getattr(f, "otel_breaker_watch", False)), None)
+    if watch is None:
+        return
+    if not watch.fired:
+        report.add(
+            "  start-up hook active in this process: waiting for the first import of a supported framework "
+            "(nothing else is loaded until then)"
+        )
+        return
     from otel_breaker.instrumentation import BreakerInstrumentor
 
-    instrumentor = BreakerInstrumentor()
-    if not getattr(instrumentor, "is_instrumented_by_opentelemetry", False):
-        return
-    status = instrumentor.status()
+    status = BreakerInstrumentor().status()
     report.add("  instrumented at start-up in this process:")
     for name, text in sorted(status.items()):
         report.add(f"    {name:<14} {text}")
@@ -210,34 +234,31 @@ def check_telemetry(report: Report) -> None:
     for var in OTEL_ENV:
         value = os.environ.get(var)
         report.add(f"    {var:<40} {_shown(var, value) if value is not None else '(not set)'}")
-    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
-        report.add("  the SDK is disabled (OTEL_SDK_DISABLED=true): nothing is exported")
-        return
-    from otel_breaker.sdk_setup import _default_protocol
+    from otel_breaker.sdk_setup import plan_export
 
-    protocol = os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or _default_protocol()
-    default_endpoint = "http://localhost:4318" if protocol.startswith("http") else "http://localhost:4317"
-    endpoint = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or f"{default_endpoint} (default)"
-    for signal, group in (("traces", "opentelemetry_traces_exporter"), ("metrics", "opentelemetry_metrics_exporter")):
-        names = [
-            n.strip() for n in (os.environ.get(f"OTEL_{signal.upper()}_EXPORTER") or "otlp").split(",") if n.strip()
-        ]
-        available = {ep.name for ep in metadata.entry_points(group=group)}
-        for name in names:
-            if name == "none":
-                report.add(f"  {signal}: not exported (OTEL_{signal.upper()}_EXPORTER=none)")
-            elif name not in available:
-                report.problem(
-                    f"OTEL_{signal.upper()}_EXPORTER={name}: no such exporter installed "
-                    f"(available: {', '.join(sorted(available)) or 'none'})"
-                )
-            elif name == "otlp":
-                report.add(f"  {signal}: OTLP {protocol} to {endpoint}")
-            else:
-                report.add(f"  {signal}: {name}")
     report.add(
-        "  (applies when the launcher or OTEL_BREAKER_ENABLED sets up the SDK; a program that configures "
-        "its own providers exports as it chose)"
+        "  zero-code export (OTEL_BREAKER_ENABLED=true, at the first guarded call, when the program set no "
+        "provider itself):"
+    )
+    plan = plan_export()
+    for signal in plan.signals:
+        if signal.exporters:
+            for exporter in signal.exporters:
+                report.add(f"    {signal.signal}: {exporter.description} ({signal.reason})")
+        else:
+            report.add(f"    {signal.signal}: not exported ({signal.reason})")
+    for problem in plan.problems:
+        report.problem(problem)
+    for signal in plan.signals:
+        for exporter in signal.exporters:
+            if exporter.entry_point == "otlp_proto_grpc" and ":4318" in exporter.description:
+                report.add(
+                    f"    note: {signal.signal} use gRPC (OTEL_EXPORTER_OTLP_PROTOCOL is not http/protobuf) to port "
+                    "4318, the usual OTLP/HTTP port; set OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf if that is meant"
+                )
+    report.add(
+        "  (under opentelemetry-instrument the launcher's own configuration applies; a program that sets its "
+        "own providers exports as it chose)"
     )
 
 
@@ -259,6 +280,7 @@ def run(args: argparse.Namespace) -> int:
     report = Report()
     report.add(f"otel-breaker {__version__} on Python {sys.version.split()[0]} ({sys.executable})")
     settings = check_configuration(report)
+    check_timeouts(report, settings)
     check_frameworks(report, settings)
     check_running_instrumentor(report)
     check_telemetry(report)

@@ -22,11 +22,12 @@ from typing import Any
 
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 
+from otel_breaker import config
 from otel_breaker.instrumentation.base import DidNotEnable, FrameworkAdapter
 
 logger = logging.getLogger("otel_breaker")
 
-#: identifier -> "module:Class" of its adapter.
+#: identifier -> "module:Class" of its adapter (one per ``config.FRAMEWORKS``).
 ADAPTERS: dict[str, str] = {
     "langchain": "otel_breaker.instrumentation.langchain:LangChainAdapter",
     "openai_agents": "otel_breaker.instrumentation.openai_agents:OpenAIAgentsAdapter",
@@ -39,29 +40,10 @@ ADAPTERS: dict[str, str] = {
     "mcp": "otel_breaker.instrumentation.mcp:MCPAdapter",
 }
 
-_ALIASES = {
-    "openai-agents": "openai_agents",
-    "openai_agents_sdk": "openai_agents",
-    "pydantic-ai": "pydantic_ai",
-    "pydanticai": "pydantic_ai",
-    "llama-index": "llama_index",
-    "llamaindex": "llama_index",
-    "langgraph": "langchain",
-    "langchain-core": "langchain",
-    "autogen-core": "autogen",
-    "autogen_core": "autogen",
-    "praisonaiagents": "praisonai",
-    "praison": "praisonai",
-}
-
 
 def normalize_framework(name: str) -> str:
-    """The adapter identifier for a user-written framework name."""
-    key = name.strip().lower()
-    key = _ALIASES.get(key, key).replace("-", "_")
-    if key not in ADAPTERS:
-        raise ValueError(f"unknown framework {name!r}; supported: {', '.join(ADAPTERS)}")
-    return key
+    """The adapter identifier for a user-written framework name (ValueError naming the allowed ones)."""
+    return config.normalize_framework(name)
 
 
 def load_adapter_class(identifier: str) -> type[FrameworkAdapter]:

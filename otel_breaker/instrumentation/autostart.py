@@ -1,9 +1,13 @@
-"""What ``OTEL_BREAKER_ENABLED=true`` does at interpreter start-up.
+"""What ``OTEL_BREAKER_ENABLED=true`` does once a supported framework is imported.
 
-Registers post-import hooks for the selected frameworks (nothing is imported
-eagerly) and arranges for the OpenTelemetry SDK to be set up from the standard
-``OTEL_*`` variables if, by the first guarded call, the program has configured
-none itself. Every problem is logged; the program always starts.
+The start-up hook (``otel_breaker/_bootstrap.py``) calls :func:`autostart` on
+the first import of a supported framework. It reads the configuration (one
+log line per bad ``OTEL_BREAKER_*`` value, whose valid parts still apply),
+registers post-import hooks for the selected frameworks (nothing is imported
+eagerly), and arranges for the OpenTelemetry SDK to be set up from the standard
+``OTEL_*`` variables (see :mod:`otel_breaker.sdk_setup`) if, by the first
+guarded call, the program has set no provider itself. Every problem is logged;
+the program always starts.
 """
 
 from __future__ import annotations
@@ -18,14 +22,6 @@ _started = False
 _sdk_lock = threading.Lock()
 _sdk_checked = False
 
-_EXPORT_VARIABLES = (
-    "OTEL_EXPORTER_OTLP_ENDPOINT",
-    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-    "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
-    "OTEL_TRACES_EXPORTER",
-    "OTEL_METRICS_EXPORTER",
-)
-
 
 def autostart() -> None:
     """Instrument lazily from the environment (idempotent)."""
@@ -34,41 +30,47 @@ def autostart() -> None:
         return
     _started = True
     from otel_breaker.config import get_settings
-    from otel_breaker.instrumentation import BreakerInstrumentor
 
-    settings = get_settings()
+    settings = get_settings()  # logs each bad OTEL_BREAKER_* value once, in one line
     if not settings.enabled:
         return
     if "otel_breaker" in {n.strip() for n in os.environ.get("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "").split(",")}:
         return
+    from otel_breaker.instrumentation import BreakerInstrumentor
+
+    instrumentor = BreakerInstrumentor()
     try:
-        BreakerInstrumentor().instrument(lazy=True, lenient=True)
-    except Exception:
-        logger.exception("otel-breaker: could not register framework hooks")
+        if not instrumentor.is_instrumented_by_opentelemetry:  # the launcher may have loaded it already
+            instrumentor.instrument(lazy=True, lenient=True)
+    except Exception as exc:
+        logger.warning("otel-breaker: could not register framework hooks: %s: %s", type(exc).__name__, exc)
     from otel_breaker.instrumentation.base import before_first_call
 
-    if any(os.environ.get(name) for name in _EXPORT_VARIABLES):
-        before_first_call(ensure_sdk)
+    before_first_call(ensure_sdk)
     before_first_call(attach_span_processor)
 
 
 def ensure_sdk() -> None:
-    """Set up the SDK from ``OTEL_*`` variables unless the program already has one."""
+    """Set up the SDK from ``OTEL_*`` variables unless the program already set a provider."""
     global _sdk_checked
     with _sdk_lock:
         if _sdk_checked:
             return
         _sdk_checked = True
-    from opentelemetry import metrics, trace
-
-    if getattr(trace, "_TRACER_PROVIDER", None) is not None or getattr(metrics._internal, "_METER_PROVIDER", None):
-        return
     try:
-        from otel_breaker.sdk_setup import configure_sdk_from_env
+        from otel_breaker.sdk_setup import configure_sdk_from_env, providers_set_by_program
 
+        already = providers_set_by_program()
+        if already:
+            logger.debug("otel-breaker: the program set its own %s provider(s); no SDK set up", ", ".join(already))
+            return
         configure_sdk_from_env()
-    except Exception:
-        logger.exception("otel-breaker: could not set up the OpenTelemetry SDK from OTEL_* variables")
+    except Exception as exc:
+        logger.warning(
+            "otel-breaker: could not set up the OpenTelemetry SDK from OTEL_* variables: %s: %s",
+            type(exc).__name__,
+            exc,
+        )
 
 
 def attach_span_processor() -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextvars
 import importlib
 import logging
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import metadata
@@ -39,22 +40,32 @@ _active_call: contextvars.ContextVar[ToolCall | None] = contextvars.ContextVar("
 
 
 # Set-up deferred until the first guarded framework call (the SDK from OTEL_*
-# variables when the program configured none, the span processor).
+# variables when the program configured none, the span processor). Calls that
+# race to be first all wait until every step has run: a call that slipped past
+# while the SDK was still being set up would lose its span and metric points.
 _first_use: list[Callable[[], None]] = []
+_first_use_lock = threading.RLock()  # re-entrant: a step may itself make a guarded call
+_first_use_pending = False
 
 
 def before_first_call(callback: Callable[[], None]) -> None:
     """Run ``callback`` once, just before the first guarded framework call."""
-    _first_use.append(callback)
+    global _first_use_pending
+    with _first_use_lock:
+        _first_use.append(callback)
+        _first_use_pending = True
 
 
 def _run_first_use() -> None:
-    while _first_use:
-        callback = _first_use.pop(0)
-        try:
-            callback()
-        except Exception:
-            logger.exception("otel-breaker: start-up step %r failed", callback)
+    global _first_use_pending
+    with _first_use_lock:
+        while _first_use:
+            callback = _first_use.pop(0)
+            try:
+                callback()
+            except Exception:
+                logger.exception("otel-breaker: start-up step %r failed", callback)
+        _first_use_pending = False
 
 
 # Failures that a nested layer of the same logical call saw in a returned value
@@ -276,7 +287,7 @@ class FrameworkAdapter:
 
     def run_sync(self, call: ToolCall, wrapped: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         """Run a sync framework call through its breaker (once per logical call)."""
-        if _first_use:
+        if _first_use_pending:
             _run_first_use()
         active = _active_call.get()
         if active is not None and active.tool == call.tool:
@@ -294,7 +305,7 @@ class FrameworkAdapter:
 
     async def run_async(self, call: ToolCall, wrapped: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         """Run an async framework call through its breaker (once per logical call)."""
-        if _first_use:
+        if _first_use_pending:
             _run_first_use()
         active = _active_call.get()
         if active is not None and active.tool == call.tool:

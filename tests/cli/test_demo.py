@@ -43,10 +43,18 @@ def test_demo_compares_the_runs_and_shows_the_timeline():
     assert failed_with * 4 < failed_without
     assert row(out, "  rejected by a breaker (not run)")[0] == "0"
     assert number(row(out, "  rejected by a breaker (not run)")[1]) > 0
-    saved_without, saved_with = row(out, "est. tokens saved (otel_breaker.tokens.saved)")
-    assert saved_without == "0" and number(saved_with) > 10_000
+    counted_without, counted_with = row(out, "  counted live by otel_breaker.tokens.saved (*)")
+    assert counted_without == "0" and number(counted_with) > 10_000
     spent_without, spent_with = (number(v) for v in row(out, "est. tokens spent on tool round-trips"))
     assert spent_with < spent_without
+    # the table is consistent: "tokens saved" is the difference between the "spent" columns ...
+    assert row(out, "est. tokens saved (difference in tokens spent)") == ("-", f"{spent_without - spent_with:,}")
+    # ... and the metric's different count is explained, with its own numbers
+    rejected = number(row(out, "  rejected by a breaker (not run)")[1])
+    note = " ".join(out.split("\n(*) ")[1].split("\n\n")[0].split())
+    assert f"per rejected call ({rejected})" in note
+    assert f"~{number(counted_with) / rejected:,.0f} tokens" in note
+    assert "below the measured saving" in note
     wait_without, wait_with = row(out, "time waiting on a dead tool")
     assert wait_without == "45m 00s"  # 30 dead questions x 3 attempts x 30 s
     assert re.fullmatch(r"\d+m \d\ds", wait_with)
@@ -81,7 +89,9 @@ def test_demo_json_matches_the_table():
     assert data["timeline"][-1] == {**data["timeline"][-1], "from": "half_open", "to": "closed"}
     text = run_cli("demo").stdout
     assert row(text, "  rejected by a breaker (not run)")[1] == str(with_["rejected"])
-    assert row(text, "est. tokens saved (otel_breaker.tokens.saved)")[1] == f"{with_['tokens_saved']:,}"
+    assert row(text, "  counted live by otel_breaker.tokens.saved (*)")[1] == f"{with_['tokens_saved']:,}"
+    assert data["tokens_saved_measured"] == without["tokens_spent"] - with_["tokens_spent"]
+    assert row(text, "est. tokens saved (difference in tokens spent)")[1] == f"{data['tokens_saved_measured']:,}"
 
 
 def _run_on_a_terminal(*args: str) -> tuple[int, str]:
@@ -244,6 +254,8 @@ def test_recorded_outcomes_can_be_tuned(tmp_path):
         (["--serve-metrics", "99999"], "--serve-metrics: expected a port number 0 to 65535, got 99999"),
         (["--hold", "5"], "--hold only applies with --serve-metrics"),
         (["--record", "/nonexistent/dir/calls.jsonl"], "--record: cannot write"),
+        (["--duration", "soon"], "--duration: expected a time such as 90s, 5m or 1h, got 'soon'"),
+        (["--duration", "0s"], "--duration: expected a time from 1s to 24h, got '0s'"),
     ],
 )
 def test_bad_arguments_are_one_line_errors(args, fragment):
@@ -255,3 +267,65 @@ def test_unknown_options_exit_with_code_2():
     result = run_cli("demo", "--bogus")
     assert result.returncode == 2
     assert "unrecognized arguments: --bogus" in result.stderr
+
+
+def test_demo_with_a_dead_collector_is_quick_and_one_line():
+    env = clean_env(OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{_free_port()}")  # nothing listens there
+    started = time.monotonic()
+    result = run_cli("demo", "--otlp", "--steps", "20", env=env)
+    assert result.returncode == 0, result.stderr
+    assert time.monotonic() - started < 15  # generous: the demo's short exit budget plus start-up
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("otel-breaker: OpenTelemetry export (OTLP grpc to"), lines
+
+
+def test_a_paced_run_spreads_the_run_with_breakers_over_the_duration(monkeypatch, capsys):
+    from otel_breaker.cli import demo, main
+    from otel_breaker.registry import default_registry
+
+    now = [0.0]
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] += seconds
+
+    monkeypatch.setattr(demo, "SLEEP", sleep)
+    monkeypatch.setattr(demo, "CLOCK", lambda: now[0])
+    registry = default_registry()
+    store = registry.store  # the demo runs its breakers on a simulated clock: give later tests the real one back
+    try:
+        assert main(["demo", "--duration", "5m", "--steps", "10", "--no-progress"]) == 0
+    finally:
+        registry.use_store(store)
+    assert len(slept) == 10 and abs(sum(slept) - 300) < 1e-6  # one step every 30 s
+    assert all(abs(s - 30) < 1e-6 for s in slept)
+    captured = capsys.readouterr()
+    assert "Pacing the run with breakers over 5m 00s" in captured.err
+    assert "tool calls attempted" in captured.out
+
+
+def test_otlp_metrics_are_exported_during_a_paced_run():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Collector)
+    _Collector.received = []
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    env = clean_env(
+        OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{server.server_port}",
+        OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
+        OTEL_METRIC_EXPORT_INTERVAL="300",
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-m", "otel_breaker", "demo", "--otlp", "--steps", "10", "--duration", "6s"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        while process.poll() is None and not any(path == "/v1/metrics" for path, _ in _Collector.received):
+            time.sleep(0.05)
+        exported_while_running = process.poll() is None
+        assert process.wait(timeout=60) == 0, process.stderr.read()
+    finally:
+        server.shutdown()
+    assert exported_while_running, "no metrics reached the collector before the run ended"

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 
 import pytest
 from cli_helpers import clean_env, run_cli
@@ -22,7 +24,11 @@ def test_doctor_on_a_clean_environment():
     assert re.search(r"^  opentelemetry-sdk\s+\d+\.\d+", out, re.M)
     assert "instrumentor entry point otel_breaker: registered" in out
     assert re.search(r"^    OTEL_EXPORTER_OTLP_ENDPOINT\s+\(not set\)$", out, re.M)
-    assert "traces: OTLP grpc to http://localhost:4317 (default)" in out
+    # nothing asked for: nothing exported (and doctor says so, not a default endpoint)
+    for signal in ("traces", "metrics", "logs"):
+        assert f"    {signal}: not exported (nothing asked for" in out
+    assert "localhost:4317" not in out
+    assert "every tool: none (the default: a slow tool is never a failure" in out
     assert out.rstrip().endswith("No problems found.")
     assert result.stderr == ""
 
@@ -40,7 +46,9 @@ def test_doctor_names_the_source_of_each_value():
     assert re.search(r"^  OTEL_BREAKER_RECOVERY_TIMEOUT\s+60\.0\s+default$", out, re.M)
     assert re.search(r"^  OTEL_BREAKER_FALLBACKS\s+\{'web_search': \('backup_search',\)\}\s+env$", out, re.M)
     assert re.search(r"^  OTEL_BREAKER_STATUS_IN_PROMPT\s+True\s+env$", out, re.M)
-    assert "traces: OTLP http/protobuf to http://collector:4318" in out
+    # the protocol comes from OTEL_EXPORTER_OTLP_PROTOCOL (gRPC when unset), never from the port
+    assert "traces: OTLP grpc to http://collector:4318 (OTEL_EXPORTER_OTLP_ENDPOINT is set)" in out
+    assert "set OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf if that is meant" in out
     assert "secret-token" not in out
     assert re.search(r"^    OTEL_EXPORTER_OTLP_HEADERS\s+\*\*\*$", out, re.M)
 
@@ -58,7 +66,7 @@ def test_doctor_reports_every_problem_and_exits_1():
     assert "PROBLEM: OTEL_BREAKER_FAILURE_THRESHOLD='zero': expected a whole number >= 1" in out
     assert "PROBLEM: OTEL_BREAKER_FALLBACKS='web_search'" in out
     assert "OTEL_BREAKER_FAILURE_TRESHOLD is not an otel-breaker setting (misspelt?)" in out
-    assert "OTEL_TRACES_EXPORTER=nosuchexporter: no such exporter installed" in out
+    assert "OTEL_TRACES_EXPORTER=nosuchexporter: no exporter 'nosuchexporter' is installed for traces" in out
     assert "4 problem(s) found:" in out
     # the lenient loader's warnings are not repeated on stderr: each problem is in the report
     assert result.stderr == ""
@@ -92,13 +100,74 @@ def test_doctor_takes_no_arguments():
     assert "unrecognized arguments: --verbose" in result.stderr
 
 
-def test_doctor_shows_what_the_start_up_hook_did_in_its_own_process():
+def test_doctor_shows_the_start_up_hook_waiting_for_a_framework():
     result = run_cli("doctor", env=clean_env(OTEL_BREAKER_ENABLED="true"))
+    assert re.search(r"^  OTEL_BREAKER_ENABLED\s+True\s+env$", result.stdout, re.M)
+    assert "start-up hook active in this process: waiting for the first import" in result.stdout
+
+
+def test_doctor_shows_what_the_start_up_hook_did_in_its_own_process():
+    from pathlib import Path
+
+    fake = Path(__file__).parents[1] / "instrumentation" / "fake_framework"
+    env = clean_env(OTEL_BREAKER_ENABLED="true", PYTHONPATH=str(fake))
+    result = run_cli_with_import("langchain_core", env=env)
     out = result.stdout
-    assert re.search(r"^  OTEL_BREAKER_ENABLED\s+True\s+env$", out, re.M)
     section = out.split("instrumented at start-up in this process:")[1].split("\n\n")[0]
     lines = [line for line in section.splitlines() if line.strip()]
     reported = {line.split()[0] for line in lines}
     assert reported <= set(ADAPTERS) and reported
     for line in lines:
         assert re.match(r"^    \w+\s+(active|skipped|waiting)", line), line
+
+
+def run_cli_with_import(module: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """``doctor`` in a process that imported ``module`` first (as an agent would)."""
+    program = f"import sys, {module}; from otel_breaker.cli import main; sys.exit(main(['doctor']))"
+    return subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env, timeout=60)
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"OTEL_BREAKER_FRAMEWORKS": "langchain,langchian"}, "OTEL_BREAKER_FRAMEWORKS='langchain,langchian': unknown"),
+        ({"OTEL_BREAKER_TIMEOUT": "soon"}, "OTEL_BREAKER_TIMEOUT='soon'"),
+        ({"OTEL_BREAKER_SCOPE": "galaxy"}, "OTEL_BREAKER_SCOPE='galaxy'"),
+        ({"OTEL_BREAKER_STORE": "redsi"}, "OTEL_BREAKER_STORE='redsi'"),
+        ({"OTEL_BREAKER_TOOLS": "a=fast_api;b=warp"}, "OTEL_BREAKER_TOOLS='a=fast_api;b=warp'"),
+        ({"OTEL_BREAKER_ENABLED": "maybe"}, "OTEL_BREAKER_ENABLED='maybe'"),
+        ({"OTEL_BREAKER_TIMOUT": "30"}, "OTEL_BREAKER_TIMOUT is not an otel-breaker setting"),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, "http/json"),
+    ],
+    ids=lambda value: next(iter(value)) if isinstance(value, dict) else None,
+)
+def test_every_value_doctor_calls_wrong_makes_it_exit_1(env, expected):
+    result = run_cli("doctor", env=clean_env(**env))
+    assert result.returncode == 1, result.stdout
+    assert any(expected in line and "PROBLEM:" in line for line in result.stdout.splitlines()), result.stdout
+
+
+def test_doctor_says_whether_a_timeout_applies_and_to_which_tools():
+    env = clean_env(OTEL_BREAKER_TIMEOUT="45", OTEL_BREAKER_TOOLS="compile=timeout=none;scrape=slow_tool,timeout=90")
+    out = run_cli("doctor", env=env).stdout
+    assert "every tool: 45s (env): a sync call that returns later counts as a failure" in out
+    assert "  compile: none (OTEL_BREAKER_TOOLS)" in out
+    assert "  scrape: 90s (OTEL_BREAKER_TOOLS)" in out
+
+
+def test_doctor_describes_one_signal_asked_for_and_nothing_else():
+    out = run_cli("doctor", env=clean_env(OTEL_TRACES_EXPORTER="console")).stdout
+    assert "    traces: console (OTEL_TRACES_EXPORTER=console)" in out
+    assert "    metrics: not exported (nothing asked for" in out
+    assert "    logs: not exported (nothing asked for" in out
+    out = run_cli(
+        "doctor",
+        env=clean_env(
+            OTEL_EXPORTER_OTLP_ENDPOINT="http://c:4318",
+            OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
+            OTEL_METRICS_EXPORTER="none",
+        ),
+    ).stdout
+    assert "    traces: OTLP http/protobuf to http://c:4318/v1/traces (OTEL_EXPORTER_OTLP_ENDPOINT is set)" in out
+    assert "    metrics: not exported (OTEL_METRICS_EXPORTER=none)" in out
+    assert "    logs: OTLP http/protobuf to http://c:4318/v1/logs" in out

@@ -4,6 +4,7 @@ when the program configured none, and left alone when it did."""
 from __future__ import annotations
 
 import os
+import pathlib
 import subprocess
 import sys
 import textwrap
@@ -11,10 +12,13 @@ import textwrap
 import pytest
 from otel_support import Receiver
 
-# A program with a tool call passing through a framework adapter (what an
-# instrumented framework does); it configures no OpenTelemetry itself.
+# A program that imports a supported framework (which starts otel-breaker) and
+# makes a tool call through a framework adapter (what an instrumented framework
+# does); it configures no OpenTelemetry itself. The "framework" is an empty
+# package on PYTHONPATH: only its import matters here.
 PROGRAM = textwrap.dedent(
     """
+    import langchain_core
     from otel_breaker import ToolCall
     from otel_breaker.instrumentation.base import FrameworkAdapter
 
@@ -31,8 +35,12 @@ def receiver(tmp_path):
     receiver.stop()
 
 
+FAKE_FRAMEWORK = pathlib.Path(__file__).parent / "fake_framework"
+
+
 def run(program: str, **env: str) -> subprocess.CompletedProcess:
     environment = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    environment["PYTHONPATH"] = str(FAKE_FRAMEWORK)
     environment.update(env)
     return subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=environment, timeout=120)
 
