@@ -333,6 +333,16 @@ def describe_sources(settings: Settings) -> list[tuple[str, str, str]]:
 
 _lock = threading.Lock()
 _settings: Settings | None = None
+
+
+def _reinit_after_fork() -> None:
+    """A lock another thread held at a fork stays held in the child: replace it."""
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reinit_after_fork)
 _CODE_SOURCES: dict[str, str] = {}
 
 

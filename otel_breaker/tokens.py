@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -78,6 +79,19 @@ def parse_prices(raw: str | None) -> dict[str, Price]:
     return prices
 
 
+_ESTIMATORS: weakref.WeakSet[TokenEstimator] = weakref.WeakSet()
+
+
+def _reinit_after_fork() -> None:
+    """A lock another thread held at a fork stays held in the child: replace them."""
+    for estimator in list(_ESTIMATORS):
+        estimator._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reinit_after_fork)
+
+
 class TokenEstimator:
     """Learns per-tool round-trip cost from inference spans; totals savings."""
 
@@ -100,6 +114,7 @@ class TokenEstimator:
         self._saved: dict[tuple[str, str], int] = {}
         self._cost: dict[tuple[str, str], float] = {}
         self._seen_rejections: dict[object, int] = {}
+        _ESTIMATORS.add(self)
 
     # -- learning ------------------------------------------------------------------
 
