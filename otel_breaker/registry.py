@@ -53,8 +53,10 @@ UNGUARDED_TOOL = "_unguarded"
 #: Metric series of pruned tools beyond ``max_breakers`` distinct keys are summed under this name.
 OTHER_TOOLS = "_other"
 SESSION_IDLE_SECONDS = 3600.0
-#: Breakers looked at per new breaker when the registry is full, and sessions
-#: looked at per new session for idleness: the bound on the work either does.
+#: Breakers looked at per new breaker when the registry is full (after a look
+#: that found none idle, the next EVICTION_SCAN // 2 new keys run unguarded
+#: without looking), and sessions looked at per new session for idleness:
+#: the bound on the work either does.
 EVICTION_SCAN = 32
 SESSION_PRUNE_STEPS = 32
 
@@ -94,6 +96,7 @@ class BreakerRegistry:
         self._index: OrderedDict[CircuitBreaker, list[Any]] = OrderedDict()
         self._unguarded: UnguardedBreaker | None = None
         self._cap_logged = False
+        self._scan_skips = 0
         self._retired: dict[CountsKey, list[int]] = {}
         self._created_listeners: list[Callable[[CircuitBreaker], None]] = []
         _REGISTRIES.add(self)
@@ -294,23 +297,28 @@ class BreakerRegistry:
                 self.max_breakers,
                 UNGUARDED_TOOL,
             )
+        if self._scan_skips:
+            self._scan_skips -= 1  # the last look found nothing to evict: do not look again at once
+            return False
         index = self._index
         spare = None  # forgettable but used since the last sweep: evicted only if nothing idler is
         for _ in range(min(EVICTION_SCAN, len(index))):
             breaker = next(iter(index))
             entry = index[breaker]
-            requests = breaker._requests
-            if not entry[1] and _forgettable(breaker, requests):
-                if requests == entry[2]:
-                    self._evict(breaker, entry[0])
-                    return True
-                if spare is None:
-                    spare = (breaker, entry[0])
-            entry[2] = requests
+            if not entry[1] and breaker._state is _CLOSED and not breaker._consecutive:
+                requests = breaker._requests
+                if _forgettable(breaker, requests):
+                    if requests == entry[2]:
+                        self._evict(breaker, entry[0])
+                        return True
+                    if spare is None:
+                        spare = (breaker, entry[0])
+                entry[2] = requests
             index.move_to_end(breaker)
         if spare is not None:
             self._evict(*spare)
             return True
+        self._scan_skips = EVICTION_SCAN // 2
         return False
 
     def _evict(self, breaker: CircuitBreaker, where: tuple) -> None:
