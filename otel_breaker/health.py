@@ -139,7 +139,6 @@ class HealthMonitor:
             with self._lock:
                 self._lock.wait(_MAX_WAIT)
 
-
     def _after_fork(self) -> None:
         """In a forked child the checking thread is gone, its lock may be held
         by a thread that no longer exists, and event loops of other threads no

@@ -122,7 +122,7 @@ def test_prices_are_validated_with_the_other_settings(prices, named):
 def test_a_price_file_with_a_negative_price_is_named(tmp_path):
     path = tmp_path / "prices.json"
     path.write_text('{"gpt": {"input": -1, "output": 0.00001}}')
-    with pytest.raises(ConfigError, match="OTEL_BREAKER_PRICES=.*gpt.*input price -1"):
+    with pytest.raises(ConfigError, match=r"OTEL_BREAKER_PRICES=.*gpt.*input price -1"):
         load_settings({"OTEL_BREAKER_PRICES": str(path)})
     assert load_settings({"OTEL_BREAKER_PRICES": "gpt=0.000001:0.000002"}, strict=False).prices
 

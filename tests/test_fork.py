@@ -17,9 +17,8 @@ import traceback
 
 import pytest
 
-from otel_breaker import CircuitBreaker, CircuitBreakerConfig, State, guard
+from otel_breaker import CircuitBreaker, CircuitBreakerConfig, State, guard, telemetry
 from otel_breaker import health as health_module
-from otel_breaker import telemetry
 from otel_breaker.registry import BreakerRegistry, default_registry
 from otel_breaker.toolcall import ToolCall
 
@@ -145,7 +144,9 @@ def test_a_forked_child_runs_health_checks_and_async_deadlines_of_its_own():
     opened = CircuitBreaker(
         "health-forked",
         CircuitBreakerConfig(
-            failure_threshold=1, recovery_timeout=3600, health_check=lambda: checks.append(1) or True,
+            failure_threshold=1,
+            recovery_timeout=3600,
+            health_check=lambda: checks.append(1) or True,
             health_check_interval=0.01,
         ),
     )

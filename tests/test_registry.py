@@ -7,6 +7,7 @@ import logging
 
 import pytest
 
+import otel_breaker.registry as registry_module
 from otel_breaker import (
     CircuitBreaker,
     CircuitBreakerConfig,
@@ -18,7 +19,6 @@ from otel_breaker import (
     reset_all_circuit_breakers,
 )
 from otel_breaker.config import load_settings
-import otel_breaker.registry as registry_module
 from otel_breaker.registry import UNGUARDED_TOOL, BreakerRegistry, default_registry
 
 
