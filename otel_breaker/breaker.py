@@ -18,6 +18,7 @@ import enum
 import itertools
 import logging
 import math
+import os
 import threading
 import time
 import weakref
@@ -123,11 +124,21 @@ class CircuitBreakerConfig:
         base = self.recovery_timeout
         if reopenings <= 0 or self.backoff_multiplier == 1.0:
             return base
-        grown = base * self.backoff_multiplier**reopenings
+        try:
+            grown = base * self.backoff_multiplier**reopenings
+        except OverflowError:  # after very many failed probes in a row
+            grown = math.inf
         return max(base, min(grown, self.max_recovery_timeout))
 
 
 CONFIG_FIELDS = tuple(f.name for f in fields(CircuitBreakerConfig))
+
+#: Upper bounds of accepted options: beyond them a value is a typo, not a policy.
+MAX_COUNT = 10**9
+MAX_SECONDS = 366 * 86400.0
+MAX_MULTIPLIER = 100.0
+#: Shortest health-check interval and failure-rate window (a 0 would spin).
+MIN_INTERVAL = 0.001
 
 
 def _config_problems(c: CircuitBreakerConfig):
@@ -146,16 +157,42 @@ def _config_problems(c: CircuitBreakerConfig):
     problems: list[str] = []
     for name in ("failure_threshold", "success_threshold", "minimum_calls", "half_open_max_calls"):
         positive_int(name)
-    for name in ("recovery_timeout", "max_recovery_timeout", "health_check_interval"):
+    for name in ("recovery_timeout", "max_recovery_timeout"):
         non_negative(name)
     non_negative("timeout", allow_none=True)
-    if not isinstance(c.monitor_window, int | float) or not c.monitor_window > 0:
+    interval = c.health_check_interval
+    if isinstance(interval, bool) or not isinstance(interval, int | float) or not interval >= MIN_INTERVAL:
+        problems.append(f"health_check_interval={interval!r} (must be a number >= {MIN_INTERVAL:g} seconds)")
+    if isinstance(c.monitor_window, bool) or not isinstance(c.monitor_window, int | float) or not c.monitor_window > 0:
         problems.append(f"monitor_window={c.monitor_window!r} (must be a number > 0)")
+    elif c.monitor_window < MIN_INTERVAL:
+        problems.append(f"monitor_window={c.monitor_window!r} (must be >= {MIN_INTERVAL:g} seconds)")
     rate = c.failure_rate_threshold
     if rate is not None and (not isinstance(rate, int | float) or not 0 < rate <= 1):
         problems.append(f"failure_rate_threshold={rate!r} (must be in (0, 1] or None)")
-    if not isinstance(c.backoff_multiplier, int | float) or c.backoff_multiplier < 1:
-        problems.append(f"backoff_multiplier={c.backoff_multiplier!r} (must be >= 1)")
+    multiplier = c.backoff_multiplier
+    if isinstance(multiplier, bool) or not isinstance(multiplier, int | float) or not 1 <= multiplier <= MAX_MULTIPLIER:
+        problems.append(f"backoff_multiplier={multiplier!r} (must be between 1 and {MAX_MULTIPLIER:g})")
+    # Values that parse but make no sense: named like every other bad value.
+    for name in ("failure_threshold", "success_threshold", "minimum_calls", "half_open_max_calls"):
+        value = getattr(c, name)
+        if isinstance(value, int) and value > MAX_COUNT:
+            problems.append(f"{name}={value!r} (must be at most {MAX_COUNT:,})")
+    for name in ("recovery_timeout", "max_recovery_timeout", "timeout", "monitor_window", "health_check_interval"):
+        value = getattr(c, name)
+        if isinstance(value, int | float) and not isinstance(value, bool) and value > MAX_SECONDS:
+            problems.append(f"{name}={value!r} (must be at most {MAX_SECONDS:g} seconds, a year)")
+    if (
+        isinstance(c.backoff_multiplier, int | float)
+        and c.backoff_multiplier > 1
+        and isinstance(c.max_recovery_timeout, int | float)
+        and isinstance(c.recovery_timeout, int | float)
+        and c.max_recovery_timeout < c.recovery_timeout
+    ):
+        problems.append(
+            f"max_recovery_timeout={c.max_recovery_timeout!r} (must be >= recovery_timeout={c.recovery_timeout!r}: "
+            f"with backoff_multiplier={c.backoff_multiplier!r} the cooldown could never grow)"
+        )
     if c.mode not in MODES:
         problems.append(f"mode={c.mode!r} (must be one of {', '.join(MODES)})")
     yield from problems
@@ -462,10 +499,15 @@ class CircuitBreaker:
         return permit
 
     def _acquire_slow(self) -> tuple[int | tuple[int, int], StateChange | None]:
+        """Admission under the lock, from the state found under the lock: the
+        state read without it may be stale (the breaker may have closed since)."""
         now = self._clock()
         next(self._request_counter)
         change = None
-        if self._state is _OPEN:
+        state = self._state
+        if state is _CLOSED:
+            return self._generation, None
+        if state is _OPEN:
             if now < self._open_until:
                 next(self._rejected_open_counter)
                 return (SHADOW if self._observe else REJECTED), None
@@ -638,6 +680,20 @@ class CircuitBreaker:
     def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Use the breaker as a decorator on sync and async functions."""
         return _decorate(self, fn)
+
+
+def _reinit_after_fork() -> None:
+    """In a forked child only the forking thread exists: a lock another thread
+    held at the fork stays held forever, and probe leases of calls in flight in
+    other threads are never given back. Give every breaker a fresh lock and
+    free its probe slots."""
+    for breaker in list(_ALL_BREAKERS):
+        breaker._lock = threading.Lock()
+        breaker._probe_leases.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reinit_after_fork)
 
 
 def _counter_value(counter: itertools.count) -> int:

@@ -12,7 +12,9 @@ Every resolved value remembers where it came from (default, env or code), so
 
 from __future__ import annotations
 
+import json
 import logging
+import math
 import os
 import re
 import threading
@@ -102,6 +104,10 @@ class ConfigError(ValueError):
         super().__init__("invalid otel-breaker configuration:\n  " + "\n  ".join(problems))
 
 
+#: Largest whole number any setting accepts; beyond it a value is a typo.
+MAX_WHOLE_NUMBER = 10**9
+
+
 def _parse(kind: str, raw: str) -> Any:
     text = raw.strip()
     if kind == "bool":
@@ -116,8 +122,8 @@ def _parse(kind: str, raw: str) -> Any:
             value = int(text)
         except ValueError:
             raise ValueError("expected a whole number >= 1") from None
-        if value < 1:
-            raise ValueError("expected a whole number >= 1")
+        if not 1 <= value <= MAX_WHOLE_NUMBER:
+            raise ValueError(f"expected a whole number between 1 and {MAX_WHOLE_NUMBER:,}")
         return value
     if kind in ("float", "float_or_none"):
         if kind == "float_or_none" and text.lower() in ("none", "off", "0", ""):
@@ -155,6 +161,81 @@ def validate_tool_name(name: str) -> str:
     if not isinstance(name, str) or not TOOL_NAME_PATTERN.match(name):
         raise ValueError(f"invalid tool name {name!r}: 1-128 letters, digits or _ . : / @ + -")
     return name
+
+
+#: A price above this (USD per token) is a typo: the dearest models cost well under a cent a token.
+MAX_PRICE_PER_TOKEN = 1.0
+
+
+@dataclass(frozen=True)
+class Price:
+    """USD per input and per output token of one model."""
+
+    input: float
+    output: float
+
+
+def _price(model: str, input_price: Any, output_price: Any) -> Price:
+    """A validated price: finite numbers, 0 <= price <= :data:`MAX_PRICE_PER_TOKEN`."""
+    values = []
+    for name, value in (("input", input_price), ("output", output_price)):
+        if isinstance(value, bool):
+            raise ValueError(f"model {model!r}: {name} price {value!r} is not a number")
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"model {model!r}: {name} price {value!r} is not a number") from None
+        if not math.isfinite(number) or not 0 <= number <= MAX_PRICE_PER_TOKEN:
+            raise ValueError(
+                f"model {model!r}: {name} price {value!r} must be a finite USD amount per token "
+                f"between 0 and {MAX_PRICE_PER_TOKEN:g}"
+            )
+        values.append(number)
+    if not model:
+        raise ValueError("a price entry names no model")
+    return Price(*values)
+
+
+def parse_prices(raw: str | None) -> dict[str, Price]:
+    """Prices from a JSON file path or an inline ``model=in:out;model2=in:out`` value.
+
+    A JSON file maps model -> {"input": usd_per_token, "output": usd_per_token}.
+    Raises ValueError naming what is wrong (NaN, infinite and negative prices included).
+    """
+    if not raw:
+        return {}
+    text = raw.strip()
+    if os.path.exists(text):
+        try:
+            with open(text, encoding="utf-8") as handle:
+                data = json.load(handle)
+        except OSError as exc:
+            raise ValueError(f"price file {text}: cannot be read ({exc.strerror or exc})") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ValueError(f"price file {text}: not valid JSON ({exc})") from None
+        if not isinstance(data, Mapping):
+            raise ValueError(f"price file {text}: expected an object of model -> {{input, output}}")
+        prices = {}
+        for model, entry in data.items():
+            if not isinstance(entry, Mapping) or "input" not in entry or "output" not in entry:
+                raise ValueError(f"price file {text}: model {model!r} needs numeric 'input' and 'output'")
+            try:
+                prices[str(model)] = _price(str(model), entry["input"], entry["output"])
+            except ValueError as exc:
+                raise ValueError(f"price file {text}: {exc}") from None
+        return prices
+    prices = {}
+    for entry in filter(None, (part.strip() for part in text.split(";"))):
+        model, sep, pair = entry.partition("=")
+        parts = pair.split(":")
+        if not sep or len(parts) != 2:
+            expected = "model=usd_per_input_token:usd_per_output_token"
+            raise ValueError(f"prices entry {entry!r}: expected {expected}")
+        try:
+            prices[model.strip()] = _price(model.strip(), parts[0].strip(), parts[1].strip())
+        except ValueError as exc:
+            raise ValueError(f"prices entry {entry!r}: {exc}") from None
+    return prices
 
 
 def parse_tool_overrides(raw: str) -> dict[str, dict[str, Any]]:
@@ -398,6 +479,12 @@ def load_settings(environ: Mapping[str, str] | None = None, *, strict: bool = Tr
     for suffix, name in _TEXT_SETTINGS.items():
         raw = env.get(PREFIX + suffix)
         if raw:
+            if suffix == "PRICES":
+                try:
+                    parse_prices(raw)
+                except ValueError as exc:
+                    problems.append(f"{PREFIX}PRICES={raw!r}: {exc}")
+                    continue
             values[name] = raw.strip()
             sources[PREFIX + suffix] = "env"
     for var in sorted(env):
@@ -410,6 +497,7 @@ def load_settings(environ: Mapping[str, str] | None = None, *, strict: bool = Tr
             defaults = CircuitBreakerConfig(**breaker_options)
         except ValueError as exc:
             problems.append(f"{exc}; using the defaults for these options")
+    problems.extend(_conflicts(env, defaults, values.get("tools", {})))
     if problems:
         if strict:
             raise ConfigError(problems)
@@ -423,6 +511,23 @@ def _problem(var: str, raw: str, exc: Exception, allowed: str, consequence: str)
     shown = raw if len(raw) <= 200 else raw[:200] + "..."
     detail = f"{exc} ({allowed})" if allowed else str(exc)
     return f"{var}={shown!r}: {detail}; {consequence}"
+
+
+def _conflicts(env: Mapping[str, str], defaults: CircuitBreakerConfig, tools: Mapping[str, Any]) -> list[str]:
+    """Values that are fine alone but not together, named like any bad value."""
+    problems = []
+    var = PREFIX + "MAX_RECOVERY_TIMEOUT"
+    if var in env and defaults.max_recovery_timeout < defaults.recovery_timeout:
+        problems.append(
+            f"{var}={env[var]!r}: below the recovery timeout ({defaults.recovery_timeout:g}s); "
+            "the cooldown could never reach it (must be >= OTEL_BREAKER_RECOVERY_TIMEOUT)"
+        )
+    for tool, options in tools.items():
+        try:
+            defaults.with_changes(**options)
+        except ValueError as exc:
+            problems.append(f"{PREFIX}TOOLS entry for {tool!r}: {str(exc).split(': ', 1)[-1]}")
+    return problems
 
 
 def describe_sources(settings: Settings) -> list[tuple[str, str, str]]:
@@ -457,6 +562,16 @@ def describe_sources(settings: Settings) -> list[tuple[str, str, str]]:
 
 _lock = threading.Lock()
 _settings: Settings | None = None
+
+
+def _reinit_after_fork() -> None:
+    """A lock another thread held at a fork stays held in the child: replace it."""
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reinit_after_fork)
 _CODE_SOURCES: dict[str, str] = {}
 
 

@@ -11,6 +11,7 @@ calls finish, so back-to-back calls never touch the loop's timer heap.
 from __future__ import annotations
 
 import asyncio
+import os
 import weakref
 
 
@@ -62,6 +63,15 @@ class _LoopWatch:
 _ATTRIBUTE = "_otel_breaker_deadlines"
 # For event loops that take no attributes (e.g. uvloop); weak, so closed loops go.
 _watches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopWatch] = weakref.WeakKeyDictionary()
+
+
+def _forget_after_fork() -> None:
+    """Event loops of other threads do not run in a forked child: forget their watches."""
+    _watches.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def _watch_of(loop: asyncio.AbstractEventLoop) -> _LoopWatch:

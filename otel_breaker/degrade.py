@@ -5,21 +5,31 @@ rejection into text an agent can act on (retry later, use an alternative, or
 tell the user), lists unavailable tools for a system prompt, routes calls to
 fallbacks, and gates high-stakes tools behind a human escalation hook.
 
-Everything here that can reach a prompt is sanitised: tool names are
-validated, text is length-capped and stripped of control characters and
-prompt-like markup, and nothing a failing tool returned is ever included.
+Everything here that can reach a prompt goes through :mod:`otel_breaker.sanitize`:
+names are reduced to plain characters and capped, text is length-capped and
+stripped of control characters and prompt-like markup, and nothing a failing
+tool returned is ever included. That holds for every field of a rejection
+result, not only its texts.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import re
+import weakref
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from otel_breaker.breaker import CircuitOpenError, State
+from otel_breaker.breaker import CircuitOpenError, State, StateChange, add_global_listener
 from otel_breaker.classify import FAILURE
+from otel_breaker.sanitize import (  # noqa: F401 - re-exported: the sanitiser adapters use
+    MAX_ALTERNATIVES,
+    MAX_NAME_CHARS,
+    MAX_TEXT_CHARS,
+    optional_name,
+    safe_name,
+    sanitize,
+)
 
 if TYPE_CHECKING:
     from otel_breaker.breaker import CircuitBreaker
@@ -27,25 +37,6 @@ if TYPE_CHECKING:
     from otel_breaker.toolcall import ToolCall
 
 logger = logging.getLogger("otel_breaker")
-
-MAX_NAME_CHARS = 64
-MAX_TEXT_CHARS = 600
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\u200b-\u200f\u2028-\u202e\u2066-\u2069]")
-_MARKUP = re.compile(r"<\|?/?[A-Za-z_][\w\-|]*\|?>|\[/?(INST|SYS)\]|```|<<\s*/?SYS\s*>>", re.IGNORECASE)
-_SAFE_NAME = re.compile(r"[^\w.:/@+\-]")
-
-
-def safe_name(name: str) -> str:
-    """A tool or agent name fit for a prompt: plain characters only, capped."""
-    cleaned = _SAFE_NAME.sub("_", str(name))[:MAX_NAME_CHARS]
-    return cleaned or "tool"
-
-
-def sanitize(text: str, limit: int = MAX_TEXT_CHARS) -> str:
-    """Cap ``text`` and strip control characters and prompt-like markup."""
-    cleaned = _MARKUP.sub("", _CONTROL.sub(" ", str(text)))
-    cleaned = re.sub(r"\s+", " ", cleaned).strip()
-    return cleaned if len(cleaned) <= limit else cleaned[: limit - 1] + "…"
 
 
 def _seconds(value: float | None) -> str:
@@ -79,9 +70,11 @@ class Rejection:
 
     @property
     def alternatives(self) -> tuple[str, ...]:
-        """Configured fallbacks whose breakers are not open right now."""
+        """Configured fallbacks whose breakers are not open right now (at most
+        :data:`MAX_ALTERNATIVES`, names as the model may read them)."""
         if self._alternatives is None:
-            self._alternatives = healthy_alternatives(self.breaker.config.fallbacks)
+            healthy = healthy_alternatives(self.breaker.config.fallbacks)[:MAX_ALTERNATIVES]
+            self._alternatives = tuple(safe_name(name) for name in healthy)
         return self._alternatives
 
     @property
@@ -98,8 +91,8 @@ class Rejection:
         when = _seconds(self.retry_after)
         alternatives = self.alternatives
         if alternatives:
-            names = ", ".join(f"'{safe_name(a)}'" for a in alternatives)
-            return f"Tool '{tool}' may be retried {when}. Use an alternative instead: {names}."
+            names = ", ".join(f"'{a}'" for a in alternatives)
+            return sanitize(f"Tool '{tool}' may be retried {when}. Use an alternative instead: {names}.")
         return (
             f"Tool '{tool}' may be retried {when}. No alternative is available: do not retry it now; "
             "tell the user this capability is temporarily degraded."
@@ -116,13 +109,17 @@ class Rejection:
         )
 
     def as_dict(self) -> dict[str, Any]:
-        """The graceful error result returned instead of running the tool."""
+        """The graceful error result returned instead of running the tool.
+
+        Every field a model reads is sanitised: names and ids by :func:`safe_name`
+        (at most :data:`MAX_NAME_CHARS` characters), texts by :func:`sanitize`."""
+        call = self.call
         return {
             "error": self.summary,
             "circuit_open": True,
-            "tool": self.call.tool,
-            "agent_name": self.call.agent_name,
-            "session_id": self.call.session_id,
+            "tool": safe_name(call.tool),
+            "agent_name": optional_name(call.agent_name),
+            "session_id": optional_name(call.session_id),
             "retry_after_s": self.retry_after,
             "remediation": self.remediation,
             "alternatives": list(self.alternatives),
@@ -160,9 +157,36 @@ def rejection_result(breaker: CircuitBreaker, call: ToolCall | None) -> dict[str
         breaker, call or ToolCall(breaker.name, agent_name=breaker.agent_name, session_id=breaker.session_id)
     )
     info._retry_after = seconds
+    fallbacks = breaker.config.fallbacks
+    if fallbacks:
+        # The alternatives depend on the fallbacks' breakers: a transition of
+        # any of them drops this cached answer (see _on_transition).
+        for name in fallbacks:
+            _dependents.setdefault(name, weakref.WeakSet()).add(breaker)
+        epoch = _fallback_epoch[0]
     result = info.as_dict()
-    breaker.rejection_cache = (valid[0], valid[1], call, generation, result)
+    if not fallbacks or epoch == _fallback_epoch[0]:
+        breaker.rejection_cache = (valid[0], valid[1], call, generation, result)
     return result.copy()
+
+
+# Breakers whose cached rejection names a fallback, by fallback name.
+_dependents: dict[str, weakref.WeakSet[CircuitBreaker]] = {}
+# Bumped before dependents' caches are dropped, so an answer computed during
+# a fallback's transition is not cached.
+_fallback_epoch = [0]
+
+
+def _on_transition(change: StateChange) -> None:
+    """A fallback's breaker moved: rejections naming it are built afresh."""
+    dependents = _dependents.get(change.breaker.name)
+    if dependents:
+        _fallback_epoch[0] += 1
+        for breaker in list(dependents):
+            breaker.rejection_cache = None
+
+
+add_global_listener(_on_transition)
 
 
 def healthy_alternatives(names: tuple[str, ...]) -> tuple[str, ...]:
@@ -237,9 +261,9 @@ def status_in_prompt_enabled() -> bool:
 def _breakers_for(registry: BreakerRegistry, agent: Any) -> list[CircuitBreaker]:
     """The breakers that can reject a call of ``agent``: its own, the process-wide
     ones, and the current session's. Every breaker when ``agent`` is None."""
-    from otel_breaker.registry import OVERFLOW_TOOL, current_session
+    from otel_breaker.registry import current_session
 
-    everything = [b for b in registry.breakers() if b.name != OVERFLOW_TOOL]
+    everything = registry.breakers()
     if agent is None:
         return everything
     session = current_session()

@@ -18,6 +18,7 @@ import heapq
 import inspect
 import itertools
 import logging
+import os
 import threading
 import weakref
 from typing import Any
@@ -38,6 +39,7 @@ class HealthMonitor:
         self._queue: list[tuple[float, int, weakref.ref, Any]] = []
         self._sequence = itertools.count()
         self._thread: threading.Thread | None = None
+        _MONITORS.add(self)
 
     def on_transition(self, change: StateChange) -> None:
         """Global listener: start checking a breaker when it opens."""
@@ -137,6 +139,28 @@ class HealthMonitor:
             with self._lock:
                 self._lock.wait(_MAX_WAIT)
 
+    def _after_fork(self) -> None:
+        """In a forked child the checking thread is gone, its lock may be held
+        by a thread that no longer exists, and event loops of other threads no
+        longer run: start over, with the checks that were pending."""
+        self._lock = threading.Condition()
+        self._thread = None
+        self._queue = [(due, seq, ref, None) for due, seq, ref, _loop in self._queue]
+        heapq.heapify(self._queue)
+        if self._background and self._queue:
+            self._start()
+
+
+_MONITORS: weakref.WeakSet[HealthMonitor] = weakref.WeakSet()
+
+
+def _reinit_after_fork() -> None:
+    for monitor in list(_MONITORS):
+        monitor._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reinit_after_fork)
 
 MONITOR = HealthMonitor()
 add_global_listener(MONITOR.on_transition)

@@ -13,9 +13,17 @@ Scopes:
   ``OTEL_BREAKER_SCOPE=session``, framework session ids (thread ids, run ids)
   key breakers too, and idle sessions are pruned.
 
-The registry never grows without bound: past ``max_breakers`` new keys share
-one overflow breaker and a warning is logged once. Counts of pruned breakers
-are kept per tool so exported counters never go backwards.
+The registry never grows without bound, and past its cap a tool is still
+judged only on its own calls. At ``max_breakers`` a new breaker first takes
+the place of an idle one that remembers nothing a new breaker would not
+(closed, no failure streak, no call in flight, no call since the last sweep;
+never one handed out by :meth:`BreakerRegistry.get`). When none is idle the
+call runs unguarded, counted under the tool name ``_unguarded``: another
+tool's failures can never reject it. Each case is logged once. Counts of
+pruned breakers are kept per tool so exported counters never go backwards.
+
+Session scope costs O(1) per new session: idle sessions are found in order of
+their last placement, a bounded number of steps per new session.
 """
 
 from __future__ import annotations
@@ -23,13 +31,16 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
+import os
 import threading
+import time
 import uuid
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from otel_breaker.breaker import CircuitBreaker, CircuitBreakerConfig, Clock, all_breakers
+from otel_breaker.breaker import _CLOSED, CircuitBreaker, CircuitBreakerConfig, Clock, all_breakers
 from otel_breaker.config import Settings, get_settings
 from otel_breaker.store import BreakerStore, store_from_url
 from otel_breaker.store.memory import MemoryStore
@@ -37,8 +48,17 @@ from otel_breaker.toolcall import ToolCall
 
 logger = logging.getLogger("otel_breaker")
 
-OVERFLOW_TOOL = "_overflow"
+#: Tool name under which calls that ran unguarded past the cap are counted.
+UNGUARDED_TOOL = "_unguarded"
+#: Metric series of pruned tools beyond ``max_breakers`` distinct keys are summed under this name.
+OTHER_TOOLS = "_other"
 SESSION_IDLE_SECONDS = 3600.0
+#: Breakers looked at per new breaker when the registry is full (after a look
+#: that found none idle, the next EVICTION_SCAN // 2 new keys run unguarded
+#: without looking), and sessions looked at per new session for idleness:
+#: the bound on the work either does.
+EVICTION_SCAN = 32
+SESSION_PRUNE_STEPS = 32
 
 _session: contextvars.ContextVar[str | None] = contextvars.ContextVar("otel_breaker_session", default=None)
 
@@ -67,12 +87,19 @@ class BreakerRegistry:
         self._agent_finalizers: dict[int, weakref.finalize] = {}
         self._by_agent_name: dict[tuple[str, str], CircuitBreaker] = {}
         self._by_session: dict[str, dict[str, CircuitBreaker]] = {}
+        # Implicit sessions: last use (written on every call, no lock) and the
+        # order they were placed in (read oldest first when pruning).
         self._session_seen: dict[str, float] = {}
+        self._session_order: OrderedDict[str, float] = OrderedDict()
         self._session_depth: dict[str, int] = {}
-        self._count = 0
-        self._overflow: CircuitBreaker | None = None
+        # Every breaker held, oldest first: breaker -> [where it is, pinned, requests at the last sweep].
+        self._index: OrderedDict[CircuitBreaker, list[Any]] = OrderedDict()
+        self._unguarded: UnguardedBreaker | None = None
+        self._cap_logged = False
+        self._scan_skips = 0
         self._retired: dict[CountsKey, list[int]] = {}
         self._created_listeners: list[Callable[[CircuitBreaker], None]] = []
+        _REGISTRIES.add(self)
 
     # -- settings ------------------------------------------------------------
 
@@ -126,6 +153,9 @@ class BreakerRegistry:
         logged), never silently ignored.
         """
         breaker = self._get(tool, config)
+        entry = self._index.get(breaker)
+        if entry is not None:
+            entry[1] = True  # held by the caller: never evicted
         if config is not None:
             wanted = self.settings.config_for(tool, config)
             if wanted != breaker.config:
@@ -140,8 +170,8 @@ class BreakerRegistry:
             with self._lock:
                 breaker = self._by_tool.get(tool)
                 if breaker is None:
-                    breaker = self._new(tool, config, None, None)
-                    if breaker.name != OVERFLOW_TOOL:
+                    breaker = self._new(tool, config, None, None, ("tool", tool))
+                    if breaker is not self._unguarded:
                         self._by_tool[tool] = breaker
         return breaker
 
@@ -183,8 +213,9 @@ class BreakerRegistry:
                 tools = self._by_agent[key] = {}
             breaker = tools.get(call.tool)
             if breaker is None:
-                breaker = self._new(call.tool, config, call.agent_name, None)
-                tools[call.tool] = breaker
+                breaker = self._new(call.tool, config, call.agent_name, None, ("agent", key, call.tool))
+                if breaker is not self._unguarded:
+                    tools[call.tool] = breaker
             return breaker
 
     def _named_agent_breaker(self, agent: Any, call: ToolCall, config: CircuitBreakerConfig | None) -> CircuitBreaker:
@@ -192,8 +223,9 @@ class BreakerRegistry:
         name = call.agent_name or type(agent).__name__
         breaker = self._by_agent_name.get((name, call.tool))
         if breaker is None:
-            breaker = self._new(call.tool, config, name, None)
-            self._by_agent_name[(name, call.tool)] = breaker
+            breaker = self._new(call.tool, config, name, None, ("name", (name, call.tool)))
+            if breaker is not self._unguarded:
+                self._by_agent_name[(name, call.tool)] = breaker
         return breaker
 
     def _session_breaker(
@@ -207,26 +239,40 @@ class BreakerRegistry:
                     self._session_seen[session] = self._now()
                 return breaker
         with self._lock:
+            now = self._now()
             if not explicit:
-                self._prune_idle_sessions()
-                self._session_seen[session] = self._now()
-            tools = self._by_session.setdefault(session, {})
-            breaker = tools.get(call.tool)
+                self._prune_idle_sessions(now)
+            tools = self._by_session.get(session)
+            breaker = tools.get(call.tool) if tools is not None else None
             if breaker is None:
-                breaker = self._new(call.tool, config, call.agent_name, session)
+                breaker = self._new(call.tool, config, call.agent_name, session, ("session", session, call.tool))
+                if breaker is self._unguarded:
+                    return breaker  # no session entry: memory stays bounded past the cap
+                tools = self._by_session.get(session)  # making room may have dropped it
+                if tools is None:
+                    tools = self._by_session[session] = {}
                 tools[call.tool] = breaker
+            if not explicit:
+                self._session_seen[session] = now
+                if session not in self._session_order:
+                    self._session_order[session] = now
             return breaker
 
     def _now(self) -> float:
-        import time
-
         return (self._clock or time.monotonic)()
 
     def _new(
-        self, tool: str, config: CircuitBreakerConfig | None, agent_name: str | None, session: str | None
+        self,
+        tool: str,
+        config: CircuitBreakerConfig | None,
+        agent_name: str | None,
+        session: str | None,
+        where: tuple,
     ) -> CircuitBreaker:
-        if self._count >= self.max_breakers:
-            return self._overflow_breaker()
+        """A new breaker, indexed at ``where`` (lock held); the unguarded breaker
+        when the registry is full and no breaker is idle."""
+        if len(self._index) >= self.max_breakers and not self._make_room():
+            return self._unguarded_breaker()
         breaker = self.store.create(
             tool,
             self.settings.config_for(tool, config),
@@ -234,21 +280,77 @@ class BreakerRegistry:
             agent_name=agent_name,
             session_id=session,
         )
-        self._count += 1
+        self._index[breaker] = [where, False, 0]
         for listener in self._created_listeners:
             listener(breaker)
         return breaker
 
-    def _overflow_breaker(self) -> CircuitBreaker:
-        if self._overflow is None:
+    def _make_room(self) -> bool:
+        """Evict one idle breaker, looking at no more than :data:`EVICTION_SCAN`
+        of the oldest. True when one was evicted."""
+        if not self._cap_logged:
+            self._cap_logged = True
             logger.warning(
-                "otel-breaker: more than %d breakers; new tools now share the %r breaker. "
+                "otel-breaker: %d breakers (OTEL_BREAKER_MAX_BREAKERS); idle closed breakers now make room "
+                "for new ones, and while none is idle new tools run unguarded, counted as tool %r. "
                 "Raise OTEL_BREAKER_MAX_BREAKERS or use a coarser OTEL_BREAKER_SCOPE.",
                 self.max_breakers,
-                OVERFLOW_TOOL,
+                UNGUARDED_TOOL,
             )
-            self._overflow = self.store.create(OVERFLOW_TOOL, self.settings.defaults, clock=self._clock)
-        return self._overflow
+        if self._scan_skips:
+            self._scan_skips -= 1  # the last look found nothing to evict: do not look again at once
+            return False
+        index = self._index
+        spare = None  # forgettable but used since the last sweep: evicted only if nothing idler is
+        for _ in range(min(EVICTION_SCAN, len(index))):
+            breaker = next(iter(index))
+            entry = index[breaker]
+            if not entry[1] and breaker._state is _CLOSED and not breaker._consecutive:
+                requests = breaker._requests
+                if _forgettable(breaker, requests):
+                    if requests == entry[2]:
+                        self._evict(breaker, entry[0])
+                        return True
+                    if spare is None:
+                        spare = (breaker, entry[0])
+                entry[2] = requests
+            index.move_to_end(breaker)
+        if spare is not None:
+            self._evict(*spare)
+            return True
+        self._scan_skips = EVICTION_SCAN // 2
+        return False
+
+    def _evict(self, breaker: CircuitBreaker, where: tuple) -> None:
+        kind = where[0]
+        if kind == "tool":
+            self._by_tool.pop(where[1], None)
+        elif kind == "name":
+            self._by_agent_name.pop(where[1], None)
+        elif kind == "agent":
+            self._by_agent.get(where[1], {}).pop(where[2], None)
+        else:
+            session = where[1]
+            tools = self._by_session.get(session)
+            if tools is not None:
+                tools.pop(where[2], None)
+                if not tools:
+                    del self._by_session[session]
+                    self._session_seen.pop(session, None)
+                    self._session_order.pop(session, None)
+        self._retire((breaker,))
+
+    def _unguarded_breaker(self) -> UnguardedBreaker:
+        breaker = self._unguarded
+        if breaker is None:
+            logger.warning(
+                "otel-breaker: %d breakers and none idle: new tools run unguarded, counted as tool %r "
+                "(logged once). Raise OTEL_BREAKER_MAX_BREAKERS or use a coarser OTEL_BREAKER_SCOPE.",
+                self.max_breakers,
+                UNGUARDED_TOOL,
+            )
+            breaker = self._unguarded = UnguardedBreaker(UNGUARDED_TOOL, self.settings.defaults, clock=self._clock)
+        return breaker
 
     # -- pruning -------------------------------------------------------------------
 
@@ -268,24 +370,39 @@ class BreakerRegistry:
     def _drop_session(self, session: str) -> None:
         with self._lock:
             self._session_seen.pop(session, None)
+            self._session_order.pop(session, None)
             tools = self._by_session.pop(session, None)
             if tools:
                 self._retire(tools.values())
 
-    def _prune_idle_sessions(self) -> None:
-        now = self._now()
-        for session, seen in list(self._session_seen.items()):
+    def _prune_idle_sessions(self, now: float) -> None:
+        """Drop sessions idle for :data:`SESSION_IDLE_SECONDS`, oldest placement
+        first, in at most :data:`SESSION_PRUNE_STEPS` steps (lock held).
+
+        A session used since it was placed is placed again at the back, so
+        each is looked at about once per idle period: O(1) per new session."""
+        order = self._session_order
+        for _ in range(SESSION_PRUNE_STEPS):
+            if not order:
+                return
+            session = next(iter(order))
+            if now - order[session] <= SESSION_IDLE_SECONDS:
+                return  # every later placement is newer still
+            seen = self._session_seen.get(session, order[session])
             if now - seen > SESSION_IDLE_SECONDS and session not in self._session_depth:
                 self._drop_session(session)
+            else:
+                order.move_to_end(session)
+                order[session] = now
 
     def _retire(self, breakers: Any) -> None:
         """Fold the lifetime counts of dropped breakers into per-tool totals."""
         for breaker in breakers:
-            self._count -= 1
+            self._index.pop(breaker, None)
             breaker.retired = True
             key = counts_key(breaker)
             if key not in self._retired and len(self._retired) >= self.max_breakers:
-                key = (OVERFLOW_TOOL, None, key[2])
+                key = (OTHER_TOOLS, None, key[2])
             totals = self._retired.setdefault(key, [0, 0, 0, 0, 0])
             for index, value in enumerate(breaker.lifetime_counts()):
                 totals[index] += value
@@ -320,12 +437,17 @@ class BreakerRegistry:
             found = list(self._by_tool.values()) + list(self._by_agent_name.values())
             for tools in (*self._by_agent.values(), *self._by_session.values()):
                 found.extend(tools.values())
-            if self._overflow is not None:
-                found.append(self._overflow)
         return found
 
     def __len__(self) -> int:
-        return self._count + (self._overflow is not None)
+        """How many breakers the registry holds (at most ``max_breakers``)."""
+        return len(self._index)
+
+    @property
+    def unguarded_calls(self) -> int:
+        """Calls that ran unguarded because the registry was full and no breaker idle."""
+        breaker = self._unguarded
+        return 0 if breaker is None else breaker._requests
 
     def retired_counts(self) -> dict[CountsKey, list[int]]:
         """Lifetime (success, failure, ignored, rejected-open, rejected-half-open) of
@@ -353,6 +475,9 @@ class BreakerRegistry:
         ``keep_counts=False`` (a clean slate, e.g. between tests)."""
         with self._lock:
             self._retire(self.breakers())
+            if self._unguarded is not None:
+                self._retire((self._unguarded,))
+                self._unguarded = None
             if not keep_counts:
                 self._retired.clear()
             for finalizer in list(self._agent_finalizers.values()):
@@ -363,8 +488,56 @@ class BreakerRegistry:
             self._by_agent_name.clear()
             self._by_session.clear()
             self._session_seen.clear()
-            self._overflow = None
-            self._count = 0
+            self._session_order.clear()
+            self._index.clear()
+            self._cap_logged = False
+
+
+class UnguardedBreaker(CircuitBreaker):
+    """Where calls go when the registry is full and no breaker is idle: every
+    call is admitted and counted, none ever moves a state. A tool is never
+    rejected for another tool's failures."""
+
+    def acquire(self) -> int:
+        next(self._request_counter)
+        return self._generation
+
+    def record(self, permit: Any, outcome: int) -> None:
+        from otel_breaker.classify import FAILURE, SUCCESS
+
+        if outcome == SUCCESS:
+            next(self._success_counter)
+            return
+        with self._lock:
+            if outcome == FAILURE:
+                self._failures += 1
+            else:
+                self._ignored += 1
+
+
+def _forgettable(breaker: CircuitBreaker, requests: int) -> bool:
+    """Whether a new breaker would decide exactly as ``breaker`` does: closed,
+    no failure streak, no failures in its window, no call in flight."""
+    if breaker._state is not _CLOSED or breaker._consecutive:
+        return False
+    window = breaker._window
+    if window is not None and window.totals(breaker._clock())[1]:
+        return False
+    successes, failures, ignored, rejected_open, rejected_half_open = breaker.lifetime_counts()
+    return requests == successes + failures + ignored + rejected_open + rejected_half_open
+
+
+_REGISTRIES: weakref.WeakSet[BreakerRegistry] = weakref.WeakSet()
+
+
+def _reinit_after_fork() -> None:
+    """A lock another thread held at a fork stays held in the child: replace them."""
+    for registry in list(_REGISTRIES):
+        registry._lock = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reinit_after_fork)
 
 
 def _store_from_settings(settings: Settings) -> BreakerStore:

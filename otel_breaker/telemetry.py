@@ -14,6 +14,7 @@ time. With no SDK configured nothing here runs beyond two attribute checks.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,12 @@ from otel_breaker import breaker as breaker_module
 from otel_breaker.breaker import SHADOW, CircuitBreaker, State, StateChange, all_breakers
 from otel_breaker.config import get_settings
 from otel_breaker.registry import BreakerRegistry, counts_key, default_registry
+from otel_breaker.sanitize import (  # noqa: F401 - MAX_ATTRIBUTE_CHARS and bounded stay importable from here
+    MAX_ATTRIBUTE_CHARS,
+    bounded,
+    exception_message,
+    exception_stacktrace,
+)
 from otel_breaker.tokens import TokenEstimator, parse_prices
 
 if TYPE_CHECKING:
@@ -86,15 +93,10 @@ METRIC_STORE_ERRORS = "otel_breaker.store.errors"
 #: GenAI semantic-convention bucket boundaries for operation durations (seconds).
 DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
 
-MAX_ATTRIBUTE_CHARS = 256
 OUTCOMES = ("success", "failure", "ignored")
 STATES = (State.CLOSED, State.OPEN, State.HALF_OPEN)
-
-
-def bounded(value: Any) -> str:
-    """Attribute values are capped: a tool name or id is never a megabyte."""
-    text = value if isinstance(value, str) else str(value)
-    return text if len(text) <= MAX_ATTRIBUTE_CHARS else text[:MAX_ATTRIBUTE_CHARS]
+#: The OpenTelemetry SDK's default limit of series (attribute sets) per instrument.
+SDK_CARDINALITY_LIMIT = 2000
 
 
 def _labels(breaker: CircuitBreaker) -> dict[str, str]:
@@ -274,7 +276,7 @@ class Telemetry:
     def _create_instruments(self, meter: Any) -> None:
         meter.create_observable_gauge(
             METRIC_STATE,
-            callbacks=[self._observe_state],
+            callbacks=[self._within_cardinality(METRIC_STATE, self._observe_state)],
             unit="{breaker}",
             description="Circuit breaker state per tool: 1 for the current state, 0 for the others.",
         )
@@ -318,7 +320,9 @@ class Telemetry:
             ),
         )
         for name, callback, unit, description in counters:
-            meter.create_observable_counter(name, callbacks=[callback], unit=unit, description=description)
+            meter.create_observable_counter(
+                name, callbacks=[self._within_cardinality(name, callback)], unit=unit, description=description
+            )
         if self.duration_metric:
             self._duration = meter.create_histogram(
                 METRIC_DURATION,
@@ -326,6 +330,27 @@ class Telemetry:
                 description="Duration of tool executions.",
                 explicit_bucket_boundaries_advisory=list(DURATION_BUCKETS),
             )
+
+    def _within_cardinality(self, name: str, callback: Any) -> Any:
+        """``callback``, warning once when it yields more series than the SDK keeps
+        per instrument by default: the SDK folds the rest into one overflow series."""
+
+        def observe(options: CallbackOptions) -> list[Observation]:
+            observations = list(callback(options))
+            if len(observations) > SDK_CARDINALITY_LIMIT and name not in _CARDINALITY_WARNED:
+                _CARDINALITY_WARNED.add(name)
+                logger.warning(
+                    "otel-breaker: %s has %d series, more than the %d the OpenTelemetry SDK keeps per instrument "
+                    "by default; the rest are summed into one series with otel.metric.overflow=true. Raise the "
+                    "SDK's limit (a View with aggregation_cardinality_limit, or the reader's cardinality_limits) "
+                    "or lower OTEL_BREAKER_MAX_BREAKERS (logged once per instrument).",
+                    name,
+                    len(observations),
+                    SDK_CARDINALITY_LIMIT,
+                )
+            return observations
+
+        return observe
 
     # -- the per-call hooks the guard calls --------------------------------------------------
 
@@ -360,7 +385,7 @@ class Telemetry:
             attributes[ATTR_FRAMEWORK] = call.framework
         if self.capture_content and call.arguments is not None:
             attributes[ATTR_TOOL_ARGUMENTS] = bounded(call.arguments)
-        span = tracer.start_span(f"execute_tool {call.tool}", kind=SpanKind.INTERNAL, attributes=attributes)
+        span = tracer.start_span(f"execute_tool {attributes[ATTR_TOOL]}", kind=SpanKind.INTERNAL, attributes=attributes)
         token = context_api.attach(trace_api.set_span_in_context(span))
         return (span, token, state)
 
@@ -406,7 +431,7 @@ class Telemetry:
                     attributes[ATTR_ERROR_TYPE] = err
                 span.set_attributes(attributes)
                 if err is not None:
-                    description = str(exc) if (exc is not None and self.capture_content) else None
+                    description = exception_message(exc) if (exc is not None and self.capture_content) else None
                     span.set_status(Status(StatusCode.ERROR, description))
                 if exc is not None:
                     self._exception_event(span, exc)
@@ -420,7 +445,15 @@ class Telemetry:
 
     def _exception_event(self, span: Any, exc: BaseException) -> None:
         if self.capture_content:
-            span.record_exception(exc)
+            # Capped and with obvious secrets masked: exception text is the tool's, not ours.
+            span.add_event(
+                "exception",
+                {
+                    "exception.type": type(exc).__qualname__,
+                    "exception.message": exception_message(exc),
+                    "exception.stacktrace": exception_stacktrace(exc),
+                },
+            )
         else:
             span.add_event("exception", {"exception.type": type(exc).__qualname__})
 
@@ -546,7 +579,18 @@ class Telemetry:
             yield Observation(int(errors), {"otel_breaker.store": getattr(self.registry.store, "name", "store")})
 
 
+_CARDINALITY_WARNED: set[str] = set()
+
 TELEMETRY = Telemetry()
+
+
+def _reinit_after_fork() -> None:
+    """A lock another thread held at a fork stays held in the child: replace it."""
+    TELEMETRY._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reinit_after_fork)
 
 
 def configure(

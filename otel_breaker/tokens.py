@@ -15,13 +15,14 @@ estimate is applied to new rejections when metrics are collected (``settle``).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+
+from otel_breaker.config import Price, parse_prices  # noqa: F401 - part of this module's API
 
 logger = logging.getLogger("otel_breaker")
 
@@ -32,50 +33,17 @@ _TRACES_KEPT = 2048
 _INFERENCES_PER_TRACE = 8
 
 
-@dataclass(frozen=True)
-class Price:
-    """USD per input and per output token of one model."""
-
-    input: float
-    output: float
+_ESTIMATORS: weakref.WeakSet[TokenEstimator] = weakref.WeakSet()
 
 
-def parse_prices(raw: str | None) -> dict[str, Price]:
-    """Prices from a JSON file path or an inline ``model=in:out;model2=in:out`` value.
+def _reinit_after_fork() -> None:
+    """A lock another thread held at a fork stays held in the child: replace them."""
+    for estimator in list(_ESTIMATORS):
+        estimator._lock = threading.Lock()
 
-    A JSON file maps model -> {"input": usd_per_token, "output": usd_per_token}.
-    Raises ValueError naming what is wrong.
-    """
-    if not raw:
-        return {}
-    text = raw.strip()
-    if os.path.exists(text):
-        with open(text, encoding="utf-8") as handle:
-            try:
-                data = json.load(handle)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"price file {text}: not valid JSON ({exc})") from None
-        if not isinstance(data, Mapping):
-            raise ValueError(f"price file {text}: expected an object of model -> {{input, output}}")
-        prices = {}
-        for model, entry in data.items():
-            try:
-                prices[str(model)] = Price(float(entry["input"]), float(entry["output"]))
-            except (TypeError, KeyError, ValueError):
-                raise ValueError(f"price file {text}: model {model!r} needs numeric 'input' and 'output'") from None
-        return prices
-    prices = {}
-    for entry in filter(None, (part.strip() for part in text.split(";"))):
-        model, sep, pair = entry.partition("=")
-        parts = pair.split(":")
-        try:
-            if not sep or len(parts) != 2:
-                raise ValueError
-            prices[model.strip()] = Price(float(parts[0]), float(parts[1]))
-        except ValueError:
-            expected = "model=usd_per_input_token:usd_per_output_token"
-            raise ValueError(f"prices entry {entry!r}: expected {expected}") from None
-    return prices
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reinit_after_fork)
 
 
 class TokenEstimator:
@@ -100,6 +68,7 @@ class TokenEstimator:
         self._saved: dict[tuple[str, str], int] = {}
         self._cost: dict[tuple[str, str], float] = {}
         self._seen_rejections: dict[object, int] = {}
+        _ESTIMATORS.add(self)
 
     # -- learning ------------------------------------------------------------------
 

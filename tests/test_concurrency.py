@@ -147,3 +147,49 @@ async def test_async_counts_exact_over_1000_tasks():
     stats = breaker.stats
     assert stats.failure_count == sum(isinstance(r, Down) for r in results) == 334
     assert stats.success_count == 666
+
+
+class _LockWithHook:
+    """The breaker's lock, running ``hook`` once just before it is first taken:
+    puts another thread's transition between an unlocked read and the lock."""
+
+    def __init__(self, lock, hook) -> None:
+        self._lock = lock
+        self._hook = hook
+
+    def __enter__(self):
+        hook, self._hook = self._hook, None
+        if hook is not None:
+            hook()
+        return self._lock.__enter__()
+
+    def __exit__(self, *exc):
+        return self._lock.__exit__(*exc)
+
+
+def _closing_between_read_and_lock(breaker: CircuitBreaker, probe) -> None:
+    """The next slow-path admission reads HALF_OPEN without the lock; before it
+    gets the lock, the probe in flight succeeds and closes the breaker."""
+    real = breaker._lock
+
+    def close() -> None:
+        breaker._lock = real
+        breaker.record(probe, 0)  # SUCCESS
+
+    breaker._lock = _LockWithHook(real, close)
+
+
+def test_admission_under_the_lock_decides_from_the_state_found_there(clock):
+    breaker = CircuitBreaker(
+        "raced", CircuitBreakerConfig(failure_threshold=1, success_threshold=1, recovery_timeout=10), clock=clock
+    )
+    breaker.force_open(10)
+    clock.advance(11)
+    probe = breaker.acquire()  # the half-open probe
+    assert isinstance(probe, tuple) and breaker.state is State.HALF_OPEN
+    _closing_between_read_and_lock(breaker, probe)
+    permit = breaker.acquire()  # read HALF_OPEN unlocked; CLOSED once it holds the lock
+    assert breaker.state is State.CLOSED
+    assert permit == breaker.generation  # a plain closed-state permit, not a probe lease or a rejection
+    breaker.record(permit, 1)  # FAILURE: its outcome counts (it used to be dropped)
+    assert breaker.state is State.OPEN

@@ -6,6 +6,7 @@ import logging
 
 import pytest
 
+from otel_breaker import CircuitBreakerConfig
 from otel_breaker.config import ConfigError, describe_sources, load_settings, parse_fallbacks, parse_tool_overrides
 
 GOOD_AND_BAD = [
@@ -159,3 +160,69 @@ def test_a_list_with_nothing_valid_falls_back_to_the_default(caplog):
     assert settings.frameworks is None  # every installed framework, as when unset
     assert "OTEL_BREAKER_FRAMEWORKS" not in settings.sources
     assert caplog.records[0].getMessage().endswith("using the default")
+@pytest.mark.parametrize(
+    ("prices", "named"),
+    [
+        ("gpt=nan:0.00001", "nan"),
+        ("gpt=-0.001:0.00001", "-0.001"),
+        ("gpt=0.00001:inf", "inf"),
+        ("gpt=0.00001:7", "7"),
+        ("gpt=cheap:0.1", "cheap"),
+    ],
+)
+def test_prices_are_validated_with_the_other_settings(prices, named):
+    with pytest.raises(ConfigError) as error:
+        load_settings({"OTEL_BREAKER_PRICES": prices})
+    (problem,) = error.value.problems
+    assert problem.startswith("OTEL_BREAKER_PRICES=") and named in problem
+
+
+def test_a_price_file_with_a_negative_price_is_named(tmp_path):
+    path = tmp_path / "prices.json"
+    path.write_text('{"gpt": {"input": -1, "output": 0.00001}}')
+    with pytest.raises(ConfigError, match=r"OTEL_BREAKER_PRICES=.*gpt.*input price -1"):
+        load_settings({"OTEL_BREAKER_PRICES": str(path)})
+    assert load_settings({"OTEL_BREAKER_PRICES": "gpt=0.000001:0.000002"}, strict=False).prices
+
+
+def test_bad_prices_fall_back_to_none_with_one_logged_line(caplog):
+    with caplog.at_level("WARNING", logger="otel_breaker"):
+        settings = load_settings({"OTEL_BREAKER_PRICES": "gpt=nan:1"}, strict=False)
+    assert settings.prices is None
+    assert caplog.text.count("OTEL_BREAKER_PRICES") == 1
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"OTEL_BREAKER_FAILURE_THRESHOLD": "1" + "0" * 23}, "OTEL_BREAKER_FAILURE_THRESHOLD"),
+        ({"OTEL_BREAKER_RECOVERY_TIMEOUT": "1e23"}, "OTEL_BREAKER_RECOVERY_TIMEOUT"),
+        ({"OTEL_BREAKER_MAX_BREAKERS": "1" + "0" * 23}, "OTEL_BREAKER_MAX_BREAKERS"),
+        ({"OTEL_BREAKER_HEALTH_CHECK_INTERVAL": "0"}, "OTEL_BREAKER_HEALTH_CHECK_INTERVAL"),
+        ({"OTEL_BREAKER_BACKOFF_MULTIPLIER": "nan"}, "OTEL_BREAKER_BACKOFF_MULTIPLIER"),
+        ({"OTEL_BREAKER_MAX_RECOVERY_TIMEOUT": "0", "OTEL_BREAKER_RECOVERY_TIMEOUT": "30"}, "MAX_RECOVERY_TIMEOUT"),
+        ({"OTEL_BREAKER_TOOLS": "search=failure_threshold=" + "9" * 20}, "OTEL_BREAKER_TOOLS"),
+        (
+            {"OTEL_BREAKER_TOOLS": "search=backoff_multiplier=2,recovery_timeout=900,max_recovery_timeout=10"},
+            "max_recovery_timeout",
+        ),
+    ],
+)
+def test_absurd_values_are_named_like_every_other_bad_value(env, named):
+    with pytest.raises(ConfigError) as error:
+        load_settings(env)
+    assert any(named in problem for problem in error.value.problems), error.value.problems
+
+
+def test_absurd_values_in_code_are_rejected_too():
+    with pytest.raises(ValueError, match="failure_threshold"):
+        CircuitBreakerConfig(failure_threshold=10**23)
+    with pytest.raises(ValueError, match="max_recovery_timeout"):
+        CircuitBreakerConfig(recovery_timeout=60, max_recovery_timeout=0, backoff_multiplier=2)
+    with pytest.raises(ValueError, match="backoff_multiplier"):
+        CircuitBreakerConfig(backoff_multiplier=float("nan"))
+
+
+def test_a_long_run_of_failed_probes_never_overflows_the_cooldown():
+    config = CircuitBreakerConfig(recovery_timeout=1, backoff_multiplier=100, max_recovery_timeout=3600)
+    assert config.cooldown(10_000) == 3600

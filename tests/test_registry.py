@@ -7,6 +7,7 @@ import logging
 
 import pytest
 
+import otel_breaker.registry as registry_module
 from otel_breaker import (
     CircuitBreaker,
     CircuitBreakerConfig,
@@ -18,12 +19,20 @@ from otel_breaker import (
     reset_all_circuit_breakers,
 )
 from otel_breaker.config import load_settings
-from otel_breaker.registry import OVERFLOW_TOOL, BreakerRegistry, default_registry
+from otel_breaker.registry import UNGUARDED_TOOL, BreakerRegistry, default_registry
 
 
 class Agent:
     def __init__(self, name: str) -> None:
         self.name = name
+
+
+class Down(Exception):
+    pass
+
+
+def _fail() -> None:
+    raise Down
 
 
 def test_get_circuit_breaker_returns_the_same_breaker():
@@ -108,14 +117,77 @@ def test_framework_session_ids_key_breakers_in_session_scope(clock):
     assert a not in registry.breakers() and b not in registry.breakers()
 
 
-def test_the_cap_sends_new_tools_to_one_overflow_breaker_and_warns_once(caplog):
+def test_past_the_cap_idle_closed_breakers_make_room_and_the_cap_is_logged_once(caplog):
     registry = BreakerRegistry(settings=load_settings({}), max_breakers=10)
     with caplog.at_level(logging.WARNING, logger="otel_breaker"):
-        breakers = [registry.breaker_for(ToolCall(f"tool-{i}")) for i in range(50)]
-    assert len({id(b) for b in breakers}) == 11
-    assert breakers[-1].name == OVERFLOW_TOOL
-    assert caplog.text.count("new tools now share") == 1
-    assert len(registry) == 11
+        for i in range(50):
+            assert registry.breaker_for(ToolCall(f"tool-{i}")).call(lambda: "ok") == "ok"
+    assert len(registry) == 10
+    assert registry.unguarded_calls == 0
+    assert caplog.text.count("idle closed breakers now make room") == 1
+    assert UNGUARDED_TOOL not in {b.name for b in registry.breakers()}
+
+
+def test_past_the_cap_a_healthy_tool_is_never_rejected_for_another_tools_failures(caplog):
+    """An MCP server with many tool names: one failing tool beyond the cap must not
+    reject the others (it used to share one overflow breaker with them)."""
+    registry = BreakerRegistry(settings=load_settings({"OTEL_BREAKER_FAILURE_THRESHOLD": "2"}), max_breakers=5)
+    # fill the registry with tools that are failing (not idle, not forgettable)
+    for i in range(5):
+        broken = registry.breaker_for(ToolCall(f"broken-{i}"))
+        for _ in range(2):
+            with pytest.raises(Down):
+                broken.call(_fail)
+    with caplog.at_level(logging.WARNING, logger="otel_breaker"):
+        failing = registry.breaker_for(ToolCall("flaky"))
+        for _ in range(10):
+            with pytest.raises(Down):
+                failing.call(_fail)
+        healthy_results = [registry.breaker_for(ToolCall(f"healthy-{i}")).call(lambda: "ok") for i in range(200)]
+    assert healthy_results == ["ok"] * 200  # 0 healthy calls rejected
+    assert registry.unguarded_calls == 210
+    assert caplog.text.count("and none idle: new tools run unguarded") == 1
+    assert all(b.state is State.OPEN for b in registry.breakers())  # the broken tools keep their own state
+
+
+def test_pinned_and_busy_breakers_are_not_evicted():
+    registry = BreakerRegistry(settings=load_settings({}), max_breakers=2)
+    held = registry.get("held")  # handed to the caller
+    failing = registry.breaker_for(ToolCall("streak"))
+    with pytest.raises(Down):
+        failing.call(_fail)  # a failure streak is state a new breaker would not have
+    registry.breaker_for(ToolCall("new")).call(lambda: 1)
+    assert {b.name for b in registry.breakers()} == {"held", "streak"}
+    assert registry.get("held") is held
+
+
+def test_session_scope_past_the_cap_keeps_memory_bounded(clock):
+    registry = BreakerRegistry(settings=load_settings({"OTEL_BREAKER_SCOPE": "session"}), clock=clock, max_breakers=50)
+    for i in range(5000):
+        breaker = registry.breaker_for(ToolCall("search", session_id=f"s{i}"))
+        breaker.acquire()  # a call in flight: not idle
+    assert len(registry) == 50
+    assert len(registry._by_session) <= 50
+    assert len(registry._session_seen) <= 50 and len(registry._session_order) <= 50
+
+
+def test_idle_sessions_are_pruned_a_bounded_number_per_new_session(clock):
+    registry = BreakerRegistry(settings=load_settings({"OTEL_BREAKER_SCOPE": "session"}), clock=clock)
+    for i in range(1000):
+        registry.breaker_for(ToolCall("search", session_id=f"old-{i}"))
+    kept = registry.breaker_for(ToolCall("search", session_id="old-0"))
+    clock.advance(3000)
+    kept = registry.breaker_for(ToolCall("search", session_id="old-0"))  # used again: stays
+    clock.advance(1000)
+    for i in range(40):
+        registry.breaker_for(ToolCall("search", session_id=f"new-{i}"))
+    # each new session looked at no more than a bounded number of old ones...
+    assert 1000 - 40 * registry_module.SESSION_PRUNE_STEPS <= len(registry._by_session) < 1040
+    for i in range(40, 200):
+        registry.breaker_for(ToolCall("search", session_id=f"new-{i}"))
+    # ...and together they dropped every idle one
+    assert set(registry._by_session) == {"old-0"} | {f"new-{i}" for i in range(200)}
+    assert kept in registry.breakers()
 
 
 def test_reset_all_reaches_breakers_outside_the_registry():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from opentelemetry import trace
 from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, attach, detach, set_value
@@ -224,14 +226,28 @@ def test_counters_never_go_backwards_when_breakers_are_pruned(otel):
     assert otel.value("otel_breaker.calls", gen_ai_agent_name="a") == 1
 
 
-def test_tools_beyond_the_cap_share_an_overflow_series(otel):
+def test_tools_beyond_the_cap_are_counted_per_tool_and_none_is_lost(otel):
     registry = BreakerRegistry(settings=load_settings({}), max_breakers=3)
     telemetry.configure(registry=registry)
     guard = Guard(registry)
     for index in range(20):
         guard.call(ToolCall(f"tool-{index}"), lambda: 1)
-    tools = {p.attributes["gen_ai.tool.name"] for p in otel.metrics()["otel_breaker.calls"]}
-    assert tools == {"tool-0", "tool-1", "tool-2", "_overflow"}
+    points = otel.metrics()["otel_breaker.calls"]
+    tools = {p.attributes["gen_ai.tool.name"] for p in points}
+    assert {"tool-17", "tool-18", "tool-19"} <= tools  # the live breakers: the newest tools
+    assert "_overflow" not in tools
+    assert sum(p.value for p in points if p.attributes["otel_breaker.outcome"] == "success") == 20
+
+
+def test_more_series_than_the_sdk_keeps_are_warned_about_once(otel, caplog):
+    guard = Guard()
+    for index in range(700):  # 700 tools x 3 outcomes > 2000 series
+        guard.call(ToolCall(f"tool-{index}"), lambda: 1)
+    with caplog.at_level(logging.WARNING, logger="otel_breaker"):
+        otel.metrics()
+        otel.metrics()
+    assert caplog.text.count("otel_breaker.calls has 2100 series") == 1
+    assert "aggregation_cardinality_limit" in caplog.text
 
 
 def test_tokens_saved_with_the_configured_estimate(otel):

@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 from otel_breaker.cli import UsageError
+from otel_breaker.sanitize import bounded
 
 #: Socket timeout of the command line's Redis client: longer than a worker's,
 #: since a person is waiting, not a tool call.
@@ -113,6 +114,7 @@ def _status(args: argparse.Namespace) -> int:
                 _when(row["last_change_ms"], row["last_change_age_s"]),
             )
         )
+    table = [tuple(bounded(cell) for cell in line) for line in table]  # names from the store reach a terminal
     widths = [max(len(line[i]) for line in table) for i in range(len(header))]
     for line in table:
         print("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip())

@@ -107,3 +107,15 @@ def test_no_store_configured(capsys, monkeypatch):
     monkeypatch.delenv("OTEL_BREAKER_STORE", raising=False)
     assert main(["status"]) == 2
     assert "no shared store" in capsys.readouterr().err
+
+
+def test_status_prints_hostile_tool_names_without_escape_sequences(make_store, cli):
+    store = make_store()
+    hostile = "evil\x1b[2J\x1b]0;pwned\x07\r\nTOOL forged-row" + "x" * 5000
+    store.create(hostile, CircuitBreakerConfig(), agent_name="agent\x1b[31m").call(lambda: "ok")
+    code, out, _ = cli("status")
+    assert code == 0
+    assert "\x1b" not in out and "\x07" not in out and "\r" not in out
+    lines = out.splitlines()
+    assert len(lines) == 2  # the name cannot forge a row
+    assert max(len(cell) for cell in lines[1].split("  ") if cell) <= 256

@@ -1,0 +1,193 @@
+"""Pre-fork servers fork while other threads run: every child must still call its tools.
+
+A lock held by another thread at the moment of ``fork`` stays held forever in
+the child (that thread does not exist there). The breakers, the registry,
+telemetry, health checks and the token estimator re-create their locks and
+background machinery in the child.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+import time
+import traceback
+
+import pytest
+
+from otel_breaker import CircuitBreaker, CircuitBreakerConfig, State, guard, telemetry
+from otel_breaker import health as health_module
+from otel_breaker.registry import BreakerRegistry, default_registry
+from otel_breaker.toolcall import ToolCall
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+
+CHILDREN = 30
+#: Each child gets this long to finish its guarded calls; a child stuck on a lock never does.
+CHILD_TIME_BOUND = 10.0
+
+
+class Down(Exception):
+    pass
+
+
+def _fail() -> None:
+    raise Down
+
+
+def _drive(stop: threading.Event, breakers: list[CircuitBreaker], registry: BreakerRegistry) -> None:
+    """Move breakers through every transition, as fast as possible, and create new ones."""
+    index = 0
+    while not stop.is_set():
+        for breaker in breakers:
+            breaker.force_open()
+            breaker.stats  # noqa: B018 - takes the lock
+            breaker.force_close()
+            try:
+                breaker.call(_fail)
+            except Down:
+                pass
+            breaker.reset()
+        registry.breaker_for(ToolCall(f"driven-{index % 500}", session_id=f"s{index}"))
+        telemetry.TELEMETRY.estimator.observe(f"driven-{index % 50}", 10, 5)
+        index += 1
+
+
+def _child(breakers: list[CircuitBreaker], registry: BreakerRegistry) -> int:
+    """What a worker does first: guarded calls that take every lock (failures, new breakers)."""
+    for breaker in breakers:
+        breaker.force_close()
+        try:
+            breaker.call(_fail)  # opens it (failure_threshold=1)
+        except Down:
+            pass
+        assert breaker.stats.state is State.OPEN
+        breaker.force_close()
+        assert breaker.call(lambda: 7) == 7
+    assert registry.breaker_for(ToolCall("child-tool", session_id="child")).call(lambda: 1) == 1
+    assert guard("child_guarded")(lambda: 2)() == 2
+    telemetry.TELEMETRY.estimator.observe("child-tool", 10, 5)
+    telemetry.TELEMETRY.transitions()
+    health_module.MONITOR.pending()
+    return 0
+
+
+def _wait_all(pids: list[int], bound: float) -> tuple[list[int], list[int]]:
+    """Wait up to ``bound`` seconds for the children (running side by side); kill the hung ones.
+
+    Returns (hung, failed) pids."""
+    hung, failed = [], []
+    deadline = time.monotonic() + bound  # the children run at the same time
+    for pid in pids:
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                if os.waitstatus_to_exitcode(status) != 0:
+                    failed.append(pid)
+                break
+            if time.monotonic() > deadline:
+                hung.append(pid)
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                break
+            time.sleep(0.01)  # polling a child process, bounded by the deadline
+    return hung, failed
+
+
+def _in_child(target) -> None:  # pragma: no cover - runs in the child
+    code = 1
+    try:
+        code = target()
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+def _fork_children(target) -> list[int]:
+    pids = []
+    for _ in range(CHILDREN):
+        pid = os.fork()
+        if pid == 0:
+            _in_child(target)
+        pids.append(pid)
+        time.sleep(0.002)  # let the driving threads run between forks
+    return pids
+
+
+def test_children_forked_while_threads_drive_breakers_all_finish_their_calls():
+    registry = BreakerRegistry(settings=default_registry().settings, max_breakers=100_000)
+    breakers = [
+        CircuitBreaker(f"forked-{i}", CircuitBreakerConfig(failure_threshold=1, recovery_timeout=3600))
+        for i in range(3)
+    ]
+    stop = threading.Event()
+    drivers = [threading.Thread(target=_drive, args=(stop, breakers, registry), daemon=True) for _ in range(2)]
+    for driver in drivers:
+        driver.start()
+    try:
+        pids = _fork_children(lambda: _child(breakers, registry))
+    finally:
+        stop.set()
+        for driver in drivers:
+            driver.join()
+    hung, failed = _wait_all(pids, CHILD_TIME_BOUND)
+    assert (len(hung), len(failed)) == (0, 0), f"of {CHILDREN} forked children, {len(hung)} hung, {len(failed)} failed"
+
+
+def test_a_forked_child_runs_health_checks_and_async_deadlines_of_its_own():
+    """The parent's health-check thread and event loop do not exist in the child:
+    the child starts its own."""
+    checks = []
+    opened = CircuitBreaker(
+        "health-forked",
+        CircuitBreakerConfig(
+            failure_threshold=1,
+            recovery_timeout=3600,
+            health_check=lambda: checks.append(1) or True,
+            health_check_interval=0.01,
+        ),
+    )
+    opened.force_open(3600)  # scheduled on the parent's health thread
+    assert health_module.MONITOR.pending() >= 1
+
+    loop_ready = threading.Event()
+
+    def parent_loop() -> None:
+        async def main() -> None:
+            slow = CircuitBreaker("slow-parent", CircuitBreakerConfig(timeout=3600))
+            loop_ready.set()
+            await slow.acall(asyncio.sleep, 0.5)
+
+        asyncio.run(main())
+
+    thread = threading.Thread(target=parent_loop, daemon=True)
+    thread.start()
+    loop_ready.wait(5)
+
+    def child() -> int:
+        opened.force_open(3600)
+        deadline = time.monotonic() + 5
+        while opened.state is State.OPEN and time.monotonic() < deadline:
+            time.sleep(0.01)  # the child's own health thread moves it to half-open
+        if opened.state is State.OPEN:
+            return 3
+
+        async def timed() -> str:
+            quick = CircuitBreaker("quick-child", CircuitBreakerConfig(timeout=0.05))
+            try:
+                await quick.acall(asyncio.sleep, 10)
+            except TimeoutError:
+                return "timed out"
+            return "ran"
+
+        return 0 if asyncio.run(timed()) == "timed out" else 4
+
+    pid = os.fork()
+    if pid == 0:
+        _in_child(child)
+    hung, failed = _wait_all([pid], CHILD_TIME_BOUND)
+    thread.join(5)
+    assert (hung, failed) == ([], [])
