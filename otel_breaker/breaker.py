@@ -56,6 +56,11 @@ _HALF_OPEN = State.HALF_OPEN
 
 MODES = ("enforce", "observe")
 
+#: How long a half-open probe holds its slot when the breaker has no ``timeout``:
+#: a probe that hangs forever must not keep the breaker half-open for good
+#: (the shared store uses the same limit).
+PROBE_LEASE_SECONDS = 60.0
+
 #: Starting points from the agent circuit breaker pattern's table. No preset sets
 #: a per-call timeout (the default, None, applies): a slow tool is not a broken
 #: tool, so a timeout is only ever switched on explicitly (``timeout=``,
@@ -515,9 +520,10 @@ class CircuitBreaker:
         # half-open: hand out probe leases; reclaim leases of probes that hung
         leases = self._probe_leases
         timeout = self._config.timeout
-        if timeout is not None and leases:
+        lease_limit = PROBE_LEASE_SECONDS if timeout is None else timeout
+        if leases:
             for lease, started in list(leases.items()):
-                if now - started > timeout:
+                if now - started > lease_limit:
                     del leases[lease]
         if len(leases) < self._config.half_open_max_calls:
             self._next_lease += 1

@@ -16,7 +16,7 @@ from otel_breaker import (
     PermissionDeniedError,
     State,
 )
-from otel_breaker.breaker import REJECTED, SHADOW
+from otel_breaker.breaker import PROBE_LEASE_SECONDS, REJECTED, SHADOW
 from otel_breaker.classify import FAILURE, IGNORED, SUCCESS
 
 
@@ -170,6 +170,22 @@ def test_a_hung_probe_lease_expires_after_the_timeout(clock):
     assert isinstance(probe, tuple)
     breaker.record(hung, SUCCESS)  # too late: its lease is gone
     assert breaker.state is State.HALF_OPEN
+    breaker.record(probe, SUCCESS)
+    assert breaker.state is State.CLOSED
+
+
+def test_a_hung_probe_lease_expires_without_a_timeout_too(clock):
+    breaker = make(clock, failure_threshold=1, recovery_timeout=5, success_threshold=1)
+    assert breaker.config.timeout is None
+    trip(breaker, 1)
+    clock.advance(5)
+    hung = breaker.acquire()
+    assert isinstance(hung, tuple)
+    clock.advance(PROBE_LEASE_SECONDS - 1)
+    assert breaker.acquire() == REJECTED  # the probe may still answer
+    clock.advance(2)
+    probe = breaker.acquire()
+    assert isinstance(probe, tuple)  # the hung probe no longer holds the slot
     breaker.record(probe, SUCCESS)
     assert breaker.state is State.CLOSED
 
