@@ -37,6 +37,8 @@ ADAPTERS: dict[str, str] = {
     "autogen": "otel_breaker.instrumentation.autogen:AutoGenAdapter",
     "praisonai": "otel_breaker.instrumentation.praisonai:PraisonAIAdapter",
     "mcp": "otel_breaker.instrumentation.mcp:MCPAdapter",
+    "google_adk": "otel_breaker.instrumentation.google_adk:GoogleADKAdapter",
+    "strands": "otel_breaker.instrumentation.strands:StrandsAdapter",
 }
 
 _ALIASES = {
@@ -52,6 +54,10 @@ _ALIASES = {
     "autogen_core": "autogen",
     "praisonaiagents": "praisonai",
     "praison": "praisonai",
+    "google-adk": "google_adk",
+    "adk": "google_adk",
+    "strands-agents": "strands",
+    "strands_agents": "strands",
 }
 
 
