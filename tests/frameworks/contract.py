@@ -263,7 +263,9 @@ class FrameworkContract:
         quick_breaker_settings()
         instrument(self.driver.framework)
         sent = self._status_run()
-        assert all(s.instructions == PROMPT for s in sent)
+        assert sent[0].instructions and sent[0].instructions.startswith(PROMPT)
+        assert all(s.instructions == sent[0].instructions for s in sent)
+        assert STATUS_HEADER not in sent[0].instructions
 
     # -- agent identity ----------------------------------------------------------------------
 
