@@ -46,6 +46,11 @@ def _invocation(tool_context: Any) -> Any:
     return found if found is not None else tool_context.get_invocation_context()
 
 
+def _agent_name(invocation: Any) -> str | None:
+    name = getattr(invocation.agent, "name", None)
+    return name if isinstance(name, str) and name else None
+
+
 class GoogleADKAdapter(SpecAdapter):
     """Guards Google ADK tools, scoped per agent."""
 
@@ -61,13 +66,15 @@ class GoogleADKAdapter(SpecAdapter):
     def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
         tool, tool_context = _tool_and_context(args, kwargs)
         invocation = _invocation(tool_context)
-        agent = invocation.agent
+        name = _agent_name(invocation)
         session = getattr(invocation, "session", None)
         return ToolCall(
             tool=str(tool.name),
             framework=self.name,
-            agent=agent,
-            agent_name=getattr(agent, "name", None),
+            # ADK runs a copy of the agent per invocation: the name (unique in an
+            # agent tree) keys the breaker, so an open breaker outlives the run.
+            agent=name,
+            agent_name=name,
             session_id=getattr(session, "id", None),
             call_id=tool_context.function_call_id,
             arguments=args[1] if len(args) > 1 else kwargs.get("args"),
@@ -100,7 +107,7 @@ class GoogleADKAdapter(SpecAdapter):
         current = request.config.system_instruction
         if current is not None and not isinstance(current, str):
             return None  # structured instructions are left alone
-        text = status_text(current, invocation.agent)
+        text = status_text(current, _agent_name(invocation))
         if text is None:
             return None
         config = request.config.model_copy(update={"system_instruction": text})

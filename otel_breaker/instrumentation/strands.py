@@ -34,6 +34,11 @@ from otel_breaker.toolcall import ToolCall
 _EXECUTOR = "strands.tools.executors._executor"
 
 
+def _bad_arguments(exception: BaseException | None) -> bool:
+    """A decorated tool's input validation (a ValueError raised from pydantic's ValidationError)."""
+    return any(type(e).__name__ == "ValidationError" for e in (exception, getattr(exception, "__cause__", None)))
+
+
 class StrandsAdapter(SpecAdapter):
     """Guards Strands Agents tools, scoped per agent."""
 
@@ -67,7 +72,7 @@ class StrandsAdapter(SpecAdapter):
         if tool_result.get("status") != "error":
             return None
         exception = getattr(result, "exception", None)
-        if type(exception).__name__ == "ValidationError":
+        if _bad_arguments(exception):
             return IGNORED_RESULT  # the model's arguments did not validate
         return type(exception).__name__ if exception is not None else "tool_error"
 

@@ -18,9 +18,10 @@ restores exactly, and zero-code enablement works both ways.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import pathlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
@@ -44,7 +45,17 @@ UNAVAILABLE = "is temporarily unavailable"
 #: The first characters of the JSON line an ``agent_script.py`` prints.
 REPORT = '{"body_runs"'
 
-__all__ = ["EVIL_NAME", "INJECTION", "FrameworkContract", "FrameworkDriver", "Sent", "Tool", "call", "tool_targets"]
+__all__ = [
+    "EVIL_NAME",
+    "INJECTION",
+    "FrameworkContract",
+    "FrameworkDriver",
+    "Sent",
+    "Tool",
+    "call",
+    "route_framework_spans",
+    "tool_targets",
+]
 
 
 @dataclass
@@ -170,6 +181,23 @@ def _global_forwarder() -> _Forwarder | None:
     return _FORWARDER if _FORWARDER.installed else None
 
 
+@contextlib.contextmanager
+def route_framework_spans(otel) -> Iterator[InMemorySpanExporter]:
+    """For the block: the framework's own spans (sent to the global tracer provider)
+    go through the same span processor as ours, and into the exporter yielded."""
+    forwarder = _global_forwarder()
+    if forwarder is None:
+        pytest.skip("the global tracer provider was set elsewhere")
+    exporter = InMemorySpanExporter()
+    breaker_processor = processor.BreakerSpanProcessor()
+    processor.attach(otel.tracer_provider, breaker_processor)
+    forwarder.targets = [breaker_processor, SimpleSpanProcessor(exporter)]
+    try:
+        yield exporter
+    finally:
+        forwarder.targets = []
+
+
 def _breaker(tool: str, agent_name: str | None = None):
     found = [b for b in default_registry().find(tool) if agent_name is None or b.agent_name == agent_name]
     assert len(found) == 1, f"expected one breaker for {tool!r} ({agent_name}), found {found}"
@@ -183,17 +211,9 @@ class FrameworkContract:
 
     @pytest.fixture
     def framework_spans(self, otel):
-        """The framework's own spans (sent to the global tracer provider) go through the
-        same span processor as ours, and are kept in a list: ``(exporter, processor)``."""
-        forwarder = _global_forwarder()
-        if forwarder is None:
-            pytest.skip("the global tracer provider was set elsewhere")
-        exporter = InMemorySpanExporter()
-        breaker_processor = processor.BreakerSpanProcessor()
-        processor.attach(otel.tracer_provider, breaker_processor)
-        forwarder.targets = [breaker_processor, SimpleSpanProcessor(exporter)]
-        yield exporter
-        forwarder.targets = []
+        """The framework's own spans go through the same span processor as ours; the exporter keeps them."""
+        with route_framework_spans(otel) as exporter:
+            yield exporter
 
     # -- never change a healthy agent -------------------------------------------------
 
@@ -238,6 +258,18 @@ class FrameworkContract:
             assert len(native) == 4, "the framework traced each call itself"
             # Ours nests inside the framework's span of the same call.
             assert all(s.parent is not None and s.parent.span_id in native for s in guarded)
+
+    def test_open_breaker_outlives_the_run(self, instrument):
+        breaker_settings(failure_threshold="2")
+        instrument(self.driver.framework)
+        tool = Tool.failing("weather")
+        agent = self.driver.build(
+            [tool], [call("weather", 1), call("weather", 2), "first", call("weather", 3), "second"]
+        )
+        assert self.driver.run(agent) == "first"
+        assert self.driver.run(agent, "again") == "second"
+        assert tool.runs == 2
+        assert UNAVAILABLE in self.driver.sent(agent)[-1].tool_results[-1]
 
     # -- the status block -------------------------------------------------------------------
 
