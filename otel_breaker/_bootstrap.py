@@ -31,6 +31,8 @@ FRAMEWORK_MODULES = frozenset(
         "autogen_agentchat",
         "praisonaiagents",
         "mcp",
+        "google.adk",
+        "strands",
     }
 )
 

@@ -64,6 +64,8 @@ FRAMEWORKS = (
     "autogen",
     "praisonai",
     "mcp",
+    "google_adk",
+    "strands",
 )
 
 #: Other spellings users write for them (distribution names, the graph layer).
@@ -80,6 +82,10 @@ FRAMEWORK_ALIASES = {
     "autogen_core": "autogen",
     "praisonaiagents": "praisonai",
     "praison": "praisonai",
+    "google-adk": "google_adk",
+    "adk": "google_adk",
+    "strands-agents": "strands",
+    "strands_agents": "strands",
 }
 
 

@@ -38,6 +38,8 @@ ADAPTERS: dict[str, str] = {
     "autogen": "otel_breaker.instrumentation.autogen:AutoGenAdapter",
     "praisonai": "otel_breaker.instrumentation.praisonai:PraisonAIAdapter",
     "mcp": "otel_breaker.instrumentation.mcp:MCPAdapter",
+    "google_adk": "otel_breaker.instrumentation.google_adk:GoogleADKAdapter",
+    "strands": "otel_breaker.instrumentation.strands:StrandsAdapter",
 }
 
 
