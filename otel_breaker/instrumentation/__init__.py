@@ -37,6 +37,8 @@ ADAPTERS: dict[str, str] = {
     "autogen": "otel_breaker.instrumentation.autogen:AutoGenAdapter",
     "praisonai": "otel_breaker.instrumentation.praisonai:PraisonAIAdapter",
     "mcp": "otel_breaker.instrumentation.mcp:MCPAdapter",
+    "agent_framework": "otel_breaker.instrumentation.agent_framework:AgentFrameworkAdapter",
+    "semantic_kernel": "otel_breaker.instrumentation.semantic_kernel:SemanticKernelAdapter",
 }
 
 _ALIASES = {
@@ -52,6 +54,10 @@ _ALIASES = {
     "autogen_core": "autogen",
     "praisonaiagents": "praisonai",
     "praison": "praisonai",
+    "agent-framework-core": "agent_framework",
+    "microsoft-agent-framework": "agent_framework",
+    "semantic-kernel": "semantic_kernel",
+    "semantickernel": "semantic_kernel",
 }
 
 
