@@ -289,7 +289,7 @@ async def test_native_tool_spans_nest_inside_ours_and_are_not_counted_twice(inst
     telemetry.configure(_PROVIDER, otel.meter_provider)
     _NATIVE.clear()
     instrument("agent_framework")
-    agent, client = make_agent(flaky, turns=calls("flaky"))
+    agent, _client = make_agent(flaky, turns=calls("flaky"))
     await run(agent)
     assert BODY_RUNS["flaky"] == 2
     assert counters(otel, "flaky") == (2, 0, 2)

@@ -1,0 +1,36 @@
+"""An ordinary offline Agent Framework program that knows nothing of otel-breaker.
+
+One agent whose tool always fails is asked for four tool calls (by a scripted
+model: the framework's own chat-client layers, only the model call scripted);
+the script prints JSON: how often the tool body ran, what the model read back,
+and the answer. The zero-code tests run it unchanged, guarded from the environment.
+"""
+
+import asyncio
+import json
+import logging
+
+from agent_framework import Agent, tool
+from scripted_client import ScriptedChatClient
+
+logging.disable(logging.WARNING)  # the framework logs every failed call
+BODY_RUNS = 0
+
+
+@tool
+def inventory(item: str) -> str:
+    """Stock level of an item (its backend is down)."""
+    global BODY_RUNS
+    BODY_RUNS += 1
+    raise RuntimeError("inventory service unreachable")
+
+
+async def main() -> None:
+    client = ScriptedChatClient([[("inventory", {"item": "bolts"}, f"call_{i}")] for i in range(1, 5)])
+    agent = Agent(client=client, name="stock_agent", instructions="Answer with stock levels.", tools=[inventory])
+    response = await agent.run("How many bolts?")
+    report = {"body_runs": BODY_RUNS, "model_saw": client.tool_results(), "final": response.text}
+    print(json.dumps({"agent_framework_report": report}))
+
+
+asyncio.run(main())
