@@ -1,0 +1,324 @@
+"""Semantic Kernel's own auto function calling (``ChatCompletionAgent`` and the kernel
+alone), offline with a scripted chat-completion service, with every plugin function
+call guarded by a breaker."""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from scripted_service import ScriptedChatService
+from semantic_kernel import Kernel
+from semantic_kernel.agents import ChatCompletionAgent
+from semantic_kernel.connectors.ai.function_choice_behavior import FunctionChoiceBehavior
+from semantic_kernel.connectors.ai.prompt_execution_settings import PromptExecutionSettings
+from semantic_kernel.exceptions import KernelInvokeException, OperationCancelledException
+from semantic_kernel.filters import FilterTypes
+from semantic_kernel.functions import KernelArguments, kernel_function
+
+from otel_breaker import telemetry
+from otel_breaker.breaker import State
+from otel_breaker.config import load_settings, set_settings
+from otel_breaker.processor import BreakerSpanProcessor
+from otel_breaker.registry import default_registry
+
+REJECTED_TEXT = "is temporarily unavailable: its circuit breaker is open"
+KERNEL_ERROR = "An error occurred while invoking the function Stock-lookup"
+BODY_RUNS: Counter[str] = Counter()
+
+
+@pytest.fixture(autouse=True)
+def threshold_two():
+    BODY_RUNS.clear()
+    set_settings(load_settings({"OTEL_BREAKER_FAILURE_THRESHOLD": "2"}))
+    logging.getLogger("semantic_kernel").setLevel(logging.CRITICAL)  # a traceback per failed call
+
+
+class Stock:
+    """A plugin: ``lookup`` fails (its backend is down), the others work."""
+
+    @kernel_function(description="Stock level, sync")
+    def lookup(self, item: str, count: int = 1) -> str:
+        BODY_RUNS["lookup"] += 1
+        raise RuntimeError("backend down: secret-token-123")
+
+    @kernel_function(description="Stock level, async")
+    async def lookup_async(self, item: str) -> str:
+        BODY_RUNS["lookup_async"] += 1
+        raise RuntimeError("backend down")
+
+    @kernel_function(description="Works")
+    def healthy(self, item: str) -> str:
+        BODY_RUNS["healthy"] += 1
+        return f"ok {item}"
+
+
+def calls(function: str, n: int = 4, args: dict | str | None = None) -> list:
+    """``n`` model turns, one call of ``Stock-<function>`` each, ids call_1..call_n."""
+    return [[(f"Stock-{function}", args if args is not None else {"item": "x"}, f"call_{i + 1}")] for i in range(n)]
+
+
+def make_kernel(turns) -> tuple[Kernel, ScriptedChatService]:
+    service = ScriptedChatService(turns)
+    kernel = Kernel()
+    kernel.add_service(service)
+    kernel.add_plugin(Stock(), "Stock")
+    return kernel, service
+
+
+def make_agent(turns, name: str = "stock_agent") -> tuple[ChatCompletionAgent, ScriptedChatService]:
+    kernel, service = make_kernel(turns)
+    agent = ChatCompletionAgent(
+        kernel=kernel,
+        name=name,
+        instructions="You check stock.",
+        function_choice_behavior=FunctionChoiceBehavior.Auto(),
+    )
+    return agent, service
+
+
+async def run(agent: ChatCompletionAgent, how: str = "get_response", message: str = "check x") -> str:
+    if how == "get_response":
+        return str((await agent.get_response(message)).message.content)
+    if how == "invoke":
+        return [str(r.message.content) async for r in agent.invoke(message)][-1]
+    return "".join([str(r.message.content) async for r in agent.invoke_stream(message)])
+
+
+def counters(otel, tool: str) -> tuple[float, float, float]:
+    return (
+        otel.metric_value("otel_breaker.calls", gen_ai_tool_name=tool, otel_breaker_outcome="failure"),
+        otel.metric_value("otel_breaker.calls", gen_ai_tool_name=tool, otel_breaker_outcome="success"),
+        otel.metric_value("otel_breaker.calls.rejected", gen_ai_tool_name=tool),
+    )
+
+
+def assert_tripped(service: ScriptedChatService, otel, function: str, agent_name: str | None = "stock_agent") -> None:
+    tool = f"Stock-{function}"
+    results = service.tool_results()
+    assert [r.startswith(f"An error occurred while invoking the function {tool}") for r in results] == [
+        True,
+        True,
+        False,
+        False,
+    ]
+    assert [REJECTED_TEXT in r for r in results] == [False, False, True, True]
+    assert all(f"Tool '{tool}'" in r for r in results[2:])
+    assert BODY_RUNS[function] == 2, "the function body ran after the breaker opened"
+    (breaker,) = default_registry().find(tool)
+    assert breaker.state is State.OPEN
+    assert breaker.agent_name == agent_name
+    spans = sorted(otel.tool_spans(tool), key=lambda s: s.start_time)
+    assert [s.attributes.get("gen_ai.tool.call.id") for s in spans] == ["call_1", "call_2", "call_3", "call_4"]
+    assert {s.attributes.get("gen_ai.agent.name") for s in spans} == {agent_name}
+    assert [bool(s.attributes.get("otel_breaker.rejected")) for s in spans] == [False, False, True, True]
+    assert [s.attributes.get("error.type") for s in spans[:2]] == ["RuntimeError"] * 2
+    assert counters(otel, tool) == (2, 0, 2)
+
+
+@pytest.mark.parametrize("how", ["get_response", "invoke", "invoke_stream"])
+async def test_failing_function_opens_breaker_and_model_reads_rejection(instrument, otel, how):
+    instrument("semantic_kernel")
+    agent, service = make_agent(calls("lookup"))
+    assert (await run(agent, how)).endswith("done")
+    assert_tripped(service, otel, "lookup")
+
+
+async def test_failing_async_function_opens_breaker(instrument, otel):
+    instrument("semantic_kernel")
+    agent, service = make_agent(calls("lookup_async"))
+    assert await run(agent) == "done"
+    assert_tripped(service, otel, "lookup_async")
+
+
+async def test_kernel_alone_is_guarded_without_an_agent(instrument, otel):
+    """``invoke_prompt`` with auto function calling: the prompt function itself is a
+    model call and passes through; the plugin functions it calls are guarded."""
+    instrument("semantic_kernel")
+    kernel, service = make_kernel(calls("lookup"))
+    settings = PromptExecutionSettings(function_choice_behavior=FunctionChoiceBehavior.Auto())
+    result = await kernel.invoke_prompt("check x", arguments=KernelArguments(settings=settings))
+    assert str(result) == "done"
+    assert_tripped(service, otel, "lookup", agent_name=None)
+    assert {b.name for b in default_registry().breakers()} == {"Stock-lookup"}
+
+
+async def test_kernel_invoke_raises_then_returns_the_rejection(instrument, otel):
+    instrument("semantic_kernel")
+    kernel, _ = make_kernel([])
+    for _ in range(2):
+        with pytest.raises(KernelInvokeException):
+            await kernel.invoke(plugin_name="Stock", function_name="lookup", item="x")
+    result = await kernel.invoke(plugin_name="Stock", function_name="lookup", item="x")
+    assert REJECTED_TEXT in str(result.value)
+    assert result.function.fully_qualified_name == "Stock-lookup"
+    assert BODY_RUNS["lookup"] == 2
+
+
+async def test_healthy_function_outcome_is_identical_on_and_off(instrument, otel):
+    async def transcript() -> tuple[str, list]:
+        agent, service = make_agent([*calls("healthy", n=3), "all in stock"])
+        answer = await run(agent)
+        seen = [[(m.role.value, str(m.content), [type(i).__name__ for i in m.items]) for m in h] for h in service.sent]
+        return answer, seen
+
+    off = await transcript()
+    instrument("semantic_kernel")
+    on = await transcript()
+    assert on == off
+    assert on[0] == "all in stock"
+    assert BODY_RUNS["healthy"] == 6
+    assert counters(otel, "Stock-healthy") == (0, 3, 0)
+
+
+async def test_arguments_the_method_cannot_take_are_not_counted(instrument, otel):
+    instrument("semantic_kernel")
+    agent, service = make_agent(calls("lookup", n=3, args={"item": "x", "count": "many"}))
+    await run(agent)
+    assert BODY_RUNS["lookup"] == 0
+    assert all("is expected to be parsed" in r for r in service.tool_results())
+    assert counters(otel, "Stock-lookup") == (0, 0, 0)
+    assert default_registry().find("Stock-lookup")[0].state is State.CLOSED
+
+
+async def test_unknown_function_and_missing_arguments_are_not_counted(instrument, otel):
+    instrument("semantic_kernel")
+    agent, _ = make_agent([*calls("nothing", n=2), *calls("lookup", n=2, args={})])
+    await run(agent)
+    assert BODY_RUNS["lookup"] == 0
+    assert default_registry().breakers() == []
+
+
+async def test_cancellation_by_a_filter_is_control_flow(instrument, otel):
+    instrument("semantic_kernel")
+    agent, _ = make_agent(calls("lookup", n=3))
+
+    async def cancel(context, next):
+        raise OperationCancelledException("user cancelled")
+
+    agent.kernel.add_filter(FilterTypes.FUNCTION_INVOCATION, cancel)
+    await run(agent)
+    assert BODY_RUNS["lookup"] == 0
+    (breaker,) = default_registry().find("Stock-lookup")
+    assert breaker.state is State.CLOSED
+    assert counters(otel, "Stock-lookup") == (0, 0, 0)
+
+
+async def test_approval_filter_that_answers_instead_is_not_counted(instrument, otel):
+    """An auto-invocation filter that declines (does not call on) or ends the loop decides
+    before the function runs: nothing to count."""
+    instrument("semantic_kernel")
+    agent, service = make_agent(calls("lookup", n=3))
+
+    async def deny(context, next):
+        context.function_result = type(context.function_result)(function=context.function.metadata, value="denied")
+        context.terminate = True
+
+    agent.kernel.add_filter(FilterTypes.AUTO_FUNCTION_INVOCATION, deny)
+    await run(agent)
+    assert BODY_RUNS["lookup"] == 0
+    assert default_registry().breakers() == []
+    assert len(service.sent) == 1  # terminated after the first call
+
+
+async def test_the_agent_mark_ends_with_its_run(instrument, otel):
+    instrument("semantic_kernel")
+    agent, _ = make_agent(calls("healthy", n=1))
+    await run(agent)
+    await agent.kernel.invoke(plugin_name="Stock", function_name="healthy", item="y")  # same task, after the run
+    spans = sorted(otel.tool_spans("Stock-healthy"), key=lambda s: s.start_time)
+    assert [s.attributes.get("gen_ai.agent.name") for s in spans] == ["stock_agent", None]
+
+
+async def test_two_agents_with_one_function_name_have_separate_breakers(instrument, otel):
+    instrument("semantic_kernel")
+    broken, _ = make_agent(calls("lookup"), name="broken_agent")
+    await run(broken)
+    other, _ = make_agent(calls("lookup", n=1), name="other_agent")
+    await run(other)
+    assert BODY_RUNS["lookup"] == 3  # the other agent's call ran: its breaker is its own
+    states = {b.agent_name: b.state for b in default_registry().find("Stock-lookup")}
+    assert states == {"broken_agent": State.OPEN, "other_agent": State.CLOSED}
+
+
+async def test_status_block_reaches_the_system_message(instrument, otel):
+    set_settings(load_settings({"OTEL_BREAKER_FAILURE_THRESHOLD": "2", "OTEL_BREAKER_STATUS_IN_PROMPT": "true"}))
+    instrument("semantic_kernel")
+    agent, service = make_agent([*calls("lookup", n=2), "noted"])
+    await run(agent)
+    service.turns = [*calls("healthy", n=1), "fine"]
+    await run(agent, message="and now?")
+    first, *_, last = service.system_prompts()
+    assert first == "You check stock."
+    assert last.startswith("You check stock.\n\n") and "'Stock-lookup' (open)" in last
+    assert "secret-token" not in last and "Stock-healthy" not in last
+    assert agent.instructions == "You check stock."  # the agent itself is unchanged
+
+
+async def test_status_block_is_off_by_default(instrument, otel):
+    instrument("semantic_kernel")
+    agent, service = make_agent(calls("lookup", n=3))
+    await run(agent)
+    await run(agent, message="again")
+    assert set(service.system_prompts()) == {"You check stock."}
+
+
+# -- the kernel's own execute_tool spans ----------------------------------------------------------
+
+_NATIVE = InMemorySpanExporter()
+_PROVIDER = TracerProvider()
+_PROVIDER.add_span_processor(SimpleSpanProcessor(_NATIVE))
+_PROVIDER.add_span_processor(BreakerSpanProcessor())
+
+
+async def test_native_tool_spans_nest_inside_ours_and_are_not_counted_twice(instrument, otel):
+    """The kernel traces every function it invokes: with the span processor on the same
+    provider, a guarded call must still count once."""
+    trace.set_tracer_provider(_PROVIDER)
+    if trace.get_tracer_provider() is not _PROVIDER:
+        pytest.skip("another global tracer provider was set earlier in this process")
+    telemetry.configure(_PROVIDER, otel.meter_provider)
+    _NATIVE.clear()
+    instrument("semantic_kernel")
+    agent, _ = make_agent(calls("lookup"))
+    await run(agent)
+    assert BODY_RUNS["lookup"] == 2
+    assert counters(otel, "Stock-lookup") == (2, 0, 2)
+    (breaker,) = default_registry().find("Stock-lookup")
+    assert breaker.state is State.OPEN
+
+    spans = [s for s in _NATIVE.get_finished_spans() if s.attributes.get("gen_ai.tool.name") == "Stock-lookup"]
+    ours = {s.context.span_id: s for s in spans if s.attributes.get("otel_breaker.guarded")}
+    native = [s for s in spans if not s.attributes.get("otel_breaker.guarded")]
+    assert len(ours) == 4 and len(native) == 2  # rejected calls never reach the kernel's span
+    for span in native:
+        assert span.name == "execute_tool Stock-lookup"
+        assert span.parent is not None and span.parent.span_id in ours
+        assert not ours[span.parent.span_id].attributes.get("otel_breaker.rejected")
+
+
+# -- uninstrument -----------------------------------------------------------------------------------
+
+
+def test_uninstrument_restores_exactly(instrument):
+    from semantic_kernel.agents.agent import Agent
+    from semantic_kernel.functions.kernel_function import KernelFunction
+    from semantic_kernel.functions.kernel_function_from_method import KernelFunctionFromMethod
+
+    points = [
+        (KernelFunction, "invoke"),
+        (KernelFunctionFromMethod, "gather_function_parameters"),
+        (ChatCompletionAgent, "_inner_invoke"),
+        (ChatCompletionAgent, "invoke_stream"),
+        (Agent, "format_instructions"),
+    ]
+    before = [owner.__dict__[name] for owner, name in points]
+    instrumentor = instrument("semantic_kernel")
+    assert all(owner.__dict__[name] is not orig for (owner, name), orig in zip(points, before, strict=True))
+    instrumentor.uninstrument()
+    assert [owner.__dict__[name] for owner, name in points] == before
