@@ -12,6 +12,7 @@ import json
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any, ClassVar
 
+from pydantic import Field
 from semantic_kernel.connectors.ai.chat_completion_client_base import ChatCompletionClientBase
 from semantic_kernel.contents import (
     AuthorRole,
@@ -29,8 +30,8 @@ class ScriptedChatService(ChatCompletionClientBase):
     """Answers each model call with the next scripted turn, then "done"."""
 
     SUPPORTS_FUNCTION_CALLING: ClassVar[bool] = True
-    turns: list[Any] = []
-    sent: list[list[ChatMessageContent]] = []
+    turns: list[Any] = Field(default_factory=list)
+    sent: list[list[ChatMessageContent]] = Field(default_factory=list)
 
     def __init__(self, turns: Sequence[Turn] = (), **kwargs: Any) -> None:
         super().__init__(ai_model_id="scripted", **kwargs)
