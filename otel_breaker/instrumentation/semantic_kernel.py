@@ -64,15 +64,18 @@ class _Neutral:
 
 async def _scoped(agen: Any, value: Any) -> AsyncIterator[Any]:
     """Iterate ``agen`` with the agent mark set only while it runs (never left in the consumer)."""
-    while True:
-        token = _agent.set(value)
-        try:
-            item = await agen.__anext__()
-        except StopAsyncIteration:
-            return
-        finally:
-            _agent.reset(token)
-        yield item
+    try:
+        while True:
+            token = _agent.set(value)
+            try:
+                item = await agen.__anext__()
+            except StopAsyncIteration:
+                return
+            finally:
+                _agent.reset(token)
+            yield item
+    finally:
+        await agen.aclose()  # a consumer that stops early closes the agent's run too
 
 
 class SemanticKernelAdapter(FrameworkAdapter):
