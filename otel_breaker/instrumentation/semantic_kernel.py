@@ -35,7 +35,7 @@ from typing import Any
 
 from otel_breaker.degrade import Rejection, augment_instructions, status_in_prompt_enabled
 from otel_breaker.guard import IGNORED_RESULT
-from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget, agent_display_name
+from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget, _active_call, agent_display_name
 from otel_breaker.toolcall import ToolCall
 
 FRAMEWORK = "semantic_kernel"
@@ -78,6 +78,18 @@ async def _scoped(agen: Any, value: Any) -> AsyncIterator[Any]:
         await agen.aclose()  # a consumer that stops early closes the agent's run too
 
 
+async def _not_a_tool(function: Any, wrapped: Any, args: tuple, kwargs: dict) -> Any:
+    """Run a prompt function (a model call) unguarded. The kernel still traces it as
+    ``execute_tool``: marking it as the call in progress keeps the span processor from
+    taking it for a tool (``invoke_prompt`` names each one afresh, one breaker per call).
+    Plugin functions it calls are guarded as usual."""
+    token = _active_call.set(ToolCall(function.fully_qualified_name, framework=FRAMEWORK))
+    try:
+        return await wrapped(*args, **kwargs)
+    finally:
+        _active_call.reset(token)
+
+
 class SemanticKernelAdapter(FrameworkAdapter):
     name = FRAMEWORK
     distribution = "semantic-kernel"
@@ -99,6 +111,8 @@ class SemanticKernelAdapter(FrameworkAdapter):
     # -- the breaker point ---------------------------------------------------------------
 
     async def _invoke(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        if getattr(instance, "is_prompt", False):
+            return await _not_a_tool(instance, wrapped, args, kwargs)
         call = self.safe_tool_call(lambda: self._describe(instance, args, kwargs))
         if call is None:
             return await wrapped(*args, **kwargs)
@@ -124,9 +138,7 @@ class SemanticKernelAdapter(FrameworkAdapter):
             raise result.exc
         return result
 
-    def _describe(self, function: Any, args: tuple, kwargs: dict) -> ToolCall | None:
-        if getattr(function, "is_prompt", False):
-            return None
+    def _describe(self, function: Any, args: tuple, kwargs: dict) -> ToolCall:
         name = function.fully_qualified_name
         metadata = args[2] if len(args) > 2 else kwargs.get("metadata")
         call_id = metadata.get("id") if isinstance(metadata, dict) else None

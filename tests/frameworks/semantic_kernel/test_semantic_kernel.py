@@ -302,6 +302,23 @@ async def test_native_tool_spans_nest_inside_ours_and_are_not_counted_twice(inst
         assert not ours[span.parent.span_id].attributes.get("otel_breaker.rejected")
 
 
+async def test_prompt_functions_are_not_taken_for_tools_by_the_span_processor(instrument, otel):
+    """``invoke_prompt`` runs a freshly named prompt function (a model call) that the kernel
+    traces as ``execute_tool``: no breaker for it, while the plugin function it calls counts once."""
+    trace.set_tracer_provider(_PROVIDER)
+    if trace.get_tracer_provider() is not _PROVIDER:
+        pytest.skip("another global tracer provider was set earlier in this process")
+    telemetry.configure(_PROVIDER, otel.meter_provider)
+    instrument("semantic_kernel")
+    kernel, _ = make_kernel([*calls("lookup", n=1), "done", "hello", "hello"])
+    settings = PromptExecutionSettings(function_choice_behavior=FunctionChoiceBehavior.Auto())
+    await kernel.invoke_prompt("check x", arguments=KernelArguments(settings=settings))
+    for _ in range(2):
+        assert str(await kernel.invoke_prompt("say hello")) == "hello"
+    assert [b.name for b in default_registry().breakers()] == ["Stock-lookup"]
+    assert counters(otel, "Stock-lookup") == (1, 0, 0)
+
+
 # -- uninstrument -----------------------------------------------------------------------------------
 
 
