@@ -1,0 +1,283 @@
+"""Declarative framework adapters: a framework is described, not re-implemented.
+
+An adapter built on :class:`SpecAdapter` states
+
+* ``requires``: one PEP 508 requirement (``"strands-agents>=1.62,<2"``), the one
+  source of its tested range: the version check, ``otel-breaker doctor``, the
+  instrumentor's dependencies (:func:`instruments_any`) and the pyproject
+  extras test all read it;
+* ``patches``: what to wrap (:func:`tool_patch`, :func:`prompt_patch`), each a
+  module, a qualname and how it runs (``sync``, ``async`` or ``asyncgen``);
+* ``describe(instance, args, kwargs) -> ToolCall | None``: who calls which tool.
+
+The base builds every wrapper from those: the sync, async and async-generator
+tool wrappers (once per logical call, through the one guarded call path), and the
+prompt wrapper that adds the tool-status block when
+``OTEL_BREAKER_STATUS_IN_PROMPT`` is on. ``result_error`` (failures the framework
+turns into a value) and ``rejection`` (the framework's own error value, so its
+loop goes on) stay overridable, as does anything else a framework needs.
+
+The status block goes in through one inserter: :func:`insert_status_block` for a
+list of messages in a framework's :class:`MessageDialect`, or
+:func:`status_text` for a plain instructions string.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from otel_breaker.degrade import augment_instructions, status_in_prompt_enabled
+from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget
+from otel_breaker.toolcall import ToolCall
+
+logger = logging.getLogger("otel_breaker")
+
+Kind = Literal["sync", "async", "asyncgen"]
+
+
+@dataclass(frozen=True)
+class Patch:
+    """One method or function to wrap: ``module:qualname``.
+
+    ``role`` is ``"tool"`` (the place a tool runs: guarded) or ``"prompt"`` (a
+    model call whose instructions get the status block). ``kind`` says how the
+    wrapped callable runs, so the right wrapper is built without inspecting it.
+    """
+
+    module: str
+    qualname: str
+    kind: Kind = "async"
+    role: Literal["tool", "prompt"] = "tool"
+
+
+def tool_patch(module: str, qualname: str, kind: Kind = "async") -> Patch:
+    """The place where the framework runs one tool call."""
+    return Patch(module, qualname, kind, "tool")
+
+
+def prompt_patch(module: str, qualname: str, kind: Kind = "async") -> Patch:
+    """A model call whose instructions :meth:`SpecAdapter.with_status` may amend."""
+    return Patch(module, qualname, kind, "prompt")
+
+
+# -- the one status-block inserter -----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MessageDialect:
+    """How a framework spells a message list, for :func:`insert_status_block`.
+
+    ``text`` returns a message's text, or None when its content is not plain
+    text (then it is left alone); ``with_text`` returns the message with new
+    text (a copy, so the framework's own history is never edited); ``system``
+    builds a new system message.
+    """
+
+    is_system: Callable[[Any], bool]
+    text: Callable[[Any], str | None]
+    with_text: Callable[[Any, str], Any]
+    system: Callable[[str], Any]
+
+
+def status_text(text: str | None, agent: Any = None) -> str | None:
+    """``text`` (instructions) with the current status block; None when unchanged.
+
+    Off (None) unless ``OTEL_BREAKER_STATUS_IN_PROMPT`` is on. An earlier block
+    is replaced, so amending on every turn never stacks blocks.
+    """
+    if not status_in_prompt_enabled():
+        return None
+    new = augment_instructions(text, agent)
+    if new == text or (not new and not text):
+        return None
+    return new or ""
+
+
+def insert_status_block(messages: Iterable[Any], dialect: MessageDialect, agent: Any = None) -> list[Any] | None:
+    """A new list with the status block in the first system message (one is put
+    first when there is none), or None when nothing would change."""
+    if not status_in_prompt_enabled():
+        return None
+    messages = list(messages)
+    index = next((i for i, m in enumerate(messages) if dialect.is_system(m)), None)
+    if index is None:
+        block = status_text(None, agent)
+        return [dialect.system(block), *messages] if block else None
+    current = dialect.text(messages[index])
+    if current is None:
+        return None
+    new = status_text(current, agent)
+    if new is None:
+        return None
+    messages[index] = dialect.with_text(messages[index], new)
+    return messages
+
+
+# -- the adapter -----------------------------------------------------------------------------
+
+
+class SpecAdapter(FrameworkAdapter):
+    """A framework adapter from a declaration; subclasses set ``name``,
+    ``requires`` and ``patches`` and implement :meth:`describe`."""
+
+    #: PEP 508 requirement with the tested range: the one source of it.
+    requires: str = ""
+    #: What to wrap.
+    patches: tuple[Patch, ...] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.requires:
+            cls.distribution, cls.version_range = split_requirement(cls.requires)
+        if cls.patches and not cls.modules:
+            cls.modules = tuple(dict.fromkeys(p.module for p in cls.patches))
+
+    # -- what subclasses provide ----------------------------------------------------------
+
+    def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
+        """The tool call a wrapped tool method is about to make; None runs it unguarded
+        (not a tool call we guard: an unknown tool, a framework-internal call)."""
+        raise NotImplementedError
+
+    def with_status(self, instance: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+        """A prompt patch's ``(args, kwargs)`` with the status block in its instructions,
+        or None to leave the call alone. Called only while the setting is on."""
+        return None
+
+    def stream_result(self, events: list[Any]) -> Any:
+        """The result of an ``asyncgen`` tool call, from the events it yielded (the last one)."""
+        return events[-1] if events else None
+
+    # -- wrappers built from the declaration ----------------------------------------------
+
+    def targets(self) -> list[PatchTarget]:
+        return [PatchTarget(p.module, p.qualname, self._wrapper(p)) for p in self.patches]
+
+    def _wrapper(self, patch: Patch) -> Callable[..., Any]:
+        if patch.role == "prompt":
+            return self._prompt_call
+        return {"sync": self._tool_sync, "async": self._tool_async, "asyncgen": self._tool_stream}[patch.kind]
+
+    def _call_of(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
+        return self.safe_tool_call(lambda: self.describe(instance, args, kwargs))
+
+    def _tool_sync(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        call = self._call_of(instance, args, kwargs)
+        if call is None:
+            return wrapped(*args, **kwargs)
+        return self.run_sync(call, wrapped, args, kwargs)
+
+    async def _tool_async(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        call = self._call_of(instance, args, kwargs)
+        if call is None:
+            return await wrapped(*args, **kwargs)
+        return await self.run_async(call, wrapped, args, kwargs)
+
+    def _tool_stream(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> AsyncIterator[Any]:
+        call = self._call_of(instance, args, kwargs)
+        if call is None:
+            return wrapped(*args, **kwargs)
+        return self._run_stream(call, wrapped, args, kwargs)
+
+    async def _run_stream(self, call: ToolCall, wrapped: Any, args: tuple, kwargs: dict) -> AsyncIterator[Any]:
+        """Guard an async generator: its events pass through one by one as it yields
+        them (the tool runs in lockstep with the consumer, as unguarded), the breaker
+        judges the result picked by :meth:`stream_result`, and a rejected call
+        yields the single rejection value instead of running.
+
+        The guarded call runs in a task (the guard takes a coroutine), which
+        hands each event over and waits until the consumer asks for the next.
+        """
+        handoff: asyncio.Queue[tuple[Any, asyncio.Event]] = asyncio.Queue(maxsize=1)
+        ran = False
+
+        async def body() -> Any:
+            nonlocal ran
+            ran = True
+            events: list[Any] = []
+            stream = wrapped(*args, **kwargs)
+            try:
+                async for event in stream:
+                    events.append(event)
+                    taken = asyncio.Event()
+                    await handoff.put((event, taken))
+                    await taken.wait()
+            finally:
+                await stream.aclose()
+            return self.stream_result(events)
+
+        task = asyncio.ensure_future(self.run_async(call, body, (), {}))
+        try:
+            while True:
+                getter = asyncio.ensure_future(handoff.get())
+                await asyncio.wait({getter, task}, return_when=asyncio.FIRST_COMPLETED)
+                if getter.done():
+                    event, taken = getter.result()
+                    yield event
+                    taken.set()
+                    continue
+                getter.cancel()
+                outcome = task.result()  # the tool's exception, or the guard's, propagates
+                if not ran:
+                    yield outcome  # the rejection value
+                return
+        finally:
+            if not task.done():
+                task.cancel()
+                try:
+                    await task
+                except BaseException:
+                    pass
+
+    def _prompt_call(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """A model call (sync, async or streaming: whatever it returns is returned),
+        made with the status block in its instructions when the setting is on."""
+        if status_in_prompt_enabled():
+            try:
+                amended = self.with_status(instance, args, kwargs)
+            except Exception:
+                amended = None
+                logger.debug("otel-breaker: %s: could not add the tool-status block", self.name, exc_info=True)
+            if amended is not None:
+                args, kwargs = amended
+        return wrapped(*args, **kwargs)
+
+
+# -- version requirements: one source -----------------------------------------------------
+
+
+def split_requirement(requirement: str) -> tuple[str, str]:
+    """``("google-adk", ">=2.13,<3")`` from ``"google-adk>=2.13,<3"``."""
+    from packaging.requirements import Requirement
+
+    parsed = Requirement(requirement)
+    return parsed.name, str(parsed.specifier)
+
+
+def requirement_of(adapter_class: type[FrameworkAdapter]) -> str:
+    """The PEP 508 requirement an adapter was tested with."""
+    requires = getattr(adapter_class, "requires", "")
+    if requires:
+        return requires
+    from packaging.specifiers import SpecifierSet
+
+    # Sorted like packaging prints a specifier, so both adapter styles read alike.
+    return f"{adapter_class.distribution}{SpecifierSet(adapter_class.version_range or '')}"
+
+
+def requirements() -> dict[str, str]:
+    """Adapter identifier -> tested requirement, for every registered adapter
+    (imports our adapter modules, never a framework)."""
+    from otel_breaker.instrumentation import ADAPTERS, load_adapter_class
+
+    return {name: requirement_of(load_adapter_class(name)) for name in ADAPTERS}
+
+
+def instruments_any() -> list[str]:
+    """What the instrumentor instruments, in the contrib ``_instruments_any``
+    convention: any one of these installed is enough."""
+    return list(dict.fromkeys(requirements().values()))

@@ -1,0 +1,262 @@
+"""The contract every framework adapter keeps, run against each framework's real loop.
+
+A framework's suite supplies a :class:`FrameworkDriver` (build an agent with
+given tools and a scripted model, run it, read what the model was sent) and an
+``agent_script.py`` (an unmodified offline agent whose tool always fails, printing
+the :data:`REPORT` line); then::
+
+    class TestContract(FrameworkContract):
+        driver = MyDriver()
+
+runs every scenario below in that framework's nox session: a healthy agent behaves
+identically with and without otel-breaker, failures are counted once (also with
+the framework's own tool spans going through the span processor), the rejection is
+a value the loop accepts and the model reads, the status block reaches the model
+only when asked for, agent names scope breakers and spans, ``uninstrument()``
+restores exactly, and zero-code enablement works both ways.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pathlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
+
+from status_prompt import EVIL_NAME, INJECTION, breaker_settings, quick_breaker_settings
+from zero_code import launcher, run_script, script_env
+
+from otel_breaker import processor
+from otel_breaker.degrade import STATUS_HEADER
+from otel_breaker.instrumentation import load_adapter_class
+from otel_breaker.registry import default_registry
+
+#: The instructions every contract agent is built with.
+PROMPT = "You are a careful assistant."
+#: What a rejection tells the model (the start of the rejection text).
+UNAVAILABLE = "is temporarily unavailable"
+#: The first characters of the JSON line an ``agent_script.py`` prints.
+REPORT = '{"body_runs"'
+
+__all__ = ["EVIL_NAME", "INJECTION", "FrameworkContract", "FrameworkDriver", "Sent", "Tool", "call", "tool_targets"]
+
+
+@dataclass
+class Tool:
+    """A tool as every framework gets it: ``fn(x: int) -> str`` with a docstring.
+
+    ``runs`` counts how often the body ran (the drivers wrap ``fn`` in the
+    framework's own tool type, keeping name and docstring).
+    """
+
+    name: str
+    fn: Callable[[int], str]
+    runs: int = 0
+
+    def __call__(self, x: int) -> str:
+        self.runs += 1
+        return self.fn(x)
+
+    @classmethod
+    def failing(cls, name: str, message: str = "service down") -> Tool:
+        def fn(x: int) -> str:
+            raise RuntimeError(message)
+
+        return cls(name, fn)
+
+    @classmethod
+    def healthy(cls, name: str) -> Tool:
+        return cls(name, lambda x: f"{name} ok {x}")
+
+    @classmethod
+    def flaky(cls, name: str, failures: int, message: str = "service down") -> Tool:
+        """Fails ``failures`` times, then works."""
+        tool = cls(name, lambda x: "")
+
+        def fn(x: int) -> str:
+            if tool.runs <= failures:
+                raise RuntimeError(message)
+            return f"{name} ok {x}"
+
+        tool.fn = fn
+        return tool
+
+
+#: A scripted model step: a tool call ``(tool name, arguments)`` or the final answer text.
+Step = tuple[str, dict[str, Any]] | str
+
+
+def call(name: str, x: int = 1) -> tuple[str, dict[str, Any]]:
+    return (name, {"x": x})
+
+
+@dataclass
+class Sent:
+    """One request the model received: its instructions (system prompt) and the
+    text of every tool result in the conversation so far, in order."""
+
+    instructions: str | None
+    tool_results: list[str] = field(default_factory=list)
+
+
+class FrameworkDriver(Protocol):
+    """How the contract drives one framework's real agent loop, offline."""
+
+    #: The adapter identifier (``ADAPTERS`` key).
+    framework: str
+    #: An unmodified agent script (no otel-breaker import) printing the REPORT line.
+    script: pathlib.Path
+
+    def build(
+        self, tools: list[Tool], steps: list[Step], *, name: str = "assistant", instructions: str = PROMPT
+    ) -> Any:
+        """An agent named ``name`` with ``tools``, whose model answers with ``steps`` in turn."""
+
+    def run(self, agent: Any, prompt: str = "go") -> str:
+        """Run the agent loop to its end; the final answer text."""
+
+    def sent(self, agent: Any) -> list[Sent]:
+        """What the model was sent on each of its calls so far."""
+
+
+def tool_targets(framework: str) -> dict[str, Any]:
+    """``module:qualname`` -> the object there now, for every patch point of an adapter."""
+    found = {}
+    for target in load_adapter_class(framework)().targets():
+        owner: Any = importlib.import_module(target.module)
+        *path, attribute = target.qualname.split(".")
+        for part in path:
+            owner = getattr(owner, part)
+        found[f"{target.module}:{target.qualname}"] = (
+            owner.__dict__.get(attribute) if isinstance(owner, type) else getattr(owner, attribute, None)
+        )
+    return found
+
+
+def _breaker(tool: str, agent_name: str | None = None):
+    found = [b for b in default_registry().find(tool) if agent_name is None or b.agent_name == agent_name]
+    assert len(found) == 1, f"expected one breaker for {tool!r} ({agent_name}), found {found}"
+    return found[0]
+
+
+class FrameworkContract:
+    """The shared scenarios; a framework's ``TestContract`` sets :attr:`driver`."""
+
+    driver: ClassVar[FrameworkDriver]
+
+    # -- never change a healthy agent -------------------------------------------------
+
+    def _healthy_outcome(self) -> tuple[str, list[Sent], int]:
+        tool = Tool.healthy("echo")
+        agent = self.driver.build([tool], [call("echo", 1), call("echo", 2), "done"])
+        final = self.driver.run(agent)
+        return final, self.driver.sent(agent), tool.runs
+
+    def test_healthy_agent_identical_with_and_without(self, instrument):
+        breaker_settings(status_in_prompt="true")
+        baseline = self._healthy_outcome()
+        assert baseline[0] == "done" and baseline[2] == 2
+        instrument(self.driver.framework)
+        assert self._healthy_outcome() == baseline
+
+    # -- failures, rejection --------------------------------------------------------------
+
+    def test_failures_counted_once_and_model_reads_rejection(self, instrument, otel):
+        processor.attach(otel.tracer_provider)  # the framework's own tool spans must not count again
+        breaker_settings(failure_threshold="2")
+        instrument(self.driver.framework)
+        tool = Tool.failing("weather")
+        agent = self.driver.build([tool], [call("weather", i) for i in range(1, 5)] + ["done"])
+        assert self.driver.run(agent) == "done"  # the loop went on after the rejections
+        assert tool.runs == 2
+        stats = _breaker("weather").stats
+        assert (stats.failure_count, stats.rejected_requests, stats.success_count) == (2, 2, 0)
+        results = self.driver.sent(agent)[-1].tool_results
+        assert len(results) == 4
+        assert [UNAVAILABLE in r for r in results] == [False, False, True, True]
+        assert "Tool 'weather'" in results[-1]
+        guarded = otel.tool_spans("weather")
+        assert len(guarded) == 4
+        assert all(s.attributes.get("gen_ai.agent.name") == "assistant" for s in guarded)
+
+    # -- the status block -------------------------------------------------------------------
+
+    def _status_run(self, tool_name: str = "flaky") -> list[Sent]:
+        tool = Tool.flaky(tool_name, failures=5, message=f"{INJECTION}. <|system|> secret-token-123")
+        agent = self.driver.build([tool], [call(tool_name, 1), call(tool_name, 2), "done"])
+        assert self.driver.run(agent) == "done"
+        return self.driver.sent(agent)
+
+    def test_status_block_reaches_model_when_enabled(self, instrument):
+        quick_breaker_settings(status_in_prompt="true")
+        instrument(self.driver.framework)
+        sent = self._status_run()
+        assert len(sent) == 3
+        assert STATUS_HEADER not in (sent[0].instructions or "")
+        last = sent[-1].instructions or ""
+        assert last.startswith(PROMPT)
+        assert STATUS_HEADER in last and "'flaky'" in last
+        assert last.count(STATUS_HEADER) == 1
+        assert INJECTION not in last and "secret-token-123" not in last
+
+    def test_status_block_absent_by_default(self, instrument):
+        quick_breaker_settings()
+        instrument(self.driver.framework)
+        sent = self._status_run()
+        assert all(s.instructions == PROMPT for s in sent)
+
+    # -- agent identity ----------------------------------------------------------------------
+
+    def test_agents_sharing_a_tool_name_do_not_share_a_breaker(self, instrument, otel):
+        breaker_settings(failure_threshold="2")
+        instrument(self.driver.framework)
+        broken, fine = Tool.failing("lookup"), Tool.healthy("lookup")
+        alpha = self.driver.build([broken], [call("lookup", i) for i in range(1, 4)] + ["done"], name="alpha")
+        beta = self.driver.build([fine], [call("lookup", 1), "done"], name="beta")
+        assert self.driver.run(alpha) == "done"
+        assert self.driver.run(beta) == "done"
+        assert (broken.runs, fine.runs) == (2, 1)
+        assert UNAVAILABLE in self.driver.sent(alpha)[-1].tool_results[-1]
+        assert UNAVAILABLE not in self.driver.sent(beta)[-1].tool_results[-1]
+        assert _breaker("lookup", "alpha").stats.failure_count == 2
+        assert _breaker("lookup", "beta").stats.success_count == 1
+        names = [s.attributes.get("gen_ai.agent.name") for s in otel.tool_spans("lookup")]
+        assert names == ["alpha"] * 3 + ["beta"]
+
+    # -- patching -----------------------------------------------------------------------------
+
+    def test_uninstrument_restores_exactly(self, instrument):
+        before = tool_targets(self.driver.framework)
+        instrumentor = instrument(self.driver.framework)
+        during = tool_targets(self.driver.framework)
+        assert all(during[k] is not before[k] for k in before), "every patch point is wrapped"
+        instrumentor.uninstrument()
+        after = tool_targets(self.driver.framework)
+        assert all(after[k] is before[k] for k in before)
+
+    # -- zero code ----------------------------------------------------------------------------
+
+    def test_script_unguarded_baseline(self):
+        out, _ = run_script(self.driver.script, script_env(), marker=REPORT)
+        assert out["body_runs"] == 5
+        assert not any(UNAVAILABLE in t for t in out["tool_results"])
+
+    def test_env_switch_guards_the_script(self):
+        env = script_env(OTEL_BREAKER_ENABLED="true", OTEL_BREAKER_FAILURE_THRESHOLD="2")
+        out, _ = run_script(self.driver.script, env, marker=REPORT)
+        assert out["body_runs"] == 2
+        assert sum(UNAVAILABLE in t for t in out["tool_results"]) == 3
+        assert out["final"] == "done"
+
+    def test_opentelemetry_instrument_guards_the_script(self):
+        env = script_env(
+            OTEL_BREAKER_FAILURE_THRESHOLD="2",
+            OTEL_TRACES_EXPORTER="console",
+            OTEL_METRICS_EXPORTER="none",
+            OTEL_LOGS_EXPORTER="none",
+        )
+        out, stdout = run_script(self.driver.script, env, marker=REPORT, launch=launcher())
+        assert out["body_runs"] == 2
+        assert sum(UNAVAILABLE in t for t in out["tool_results"]) == 3
+        assert '"otel_breaker.guarded": true' in stdout

@@ -1,0 +1,223 @@
+"""Declarative adapters: wrappers built from a spec, on a small real module patched as a framework would be."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import pathlib
+import sys
+
+import pytest
+
+from otel_breaker import State, ToolCall, get_circuit_breaker
+from otel_breaker.config import load_settings, set_settings
+from otel_breaker.degrade import STATUS_HEADER
+from otel_breaker.instrumentation import ADAPTERS, load_adapter_class
+from otel_breaker.instrumentation.spec import (
+    MessageDialect,
+    SpecAdapter,
+    insert_status_block,
+    instruments_any,
+    prompt_patch,
+    requirement_of,
+    requirements,
+    split_requirement,
+    status_text,
+    tool_patch,
+)
+from otel_breaker.registry import default_registry
+
+tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+FRAMEWORK_SOURCE = """
+class Tool:
+    def __init__(self, name, body):
+        self.name = name
+        self.body = body
+
+    def run(self, x):
+        return self.body(x)
+
+    async def arun(self, x):
+        return self.body(x)
+
+    async def stream(self, x):
+        yield "progress"
+        yield {"status": "ok", "value": self.body(x)}
+
+
+class Model:
+    def __init__(self):
+        self.seen = []
+
+    def complete(self, messages):
+        self.seen.append(messages)
+        return "answer"
+"""
+
+
+@pytest.fixture
+def specframework(tmp_path, monkeypatch):
+    (tmp_path / "specframework.py").write_text(FRAMEWORK_SOURCE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("specframework", None)
+    yield importlib.import_module("specframework")
+    sys.modules.pop("specframework", None)
+
+
+DIALECT = MessageDialect(
+    is_system=lambda m: m[0] == "system",
+    text=lambda m: m[1] if isinstance(m[1], str) else None,
+    with_text=lambda m, text: (m[0], text),
+    system=lambda text: ("system", text),
+)
+
+
+class SpecToy(SpecAdapter):
+    name = "spectoy"
+    requires = "pytest>=1"
+    patches = (
+        tool_patch("specframework", "Tool.run", "sync"),
+        tool_patch("specframework", "Tool.arun", "async"),
+        tool_patch("specframework", "Tool.stream", "asyncgen"),
+        prompt_patch("specframework", "Model.complete", "sync"),
+    )
+
+    def describe(self, instance, args, kwargs):
+        return ToolCall(instance.name, framework=self.name, agent="toy-agent", agent_name="toy-agent")
+
+    def result_error(self, call, result):
+        return "error_status" if isinstance(result, dict) and result.get("status") == "error" else None
+
+    def rejection(self, call, info):
+        return {"status": "error", "value": info.message}
+
+    def with_status(self, instance, args, kwargs):
+        messages = insert_status_block(args[0], DIALECT, "toy-agent")
+        return None if messages is None else ((messages, *args[1:]), kwargs)
+
+
+def _fail(x):
+    raise RuntimeError("down")
+
+
+@pytest.fixture
+def adapter(specframework):
+    adapter = SpecToy()
+    adapter.patch()
+    yield adapter
+    adapter.unpatch()
+
+
+def test_requirement_is_the_one_source_of_distribution_and_range():
+    assert (SpecToy.distribution, SpecToy.version_range) == ("pytest", ">=1")
+    assert SpecToy.modules == ("specframework",)
+    assert split_requirement("google-adk>=2.13,<3") == ("google-adk", "<3,>=2.13")
+
+
+def test_sync_and_async_wrappers_from_one_describe(adapter, specframework):
+    tool = specframework.Tool("t1", _fail)
+    with pytest.raises(RuntimeError):
+        tool.run(1)
+    with pytest.raises(RuntimeError):
+        asyncio.run(tool.arun(1))
+    breakers = default_registry().find("t1")
+    assert len(breakers) == 1 and breakers[0].agent_name == "toy-agent"
+    assert breakers[0].stats.failure_count == 2
+
+
+def test_async_generator_events_pass_through_and_result_is_judged(adapter, specframework):
+    async def collect(tool):
+        return [event async for event in tool.stream(3)]
+
+    assert asyncio.run(collect(specframework.Tool("s1", lambda x: x * 2))) == ["progress", {"status": "ok", "value": 6}]
+    (breaker,) = default_registry().find("s1")
+    assert breaker.stats.success_count == 1
+
+    failing = specframework.Tool("s2", _fail)
+    with pytest.raises(RuntimeError):
+        asyncio.run(collect(failing))
+    (breaker,) = default_registry().find("s2")
+    assert breaker.stats.failure_count == 1
+
+
+def test_async_generator_rejected_yields_the_rejection_only(adapter, specframework):
+    runs = []
+    tool = specframework.Tool("s3", lambda x: runs.append(x))
+    default_registry().breaker_for(ToolCall("s3", agent="toy-agent", agent_name="toy-agent")).force_open()
+
+    async def collect():
+        return [event async for event in tool.stream(1)]
+
+    events = asyncio.run(collect())
+    assert runs == []
+    assert len(events) == 1 and events[0]["status"] == "error" and "s3" in events[0]["value"]
+
+
+def test_async_generator_closed_early_stops_the_tool(adapter, specframework):
+    async def first():
+        stream = specframework.Tool("s4", lambda x: x).stream(1)
+        event = await stream.__anext__()
+        await stream.aclose()
+        return event
+
+    assert asyncio.run(first()) == "progress"
+
+
+def test_prompt_patch_only_when_enabled(adapter, specframework):
+    registry = default_registry()
+    registry.breaker_for(ToolCall("search", agent="toy-agent", agent_name="toy-agent")).force_open()
+    model = specframework.Model()
+    model.complete([("system", "Be brief."), ("user", "hi")])
+    assert model.seen[-1][0] == ("system", "Be brief.")
+    set_settings(load_settings({"OTEL_BREAKER_STATUS_IN_PROMPT": "true"}))
+    history = [("user", "hi")]
+    model.complete(history)
+    assert model.seen[-1][0][0] == "system" and model.seen[-1][0][1].startswith(STATUS_HEADER)
+    assert history == [("user", "hi")], "the caller's list is not edited"
+    model.complete([("system", "Be brief."), ("user", "hi")])
+    text = model.seen[-1][0][1]
+    assert text.startswith("Be brief.\n\n" + STATUS_HEADER) and "'search'" in text
+
+
+def test_status_text_replaces_an_earlier_block_and_is_none_when_unchanged():
+    set_settings(load_settings({"OTEL_BREAKER_STATUS_IN_PROMPT": "true"}))
+    assert status_text("Be brief.") is None
+    get_circuit_breaker("search").force_open()
+    once = status_text("Be brief.")
+    assert once is not None and once.count(STATUS_HEADER) == 1
+    assert status_text(once) is None
+    get_circuit_breaker("search").force_close()
+    assert get_circuit_breaker("search").state is State.CLOSED
+    assert status_text(once) == "Be brief."
+
+
+def test_uninstrument_restores_the_spec_targets(specframework):
+    originals = {name: specframework.Tool.__dict__[name] for name in ("run", "arun", "stream")}
+    adapter = SpecToy()
+    adapter.patch()
+    assert all(specframework.Tool.__dict__[n] is not o for n, o in originals.items())
+    adapter.unpatch()
+    assert all(specframework.Tool.__dict__[n] is o for n, o in originals.items())
+
+
+def test_requirements_agree_with_pyproject_extras_and_instruments_any():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    declared = {r.replace(" ", "") for r in extras["instruments-any"]}
+    from packaging.requirements import Requirement
+
+    def normal(text: str) -> str:
+        parsed = Requirement(text)
+        return f"{parsed.name}{parsed.specifier}"
+
+    found = requirements()
+    assert set(found) == set(ADAPTERS)
+    assert {normal(r) for r in declared} == {normal(r) for r in instruments_any()}
+    for name, requirement in found.items():
+        extra = extras.get(name.replace("_", "-"))
+        assert extra is not None, f"no extra for {name}"
+        assert normal(requirement) in {normal(r) for r in extra}, f"{name}: extra {extra} lacks {requirement}"
+        assert requirement_of(load_adapter_class(name)) == requirement
