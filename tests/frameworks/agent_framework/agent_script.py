@@ -1,9 +1,11 @@
 """An ordinary offline Agent Framework program that knows nothing of otel-breaker.
 
-One agent whose tool always fails is asked for four tool calls (by a scripted
-model: the framework's own chat-client layers, only the model call scripted);
-the script prints JSON: how often the tool body ran, what the model read back,
-and the answer. The zero-code tests run it unchanged, guarded from the environment.
+One agent whose tool always fails is asked for five tool calls by a scripted
+model (the framework's own chat-client layers, only the model call scripted),
+then answers. The framework would end a request after three erroring turns in
+a row; this program allows ten. It prints JSON: how often the tool body ran,
+what the model read back, and the answer. The zero-code tests run it
+unchanged, guarded from the environment.
 """
 
 import asyncio
@@ -18,7 +20,7 @@ BODY_RUNS = 0
 
 
 @tool
-def inventory(item: str) -> str:
+def inventory(x: int) -> str:
     """Stock level of an item (its backend is down)."""
     global BODY_RUNS
     BODY_RUNS += 1
@@ -26,11 +28,11 @@ def inventory(item: str) -> str:
 
 
 async def main() -> None:
-    client = ScriptedChatClient([[("inventory", {"item": "bolts"}, f"call_{i}")] for i in range(1, 5)])
+    turns = [[("inventory", {"x": i}, f"call_{i}")] for i in range(1, 6)]
+    client = ScriptedChatClient(turns, function_invocation_configuration={"max_consecutive_errors_per_request": 10})
     agent = Agent(client=client, name="stock_agent", instructions="Answer with stock levels.", tools=[inventory])
     response = await agent.run("How many bolts?")
-    report = {"body_runs": BODY_RUNS, "model_saw": client.tool_results(), "final": response.text}
-    print(json.dumps({"agent_framework_report": report}))
+    print(json.dumps({"body_runs": BODY_RUNS, "tool_results": client.tool_results(), "final": response.text}))
 
 
 asyncio.run(main())

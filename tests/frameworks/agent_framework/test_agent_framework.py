@@ -3,6 +3,7 @@ layer), offline with a scripted model, with every tool call guarded by a breaker
 
 from __future__ import annotations
 
+import pathlib
 from collections import Counter
 
 import pytest
@@ -13,6 +14,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from scripted_client import ScriptedChatClient
+from zero_code import launcher, run_script, script_env
 
 from otel_breaker import telemetry
 from otel_breaker.breaker import State
@@ -23,6 +25,7 @@ from otel_breaker.registry import default_registry
 REJECTED_TEXT = "is temporarily unavailable: its circuit breaker is open"
 FRAMEWORK_ERROR = "Error: Function failed."
 BODY_RUNS: Counter[str] = Counter()
+SCRIPT = pathlib.Path(__file__).with_name("agent_script.py")
 
 
 @pytest.fixture(autouse=True)
@@ -136,21 +139,6 @@ async def test_rejection_keeps_the_loop_going_past_its_own_error_limit(instrumen
     assert sum(REJECTED_TEXT in r for r in client.tool_results()) == 4
 
 
-async def test_healthy_tool_outcome_is_identical_on_and_off(instrument, otel):
-    async def transcript() -> tuple[str, list]:
-        agent, client = make_agent(healthy, turns=[*calls("healthy", n=3), "all in stock"])
-        response = await run(agent)
-        return response.text, [[(m.role, m.text, [c.type for c in m.contents]) for m in sent] for sent in client.sent]
-
-    off = await transcript()
-    instrument("agent_framework")
-    on = await transcript()
-    assert on == off
-    assert on[0] == "all in stock"
-    assert BODY_RUNS["healthy"] == 6
-    assert counters(otel, "healthy") == (0, 3, 0)
-
-
 async def test_bad_arguments_from_the_model_are_not_counted(instrument, otel):
     instrument("agent_framework")
     agent, client = make_agent(flaky, turns=calls("flaky", n=3, args={"wrong": 1}))
@@ -239,55 +227,43 @@ async def test_the_agent_mark_ends_with_its_run(instrument, otel):
     assert [s.attributes.get("gen_ai.agent.name") for s in spans] == ["stock_agent", None]
 
 
-async def test_two_agents_with_one_tool_name_have_separate_breakers(instrument, otel):
-    instrument("agent_framework")
-    broken, _ = make_agent(flaky, turns=calls("flaky"), name="broken_agent")
-    await run(broken)
-    fine, _ = make_agent(flaky, turns=calls("flaky", n=1), name="other_agent")
-    await run(fine)
-    assert BODY_RUNS["flaky"] == 3  # the other agent's call ran: its breaker is its own
-    states = {b.agent_name: b.state for b in default_registry().find("flaky")}
-    assert states == {"broken_agent": State.OPEN, "other_agent": State.CLOSED}
-
-
-async def test_status_block_reaches_the_system_message(instrument, otel):
-    set_settings(load_settings({"OTEL_BREAKER_FAILURE_THRESHOLD": "2", "OTEL_BREAKER_STATUS_IN_PROMPT": "true"}))
-    instrument("agent_framework")
-    agent, client = make_agent(flaky, healthy, turns=[*calls("flaky", n=2), "noted"])
-    await run(agent)
-    client.turns = [[("healthy", {"item": "y"}, "call_9")], "fine"]
-    await agent.run("and now?")
-    first, *_, last = client.system_prompts()
-    assert first == "You check stock."
-    assert last.startswith("You check stock.\n\n") and "'flaky' (open)" in last
-    assert "secret-token" not in last and "'healthy'" not in last
-    assert agent.default_options["instructions"] == "You check stock."  # the agent itself is unchanged
-
-
-async def test_status_block_is_off_by_default(instrument, otel):
-    instrument("agent_framework")
-    agent, client = make_agent(flaky, turns=calls("flaky", n=3))
-    await run(agent)
-    await agent.run("again")
-    assert set(client.system_prompts()) == {"You check stock."}
-
-
 # -- the framework's own execute_tool spans -------------------------------------------------------
+
+
+class _SwitchedProcessor(BreakerSpanProcessor):
+    """The span processor, on only inside the test that sets the global provider (which stays
+    set for the rest of the process)."""
+
+    on = False
+
+    def on_end(self, span) -> None:
+        if self.on:
+            super().on_end(span)
+
 
 _NATIVE = InMemorySpanExporter()
 _PROVIDER = TracerProvider()
 _PROVIDER.add_span_processor(SimpleSpanProcessor(_NATIVE))
-_PROVIDER.add_span_processor(BreakerSpanProcessor())
+_PROCESSOR = _SwitchedProcessor()
+_PROVIDER.add_span_processor(_PROCESSOR)
 
 
-async def test_native_tool_spans_nest_inside_ours_and_are_not_counted_twice(instrument, otel):
-    """Agent Framework traces each tool call itself (on by default): with the span processor
-    on the same provider, a guarded call must still count once."""
+@pytest.fixture
+def native_spans(otel):
+    """Agent Framework's own spans go to the global provider: make it ours, with the processor."""
     trace.set_tracer_provider(_PROVIDER)
     if trace.get_tracer_provider() is not _PROVIDER:
         pytest.skip("another global tracer provider was set earlier in this process")
     telemetry.configure(_PROVIDER, otel.meter_provider)
     _NATIVE.clear()
+    _PROCESSOR.on = True
+    yield _NATIVE
+    _PROCESSOR.on = False
+
+
+async def test_native_tool_spans_nest_inside_ours_and_are_not_counted_twice(instrument, otel, native_spans):
+    """Agent Framework traces each tool call itself (on by default): with the span processor
+    on the same provider, a guarded call must still count once."""
     instrument("agent_framework")
     agent, _client = make_agent(flaky, turns=calls("flaky"))
     await run(agent)
@@ -296,7 +272,7 @@ async def test_native_tool_spans_nest_inside_ours_and_are_not_counted_twice(inst
     (breaker,) = default_registry().find("flaky")
     assert breaker.state is State.OPEN
 
-    spans = [s for s in _NATIVE.get_finished_spans() if s.attributes.get("gen_ai.tool.name") == "flaky"]
+    spans = [s for s in native_spans.get_finished_spans() if s.attributes.get("gen_ai.tool.name") == "flaky"]
     ours = {s.context.span_id: s for s in spans if s.attributes.get("otel_breaker.guarded")}
     native = [s for s in spans if not s.attributes.get("otel_breaker.guarded")]
     assert len(ours) == 4 and len(native) == 2  # rejected calls never reach the framework's span
@@ -306,16 +282,14 @@ async def test_native_tool_spans_nest_inside_ours_and_are_not_counted_twice(inst
         assert not ours[span.parent.span_id].attributes.get("otel_breaker.rejected")
 
 
-# -- uninstrument -----------------------------------------------------------------------------------
-
-
-def test_uninstrument_restores_exactly(instrument):
-    from agent_framework._agents import RawAgent
-    from agent_framework._tools import FunctionTool
-
-    before = (FunctionTool.__dict__["invoke"], RawAgent.__dict__["_prepare_run_context"])
-    instrumentor = instrument("agent_framework")
-    assert FunctionTool.__dict__["invoke"] is not before[0]
-    assert RawAgent.__dict__["_prepare_run_context"] is not before[1]
-    instrumentor.uninstrument()
-    assert (FunctionTool.__dict__["invoke"], RawAgent.__dict__["_prepare_run_context"]) == before
+def test_opentelemetry_instrument_counts_a_natively_traced_call_once():
+    env = script_env(
+        OTEL_BREAKER_FAILURE_THRESHOLD="2",
+        OTEL_TRACES_EXPORTER="console",
+        OTEL_METRICS_EXPORTER="none",
+        OTEL_LOGS_EXPORTER="none",
+    )
+    out, stdout = run_script(SCRIPT, env, marker='{"body_runs"', launch=launcher())
+    assert out["body_runs"] == 2  # counted twice, the breaker would have opened after the first call
+    # ours for all five calls, the framework's own for the two that ran
+    assert stdout.count('"name": "execute_tool inventory"') == 7
