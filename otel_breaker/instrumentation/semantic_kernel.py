@@ -1,29 +1,29 @@
 """Microsoft Semantic Kernel (``semantic-kernel``): a breaker on every ``KernelFunction.invoke``.
 
-Auto function calling (``Kernel.invoke_function_call`` and its filters),
-``Kernel.invoke`` and a direct ``await function(kernel)`` all run a plugin
-function through ``KernelFunction.invoke`` (async; a sync method runs on the
-loop inside it). That is the breaker point. Prompt functions pass through:
-their "tool" is a model call.
+Auto function calling (``Kernel.invoke_function_call``), ``Kernel.invoke`` and a
+direct ``await function(kernel)`` all run a plugin function through
+``KernelFunction.invoke`` (async; a sync method runs on the loop inside it). The
+tool is the function's qualified name, ``Plugin-function``, as the model sees it.
 
-* A function that raises is counted. Auto function calling turns the
-  exception into the text the model reads ("An error occurred while invoking
-  the function ..."); ``Kernel.invoke`` raises ``KernelInvokeException``.
-  Neither changes.
-* Model mistakes and control flow pass uncounted: arguments that cannot be
-  bound to the method's parameters (``gather_function_parameters`` raised),
-  ``OperationCancelledException``. Unknown functions, missing arguments and
-  auto-invocation filters that terminate or answer instead of the function
-  are settled before ``invoke`` and never reach it.
-* A rejected call returns a ``FunctionResult`` holding the text: the kernel
-  puts it in the function-result content the model reads and the loop goes on.
-* The kernel's own ``execute_tool`` span (when its diagnostics are on) is a
-  child of ours and is not counted again by the span processor.
+* A function that raises is counted. Auto function calling turns the exception
+  into the text the model reads ("An error occurred while invoking the function
+  ..."); ``Kernel.invoke`` raises ``KernelInvokeException``. Neither changes.
+* Model mistakes and control flow pass uncounted: arguments the method cannot
+  take (``gather_function_parameters`` raised) and ``OperationCancelledException``.
+  Unknown functions, missing arguments and auto-invocation filters that end the
+  loop or answer instead are settled before ``invoke``.
+* A rejection is a ``FunctionResult`` holding the text: the kernel puts it in the
+  function-result content the model reads, and the loop goes on.
+* The kernel traces every invocation as ``execute_tool``: for a guarded call that
+  span is a child of ours and is not counted again. Prompt functions (model
+  calls, named afresh by ``invoke_prompt``) run unguarded and are kept from
+  the span processor, which would take them for tools.
 
-``ChatCompletionAgent`` marks which agent runs, for the steps of its run only,
-and ``Agent.format_instructions`` returns the agent's instructions with the
-tool-status block appended when ``OTEL_BREAKER_STATUS_IN_PROMPT=true``: that
-text is the system message of every model call of the run.
+``ChatCompletionAgent`` marks the running agent for the steps of its run only.
+With ``OTEL_BREAKER_STATUS_IN_PROMPT=true`` the status block is appended to what
+``Agent.format_instructions`` returns (every agent type's instructions) and, in a
+``ChatCompletionAgent`` run, refreshed in the run's own system message after each
+function call, so every model call reads the breakers' state at that moment.
 """
 
 from __future__ import annotations
@@ -33,28 +33,29 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from otel_breaker.degrade import Rejection, augment_instructions, status_in_prompt_enabled
+from otel_breaker.degrade import Rejection, status_in_prompt_enabled
 from otel_breaker.guard import IGNORED_RESULT
-from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget, _active_call, agent_display_name
+from otel_breaker.instrumentation.base import PatchTarget, _active_call, agent_display_name
+from otel_breaker.instrumentation.spec import SpecAdapter, status_text, tool_patch
 from otel_breaker.toolcall import ToolCall
 
-FRAMEWORK = "semantic_kernel"
 logger = logging.getLogger("otel_breaker")
 
 _AGENT = "semantic_kernel.agents.chat_completion.chat_completion_agent"
 
-# The agent whose run step is executing in this context.
-_agent: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_breaker_semantic_kernel_agent", default=None)
-# The function of the guarded call in this context (its rejection names it).
-_function: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_breaker_semantic_kernel_function", default=None)
-# Set while a guarded call binds its arguments; true when binding failed (the model's mistake).
-_binding: contextvars.ContextVar[list[bool] | None] = contextvars.ContextVar(
-    "otel_breaker_semantic_kernel_binding", default=None
-)
+
+class _Run:
+    """The agent whose run step is executing, and the chat history that run built."""
+
+    __slots__ = ("agent", "history")
+
+    def __init__(self, agent: Any) -> None:
+        self.agent = agent
+        self.history: Any = None
 
 
 class _Neutral:
-    """An exception raised for a reason other than a broken tool, carried past the breaker."""
+    """An exception raised for control flow or a model mistake, carried past the breaker uncounted."""
 
     __slots__ = ("exc",)
 
@@ -62,104 +63,90 @@ class _Neutral:
         self.exc = exc
 
 
-async def _scoped(agen: Any, value: Any) -> AsyncIterator[Any]:
-    """Iterate ``agen`` with the agent mark set only while it runs (never left in the consumer)."""
+_run: contextvars.ContextVar[_Run | None] = contextvars.ContextVar("otel_breaker_sk_run", default=None)
+_function: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_breaker_sk_function", default=None)
+_binding_failed: contextvars.ContextVar[list[bool] | None] = contextvars.ContextVar("otel_breaker_sk_bd", default=None)
+
+
+async def _scoped(agen: Any, run: _Run) -> AsyncIterator[Any]:
+    """Iterate an agent's run with its mark set only while the run executes."""
     try:
         while True:
-            token = _agent.set(value)
+            token = _run.set(run)
             try:
                 item = await agen.__anext__()
             except StopAsyncIteration:
                 return
             finally:
-                _agent.reset(token)
+                _run.reset(token)
             yield item
     finally:
-        await agen.aclose()  # a consumer that stops early closes the agent's run too
+        await agen.aclose()
 
 
-async def _not_a_tool(function: Any, wrapped: Any, args: tuple, kwargs: dict) -> Any:
-    """Run a prompt function (a model call) unguarded. The kernel still traces it as
-    ``execute_tool``: marking it as the call in progress keeps the span processor from
-    taking it for a tool (``invoke_prompt`` names each one afresh, one breaker per call).
-    Plugin functions it calls are guarded as usual."""
-    token = _active_call.set(ToolCall(function.fully_qualified_name, framework=FRAMEWORK))
-    try:
-        return await wrapped(*args, **kwargs)
-    finally:
-        _active_call.reset(token)
-
-
-class SemanticKernelAdapter(FrameworkAdapter):
-    name = FRAMEWORK
-    distribution = "semantic-kernel"
-    version_range = ">=1.45,<2"
+class SemanticKernelAdapter(SpecAdapter):
+    name = "semantic_kernel"
+    requires = "semantic-kernel>=1.45,<2"
+    patches = (tool_patch("semantic_kernel.functions.kernel_function", "KernelFunction.invoke", "async"),)
 
     def targets(self) -> list[PatchTarget]:
+        method = "semantic_kernel.functions.kernel_function_from_method"
         return [
-            PatchTarget("semantic_kernel.functions.kernel_function", "KernelFunction.invoke", self._invoke),
-            PatchTarget(
-                "semantic_kernel.functions.kernel_function_from_method",
-                "KernelFunctionFromMethod.gather_function_parameters",
-                self._gather,
-            ),
-            PatchTarget(_AGENT, "ChatCompletionAgent._inner_invoke", self._agent_steps),
-            PatchTarget(_AGENT, "ChatCompletionAgent.invoke_stream", self._agent_steps),
+            *super().targets(),
+            PatchTarget(method, "KernelFunctionFromMethod.gather_function_parameters", self._binding),
+            PatchTarget(_AGENT, "ChatCompletionAgent._inner_invoke", self._agent_run),
+            PatchTarget(_AGENT, "ChatCompletionAgent.invoke_stream", self._agent_run),
+            PatchTarget(_AGENT, "ChatCompletionAgent._prepare_agent_chat_history", self._history),
             PatchTarget("semantic_kernel.agents.agent", "Agent.format_instructions", self._instructions),
+            PatchTarget("semantic_kernel.kernel", "Kernel.invoke_function_call", self._after_call),
         ]
 
-    # -- the breaker point ---------------------------------------------------------------
-
-    async def _invoke(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        if getattr(instance, "is_prompt", False):
-            return await _not_a_tool(instance, wrapped, args, kwargs)
-        call = self.safe_tool_call(lambda: self._describe(instance, args, kwargs))
-        if call is None:
-            return await wrapped(*args, **kwargs)
-        binding: list[bool] = []
-
-        async def run() -> Any:
-            token = _binding.set(binding)
-            try:
-                return await wrapped(*args, **kwargs)
-            except Exception as exc:
-                if binding or type(exc).__name__ == "OperationCancelledException":
-                    return _Neutral(exc)
-                raise
-            finally:
-                _binding.reset(token)
-
-        token = _function.set(instance)
-        try:
-            result = await self.run_async(call, run, (), {})
-        finally:
-            _function.reset(token)
-        if isinstance(result, _Neutral):
-            raise result.exc
-        return result
-
-    def _describe(self, function: Any, args: tuple, kwargs: dict) -> ToolCall:
-        name = function.fully_qualified_name
+    def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
         metadata = args[2] if len(args) > 2 else kwargs.get("metadata")
         call_id = metadata.get("id") if isinstance(metadata, dict) else None
-        agent = _agent.get()
+        run = _run.get()
+        agent = run.agent if run is not None else None
         return ToolCall(
-            name,
-            framework=FRAMEWORK,
+            instance.fully_qualified_name,
+            framework=self.name,
             agent=agent,
             agent_name=agent_display_name(agent) if agent is not None else None,
             call_id=call_id if isinstance(call_id, str) else None,
             arguments=args[1] if len(args) > 1 else kwargs.get("arguments"),
         )
 
-    def _gather(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    async def _tool_async(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        if not getattr(instance, "is_prompt", False):
+            return await super()._tool_async(wrapped, instance, args, kwargs)
+        # A model call, not a tool: marked as the call in progress, so the processor skips its span.
+        token = _active_call.set(ToolCall(instance.fully_qualified_name, framework=self.name))
         try:
-            return wrapped(*args, **kwargs)
-        except Exception:
-            binding = _binding.get()
-            if binding is not None:
-                binding.append(True)
-            raise
+            return await wrapped(*args, **kwargs)
+        finally:
+            _active_call.reset(token)
+
+    async def run_async(self, call: ToolCall, wrapped: Any, args: tuple, kwargs: dict) -> Any:
+        failed: list[bool] = []
+
+        async def neutral_as_value(*a: Any, **k: Any) -> Any:
+            token = _binding_failed.set(failed)
+            try:
+                return await wrapped(*a, **k)
+            except Exception as exc:
+                if failed or type(exc).__name__ == "OperationCancelledException":
+                    return _Neutral(exc)
+                raise
+            finally:
+                _binding_failed.reset(token)
+
+        token = _function.set(getattr(wrapped, "__self__", None))
+        try:
+            result = await super().run_async(call, neutral_as_value, args, kwargs)
+        finally:
+            _function.reset(token)
+        if isinstance(result, _Neutral):
+            raise result.exc
+        return result
 
     def result_error(self, call: ToolCall, result: Any) -> str | None:
         return IGNORED_RESULT if isinstance(result, _Neutral) else None
@@ -169,16 +156,47 @@ class SemanticKernelAdapter(FrameworkAdapter):
 
         return FunctionResult(function=_function.get().metadata, value=info.message)
 
+    def _binding(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        try:
+            return wrapped(*args, **kwargs)
+        except Exception:
+            failed = _binding_failed.get()
+            if failed is not None:
+                failed.append(True)  # the model's arguments do not fit the method
+            raise
+
     # -- who runs, and the tool-status block -------------------------------------------------
 
-    def _agent_steps(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    def _agent_run(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         agen = wrapped(*args, **kwargs)
-        if instance is None or not hasattr(agen, "__anext__"):
-            return agen
-        return _scoped(agen, instance)
+        return _scoped(agen, _Run(instance)) if hasattr(agen, "__anext__") else agen
+
+    async def _history(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        history = await wrapped(*args, **kwargs)
+        run = _run.get()
+        if run is not None and run.agent is instance:
+            run.history = history  # built for this run: its system message may be refreshed
+        return history
 
     async def _instructions(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         text = await wrapped(*args, **kwargs)
-        if not status_in_prompt_enabled() or not (text is None or isinstance(text, str)):
-            return text
-        return augment_instructions(text, instance)
+        if status_in_prompt_enabled() and (text is None or isinstance(text, str)):
+            new = status_text(text, instance)
+            return text if new is None else new
+        return text
+
+    async def _after_call(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        result = await wrapped(*args, **kwargs)
+        run = _run.get()
+        if run is None or run.history is None or not status_in_prompt_enabled():
+            return result
+        try:
+            history = args[1] if len(args) > 1 else kwargs.get("chat_history")
+            first = history.messages[0] if history is run.history and history.messages else None
+            if first is not None and getattr(first.role, "value", first.role) == "system":
+                new = status_text(first.content, run.agent)
+                if new:
+                    first.content = new
+        except Exception:
+            logger.debug("otel-breaker: semantic_kernel: status block not refreshed", exc_info=True)
+        return result

@@ -3,11 +3,12 @@
 It is a ``ChatCompletionClientBase`` that supports function calling, so the
 kernel's own auto function-invocation loop runs; only the model call
 (``_inner_get_chat_message_contents``) is scripted. Every chat history it is
-sent is recorded.
+sent is recorded as it was at that call.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any, ClassVar
@@ -39,7 +40,7 @@ class ScriptedChatService(ChatCompletionClientBase):
         self.sent = []
 
     def _next(self, chat_history: Any) -> list[Any]:
-        self.sent.append(list(chat_history.messages))
+        self.sent.append(copy.deepcopy(list(chat_history.messages)))  # as sent: later edits do not show
         turn = self.turns.pop(0) if self.turns else "done"
         if isinstance(turn, str):
             return [turn]

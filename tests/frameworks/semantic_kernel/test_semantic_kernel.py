@@ -5,6 +5,7 @@ call guarded by a breaker."""
 from __future__ import annotations
 
 import logging
+import pathlib
 from collections import Counter
 
 import pytest
@@ -20,6 +21,7 @@ from semantic_kernel.connectors.ai.prompt_execution_settings import PromptExecut
 from semantic_kernel.exceptions import KernelInvokeException, OperationCancelledException
 from semantic_kernel.filters import FilterTypes
 from semantic_kernel.functions import KernelArguments, kernel_function
+from zero_code import launcher, run_script, script_env
 
 from otel_breaker import telemetry
 from otel_breaker.breaker import State
@@ -30,6 +32,7 @@ from otel_breaker.registry import default_registry
 REJECTED_TEXT = "is temporarily unavailable: its circuit breaker is open"
 KERNEL_ERROR = "An error occurred while invoking the function Stock-lookup"
 BODY_RUNS: Counter[str] = Counter()
+SCRIPT = pathlib.Path(__file__).with_name("agent_script.py")
 
 
 @pytest.fixture(autouse=True)
@@ -160,22 +163,6 @@ async def test_kernel_invoke_raises_then_returns_the_rejection(instrument, otel)
     assert BODY_RUNS["lookup"] == 2
 
 
-async def test_healthy_function_outcome_is_identical_on_and_off(instrument, otel):
-    async def transcript() -> tuple[str, list]:
-        agent, service = make_agent([*calls("healthy", n=3), "all in stock"])
-        answer = await run(agent)
-        seen = [[(m.role.value, str(m.content), [type(i).__name__ for i in m.items]) for m in h] for h in service.sent]
-        return answer, seen
-
-    off = await transcript()
-    instrument("semantic_kernel")
-    on = await transcript()
-    assert on == off
-    assert on[0] == "all in stock"
-    assert BODY_RUNS["healthy"] == 6
-    assert counters(otel, "Stock-healthy") == (0, 3, 0)
-
-
 async def test_arguments_the_method_cannot_take_are_not_counted(instrument, otel):
     instrument("semantic_kernel")
     agent, service = make_agent(calls("lookup", n=3, args={"item": "x", "count": "many"}))
@@ -235,55 +222,60 @@ async def test_the_agent_mark_ends_with_its_run(instrument, otel):
     assert [s.attributes.get("gen_ai.agent.name") for s in spans] == ["stock_agent", None]
 
 
-async def test_two_agents_with_one_function_name_have_separate_breakers(instrument, otel):
-    instrument("semantic_kernel")
-    broken, _ = make_agent(calls("lookup"), name="broken_agent")
-    await run(broken)
-    other, _ = make_agent(calls("lookup", n=1), name="other_agent")
-    await run(other)
-    assert BODY_RUNS["lookup"] == 3  # the other agent's call ran: its breaker is its own
-    states = {b.agent_name: b.state for b in default_registry().find("Stock-lookup")}
-    assert states == {"broken_agent": State.OPEN, "other_agent": State.CLOSED}
-
-
-async def test_status_block_reaches_the_system_message(instrument, otel):
+@pytest.mark.parametrize("how", ["get_response", "invoke_stream"])
+async def test_status_block_is_refreshed_within_a_run(instrument, otel, how):
+    """The run's system message is refreshed after each function call: the model call right
+    after the breaker opens already reads it; the agent's own instructions never change."""
     set_settings(load_settings({"OTEL_BREAKER_FAILURE_THRESHOLD": "2", "OTEL_BREAKER_STATUS_IN_PROMPT": "true"}))
     instrument("semantic_kernel")
     agent, service = make_agent([*calls("lookup", n=2), "noted"])
-    await run(agent)
-    service.turns = [*calls("healthy", n=1), "fine"]
-    await run(agent, message="and now?")
-    first, *_, last = service.system_prompts()
-    assert first == "You check stock."
-    assert last.startswith("You check stock.\n\n") and "'Stock-lookup' (open)" in last
-    assert "secret-token" not in last and "Stock-healthy" not in last
-    assert agent.instructions == "You check stock."  # the agent itself is unchanged
-
-
-async def test_status_block_is_off_by_default(instrument, otel):
-    instrument("semantic_kernel")
-    agent, service = make_agent(calls("lookup", n=3))
-    await run(agent)
-    await run(agent, message="again")
-    assert set(service.system_prompts()) == {"You check stock."}
+    await run(agent, how)
+    prompts = service.system_prompts()
+    assert prompts[:2] == ["You check stock."] * 2
+    assert prompts[2].startswith("You check stock.\n\n") and "'Stock-lookup' (open)" in prompts[2]
+    assert "secret-token" not in prompts[2]
+    assert agent.instructions == "You check stock."
+    await run(agent, how, message="again")
+    assert "'Stock-lookup' (open)" in service.system_prompts()[3]  # from the start of the next run
 
 
 # -- the kernel's own execute_tool spans ----------------------------------------------------------
 
+
+class _SwitchedProcessor(BreakerSpanProcessor):
+    """The span processor, on only inside the tests that set the global provider (which stays
+    set for the rest of the process)."""
+
+    on = False
+
+    def on_end(self, span) -> None:
+        if self.on:
+            super().on_end(span)
+
+
 _NATIVE = InMemorySpanExporter()
 _PROVIDER = TracerProvider()
 _PROVIDER.add_span_processor(SimpleSpanProcessor(_NATIVE))
-_PROVIDER.add_span_processor(BreakerSpanProcessor())
+_PROCESSOR = _SwitchedProcessor()
+_PROVIDER.add_span_processor(_PROCESSOR)
 
 
-async def test_native_tool_spans_nest_inside_ours_and_are_not_counted_twice(instrument, otel):
-    """The kernel traces every function it invokes: with the span processor on the same
-    provider, a guarded call must still count once."""
+@pytest.fixture
+def native_spans(otel):
+    """The kernel's own spans go to the global provider: make it ours, with the processor."""
     trace.set_tracer_provider(_PROVIDER)
     if trace.get_tracer_provider() is not _PROVIDER:
         pytest.skip("another global tracer provider was set earlier in this process")
     telemetry.configure(_PROVIDER, otel.meter_provider)
     _NATIVE.clear()
+    _PROCESSOR.on = True
+    yield _NATIVE
+    _PROCESSOR.on = False
+
+
+async def test_native_tool_spans_nest_inside_ours_and_are_not_counted_twice(instrument, otel, native_spans):
+    """The kernel traces every function it invokes: with the span processor on the same
+    provider, a guarded call must still count once."""
     instrument("semantic_kernel")
     agent, _ = make_agent(calls("lookup"))
     await run(agent)
@@ -292,7 +284,7 @@ async def test_native_tool_spans_nest_inside_ours_and_are_not_counted_twice(inst
     (breaker,) = default_registry().find("Stock-lookup")
     assert breaker.state is State.OPEN
 
-    spans = [s for s in _NATIVE.get_finished_spans() if s.attributes.get("gen_ai.tool.name") == "Stock-lookup"]
+    spans = [s for s in native_spans.get_finished_spans() if s.attributes.get("gen_ai.tool.name") == "Stock-lookup"]
     ours = {s.context.span_id: s for s in spans if s.attributes.get("otel_breaker.guarded")}
     native = [s for s in spans if not s.attributes.get("otel_breaker.guarded")]
     assert len(ours) == 4 and len(native) == 2  # rejected calls never reach the kernel's span
@@ -302,13 +294,9 @@ async def test_native_tool_spans_nest_inside_ours_and_are_not_counted_twice(inst
         assert not ours[span.parent.span_id].attributes.get("otel_breaker.rejected")
 
 
-async def test_prompt_functions_are_not_taken_for_tools_by_the_span_processor(instrument, otel):
+async def test_prompt_functions_are_not_taken_for_tools_by_the_span_processor(instrument, otel, native_spans):
     """``invoke_prompt`` runs a freshly named prompt function (a model call) that the kernel
     traces as ``execute_tool``: no breaker for it, while the plugin function it calls counts once."""
-    trace.set_tracer_provider(_PROVIDER)
-    if trace.get_tracer_provider() is not _PROVIDER:
-        pytest.skip("another global tracer provider was set earlier in this process")
-    telemetry.configure(_PROVIDER, otel.meter_provider)
     instrument("semantic_kernel")
     kernel, _ = make_kernel([*calls("lookup", n=1), "done", "hello", "hello"])
     settings = PromptExecutionSettings(function_choice_behavior=FunctionChoiceBehavior.Auto())
@@ -319,23 +307,14 @@ async def test_prompt_functions_are_not_taken_for_tools_by_the_span_processor(in
     assert counters(otel, "Stock-lookup") == (1, 0, 0)
 
 
-# -- uninstrument -----------------------------------------------------------------------------------
-
-
-def test_uninstrument_restores_exactly(instrument):
-    from semantic_kernel.agents.agent import Agent
-    from semantic_kernel.functions.kernel_function import KernelFunction
-    from semantic_kernel.functions.kernel_function_from_method import KernelFunctionFromMethod
-
-    points = [
-        (KernelFunction, "invoke"),
-        (KernelFunctionFromMethod, "gather_function_parameters"),
-        (ChatCompletionAgent, "_inner_invoke"),
-        (ChatCompletionAgent, "invoke_stream"),
-        (Agent, "format_instructions"),
-    ]
-    before = [owner.__dict__[name] for owner, name in points]
-    instrumentor = instrument("semantic_kernel")
-    assert all(owner.__dict__[name] is not orig for (owner, name), orig in zip(points, before, strict=True))
-    instrumentor.uninstrument()
-    assert [owner.__dict__[name] for owner, name in points] == before
+def test_opentelemetry_instrument_counts_a_natively_traced_call_once():
+    env = script_env(
+        OTEL_BREAKER_FAILURE_THRESHOLD="2",
+        OTEL_TRACES_EXPORTER="console",
+        OTEL_METRICS_EXPORTER="none",
+        OTEL_LOGS_EXPORTER="none",
+    )
+    out, stdout = run_script(SCRIPT, env, marker='{"body_runs"', launch=launcher())
+    assert out["body_runs"] == 2  # counted twice, the breaker would have opened after the first call
+    # ours for all five calls, the kernel's own for the two that ran
+    assert stdout.count('"name": "execute_tool Stock-inventory"') == 7
