@@ -14,6 +14,7 @@ from scripted_client import ScriptedChatClient
 class AgentFrameworkDriver:
     framework = "agent_framework"
     script = pathlib.Path(__file__).with_name("agent_script.py")
+    native_tool_spans = True
 
     def build(self, tools: list[Tool], steps: list[Step], *, name: str = "assistant", instructions: str = PROMPT):
         turns = [[(s[0], s[1], f"call_{i}")] if isinstance(s, tuple) else s for i, s in enumerate(steps, 1)]
