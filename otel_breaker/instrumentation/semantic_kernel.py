@@ -1,23 +1,26 @@
-"""Microsoft Semantic Kernel (``semantic-kernel``): a breaker on every ``KernelFunction.invoke``.
+"""Microsoft Semantic Kernel (``semantic-kernel``): a breaker where a plugin function's method runs.
 
 Auto function calling (``Kernel.invoke_function_call``), ``Kernel.invoke`` and a
-direct ``await function(kernel)`` all run a plugin function through
-``KernelFunction.invoke`` (async; a sync method runs on the loop inside it). The
-tool is the function's qualified name, ``Plugin-function``, as the model sees it.
+direct ``await function(kernel)`` all go through ``KernelFunction.invoke``, which
+starts the kernel's own ``execute_tool`` span, runs the function-invocation
+filters and then ``KernelFunctionFromMethod._invoke_internal``: the method itself
+(a sync one on the loop). That is the breaker point; ours nests inside the
+kernel's span and the span processor does not count a call twice. The tool is
+the function's qualified name, ``Plugin-function``, as the model sees it.
 
-* A function that raises is counted. Auto function calling turns the exception
+* A method that raises is counted. Auto function calling turns the exception
   into the text the model reads ("An error occurred while invoking the function
   ..."); ``Kernel.invoke`` raises ``KernelInvokeException``. Neither changes.
 * Model mistakes and control flow pass uncounted: arguments the method cannot
-  take (``gather_function_parameters`` raised) and ``OperationCancelledException``.
-  Unknown functions, missing arguments and auto-invocation filters that end the
-  loop or answer instead are settled before ``invoke``.
-* A rejection is a ``FunctionResult`` holding the text: the kernel puts it in the
-  function-result content the model reads, and the loop goes on.
-* The kernel traces every invocation as ``execute_tool``: for a guarded call that
-  span is a child of ours and is not counted again. Prompt functions (model
-  calls, named afresh by ``invoke_prompt``) run unguarded and are kept from
-  the span processor, which would take them for tools.
+  take (``gather_function_parameters`` raised) and ``OperationCancelledException``
+  from inside. Unknown functions, missing arguments, filters that cancel or
+  answer instead are settled before the method runs.
+* A rejection is a ``FunctionResult`` holding the text, the method's result:
+  the kernel puts it in the function-result content the model reads, and the
+  loop goes on.
+* Prompt functions are model calls, named afresh by ``invoke_prompt``: they run
+  unguarded and are kept from the span processor, which would take their
+  ``execute_tool`` spans for tools.
 
 ``ChatCompletionAgent`` marks the running agent for the steps of its run only.
 With ``OTEL_BREAKER_STATUS_IN_PROMPT=true`` the status block is appended to what
@@ -42,6 +45,7 @@ from otel_breaker.toolcall import ToolCall
 logger = logging.getLogger("otel_breaker")
 
 _AGENT = "semantic_kernel.agents.chat_completion.chat_completion_agent"
+_METHOD = "semantic_kernel.functions.kernel_function_from_method"
 
 
 class _Run:
@@ -64,7 +68,8 @@ class _Neutral:
 
 
 _run: contextvars.ContextVar[_Run | None] = contextvars.ContextVar("otel_breaker_sk_run", default=None)
-_function: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_breaker_sk_function", default=None)
+# The tool-call id of the KernelFunction.invoke in progress.
+_call_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("otel_breaker_sk_call_id", default=None)
 _binding_failed: contextvars.ContextVar[list[bool] | None] = contextvars.ContextVar("otel_breaker_sk_bd", default=None)
 
 
@@ -87,13 +92,13 @@ async def _scoped(agen: Any, run: _Run) -> AsyncIterator[Any]:
 class SemanticKernelAdapter(SpecAdapter):
     name = "semantic_kernel"
     requires = "semantic-kernel>=1.45,<2"
-    patches = (tool_patch("semantic_kernel.functions.kernel_function", "KernelFunction.invoke", "async"),)
+    patches = (tool_patch(_METHOD, "KernelFunctionFromMethod._invoke_internal", "async"),)
 
     def targets(self) -> list[PatchTarget]:
-        method = "semantic_kernel.functions.kernel_function_from_method"
         return [
             *super().targets(),
-            PatchTarget(method, "KernelFunctionFromMethod.gather_function_parameters", self._binding),
+            PatchTarget("semantic_kernel.functions.kernel_function", "KernelFunction.invoke", self._invoke),
+            PatchTarget(_METHOD, "KernelFunctionFromMethod.gather_function_parameters", self._binding),
             PatchTarget(_AGENT, "ChatCompletionAgent._inner_invoke", self._agent_run),
             PatchTarget(_AGENT, "ChatCompletionAgent.invoke_stream", self._agent_run),
             PatchTarget(_AGENT, "ChatCompletionAgent._prepare_agent_chat_history", self._history),
@@ -102,8 +107,7 @@ class SemanticKernelAdapter(SpecAdapter):
         ]
 
     def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
-        metadata = args[2] if len(args) > 2 else kwargs.get("metadata")
-        call_id = metadata.get("id") if isinstance(metadata, dict) else None
+        context = args[0] if args else kwargs["context"]
         run = _run.get()
         agent = run.agent if run is not None else None
         return ToolCall(
@@ -111,19 +115,9 @@ class SemanticKernelAdapter(SpecAdapter):
             framework=self.name,
             agent=agent,
             agent_name=agent_display_name(agent) if agent is not None else None,
-            call_id=call_id if isinstance(call_id, str) else None,
-            arguments=args[1] if len(args) > 1 else kwargs.get("arguments"),
+            call_id=_call_id.get(),
+            arguments=getattr(context, "arguments", None),
         )
-
-    async def _tool_async(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        if not getattr(instance, "is_prompt", False):
-            return await super()._tool_async(wrapped, instance, args, kwargs)
-        # A model call, not a tool: marked as the call in progress, so the processor skips its span.
-        token = _active_call.set(ToolCall(instance.fully_qualified_name, framework=self.name))
-        try:
-            return await wrapped(*args, **kwargs)
-        finally:
-            _active_call.reset(token)
 
     async def run_async(self, call: ToolCall, wrapped: Any, args: tuple, kwargs: dict) -> Any:
         failed: list[bool] = []
@@ -139,22 +133,34 @@ class SemanticKernelAdapter(SpecAdapter):
             finally:
                 _binding_failed.reset(token)
 
-        token = _function.set(getattr(wrapped, "__self__", None))
-        try:
-            result = await super().run_async(call, neutral_as_value, args, kwargs)
-        finally:
-            _function.reset(token)
+        result = await super().run_async(call, neutral_as_value, args, kwargs)
         if isinstance(result, _Neutral):
             raise result.exc
-        return result
+        if isinstance(result, str):  # rejected: the text is the method's result, as the kernel reads it
+            from semantic_kernel.functions.function_result import FunctionResult
+
+            context = args[0] if args else kwargs["context"]
+            context.result = FunctionResult(function=wrapped.__self__.metadata, value=result)
+        return None
 
     def result_error(self, call: ToolCall, result: Any) -> str | None:
         return IGNORED_RESULT if isinstance(result, _Neutral) else None
 
     def rejection(self, call: ToolCall, info: Rejection) -> Any:
-        from semantic_kernel.functions.function_result import FunctionResult
+        return info.message  # run_async makes it the FunctionResult the kernel reads
 
-        return FunctionResult(function=_function.get().metadata, value=info.message)
+    async def _invoke(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        if getattr(instance, "is_prompt", False):
+            # A model call, not a tool: marked as the call in progress, so the processor skips its span.
+            token = _active_call.set(ToolCall(instance.fully_qualified_name, framework=self.name))
+        else:
+            metadata = args[2] if len(args) > 2 else kwargs.get("metadata")
+            call_id = metadata.get("id") if isinstance(metadata, dict) else None
+            token = _call_id.set(call_id if isinstance(call_id, str) else None)
+        try:
+            return await wrapped(*args, **kwargs)
+        finally:
+            token.var.reset(token)
 
     def _binding(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         try:

@@ -31,6 +31,7 @@ class SemanticKernelDriver:
     function name). ``test_semantic_kernel.py`` covers ``Plugin-function`` names."""
 
     framework = "semantic_kernel"
+    native_tool_spans = True
     script = pathlib.Path(__file__).with_name("agent_script.py")
 
     def build(self, tools: list[Tool], steps: list[Step], *, name: str = "assistant", instructions: str = PROMPT):

@@ -9,10 +9,7 @@ import pathlib
 from collections import Counter
 
 import pytest
-from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from contract import route_framework_spans
 from scripted_service import ScriptedChatService
 from semantic_kernel import Kernel
 from semantic_kernel.agents import ChatCompletionAgent
@@ -23,10 +20,8 @@ from semantic_kernel.filters import FilterTypes
 from semantic_kernel.functions import KernelArguments, kernel_function
 from zero_code import launcher, run_script, script_env
 
-from otel_breaker import telemetry
 from otel_breaker.breaker import State
 from otel_breaker.config import load_settings, set_settings
-from otel_breaker.processor import BreakerSpanProcessor
 from otel_breaker.registry import default_registry
 
 REJECTED_TEXT = "is temporarily unavailable: its circuit breaker is open"
@@ -191,8 +186,7 @@ async def test_cancellation_by_a_filter_is_control_flow(instrument, otel):
     agent.kernel.add_filter(FilterTypes.FUNCTION_INVOCATION, cancel)
     await run(agent)
     assert BODY_RUNS["lookup"] == 0
-    (breaker,) = default_registry().find("Stock-lookup")
-    assert breaker.state is State.CLOSED
+    assert default_registry().find("Stock-lookup") == []  # cancelled before the method was reached
     assert counters(otel, "Stock-lookup") == (0, 0, 0)
 
 
@@ -242,67 +236,40 @@ async def test_status_block_is_refreshed_within_a_run(instrument, otel, how):
 # -- the kernel's own execute_tool spans ----------------------------------------------------------
 
 
-class _SwitchedProcessor(BreakerSpanProcessor):
-    """The span processor, on only inside the tests that set the global provider (which stays
-    set for the rest of the process)."""
-
-    on = False
-
-    def on_end(self, span) -> None:
-        if self.on:
-            super().on_end(span)
-
-
-_NATIVE = InMemorySpanExporter()
-_PROVIDER = TracerProvider()
-_PROVIDER.add_span_processor(SimpleSpanProcessor(_NATIVE))
-_PROCESSOR = _SwitchedProcessor()
-_PROVIDER.add_span_processor(_PROCESSOR)
-
-
-@pytest.fixture
-def native_spans(otel):
-    """The kernel's own spans go to the global provider: make it ours, with the processor."""
-    trace.set_tracer_provider(_PROVIDER)
-    if trace.get_tracer_provider() is not _PROVIDER:
-        pytest.skip("another global tracer provider was set earlier in this process")
-    telemetry.configure(_PROVIDER, otel.meter_provider)
-    _NATIVE.clear()
-    _PROCESSOR.on = True
-    yield _NATIVE
-    _PROCESSOR.on = False
-
-
-async def test_native_tool_spans_nest_inside_ours_and_are_not_counted_twice(instrument, otel, native_spans):
-    """The kernel traces every function it invokes: with the span processor on the same
-    provider, a guarded call must still count once."""
-    instrument("semantic_kernel")
-    agent, _ = make_agent(calls("lookup"))
-    await run(agent)
+async def test_native_tool_spans_hold_ours_and_are_not_counted_twice(instrument, otel):
+    """The kernel traces every function it invokes: with the span processor on its spans too,
+    a guarded call still counts once, and ours nests inside the kernel's span."""
+    with route_framework_spans(otel) as native_spans:
+        instrument("semantic_kernel")
+        agent, _ = make_agent(calls("lookup"))
+        await run(agent)
     assert BODY_RUNS["lookup"] == 2
     assert counters(otel, "Stock-lookup") == (2, 0, 2)
-    (breaker,) = default_registry().find("Stock-lookup")
-    assert breaker.state is State.OPEN
+    assert default_registry().find("Stock-lookup")[0].state is State.OPEN
+    spans = native_spans.get_finished_spans()
+    native = {s.context.span_id: s for s in spans if s.name == "execute_tool Stock-lookup"}
+    native = {k: s for k, s in native.items() if not s.attributes.get("otel_breaker.guarded")}
+    ours = sorted(otel.tool_spans("Stock-lookup"), key=lambda s: s.start_time)
+    assert len(native) == 4 and len(ours) == 4
+    assert all(s.parent is not None and s.parent.span_id in native for s in ours)
+    assert [native[s.parent.span_id].attributes.get("gen_ai.tool.call.id") for s in ours] == [
+        "call_1",
+        "call_2",
+        "call_3",
+        "call_4",
+    ]
 
-    spans = [s for s in native_spans.get_finished_spans() if s.attributes.get("gen_ai.tool.name") == "Stock-lookup"]
-    ours = {s.context.span_id: s for s in spans if s.attributes.get("otel_breaker.guarded")}
-    native = [s for s in spans if not s.attributes.get("otel_breaker.guarded")]
-    assert len(ours) == 4 and len(native) == 2  # rejected calls never reach the kernel's span
-    for span in native:
-        assert span.name == "execute_tool Stock-lookup"
-        assert span.parent is not None and span.parent.span_id in ours
-        assert not ours[span.parent.span_id].attributes.get("otel_breaker.rejected")
 
-
-async def test_prompt_functions_are_not_taken_for_tools_by_the_span_processor(instrument, otel, native_spans):
+async def test_prompt_functions_are_not_taken_for_tools_by_the_span_processor(instrument, otel):
     """``invoke_prompt`` runs a freshly named prompt function (a model call) that the kernel
     traces as ``execute_tool``: no breaker for it, while the plugin function it calls counts once."""
-    instrument("semantic_kernel")
-    kernel, _ = make_kernel([*calls("lookup", n=1), "done", "hello", "hello"])
-    settings = PromptExecutionSettings(function_choice_behavior=FunctionChoiceBehavior.Auto())
-    await kernel.invoke_prompt("check x", arguments=KernelArguments(settings=settings))
-    for _ in range(2):
-        assert str(await kernel.invoke_prompt("say hello")) == "hello"
+    with route_framework_spans(otel):
+        instrument("semantic_kernel")
+        kernel, _ = make_kernel([*calls("lookup", n=1), "done", "hello", "hello"])
+        settings = PromptExecutionSettings(function_choice_behavior=FunctionChoiceBehavior.Auto())
+        await kernel.invoke_prompt("check x", arguments=KernelArguments(settings=settings))
+        for _ in range(2):
+            assert str(await kernel.invoke_prompt("say hello")) == "hello"
     assert [b.name for b in default_registry().breakers()] == ["Stock-lookup"]
     assert counters(otel, "Stock-lookup") == (1, 0, 0)
 
@@ -316,5 +283,5 @@ def test_opentelemetry_instrument_counts_a_natively_traced_call_once():
     )
     out, stdout = run_script(SCRIPT, env, marker='{"body_runs"', launch=launcher())
     assert out["body_runs"] == 2  # counted twice, the breaker would have opened after the first call
-    # ours for all five calls, the kernel's own for the two that ran
-    assert stdout.count('"name": "execute_tool Stock-inventory"') == 7
+    # the kernel's own for every call, ours inside each
+    assert stdout.count('"name": "execute_tool Stock-inventory"') == 10
