@@ -54,11 +54,18 @@ class _Neutral:
         self.exc = exc
 
 
-def _current_agent() -> Any:
-    from agent_framework._sessions import _CURRENT_RUN_IDENTITY
+def _run_identity() -> Any:
+    """The framework's identity of the agent run in progress (None outside one, or if it moved)."""
+    try:
+        from agent_framework._sessions import _CURRENT_RUN_IDENTITY
+    except ImportError:
+        return None
+    return _CURRENT_RUN_IDENTITY.get()
 
+
+def _current_agent() -> Any:
     marked = _agent.get()
-    return marked[1] if marked is not None and marked[0] is _CURRENT_RUN_IDENTITY.get() else None
+    return marked[1] if marked is not None and marked[0] is _run_identity() else None
 
 
 class AgentFrameworkAdapter(SpecAdapter):
@@ -127,8 +134,6 @@ class AgentFrameworkAdapter(SpecAdapter):
 
     async def _mark_agent(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         context = await wrapped(*args, **kwargs)
-        from agent_framework._sessions import _CURRENT_RUN_IDENTITY
-
         # Awaited in the run's own context: the mark holds while this run's identity does.
-        _agent.set((_CURRENT_RUN_IDENTITY.get(), instance))
+        _agent.set((_run_identity(), instance))
         return context
