@@ -33,6 +33,8 @@ FRAMEWORK_MODULES = frozenset(
         "mcp",
         "google.adk",
         "strands",
+        "agent_framework",
+        "semantic_kernel",
     }
 )
 

@@ -66,6 +66,8 @@ FRAMEWORKS = (
     "mcp",
     "google_adk",
     "strands",
+    "agent_framework",
+    "semantic_kernel",
 )
 
 #: Other spellings users write for them (distribution names, the graph layer).
@@ -86,6 +88,10 @@ FRAMEWORK_ALIASES = {
     "adk": "google_adk",
     "strands-agents": "strands",
     "strands_agents": "strands",
+    "agent-framework-core": "agent_framework",
+    "microsoft-agent-framework": "agent_framework",
+    "semantic-kernel": "semantic_kernel",
+    "semantickernel": "semantic_kernel",
 }
 
 

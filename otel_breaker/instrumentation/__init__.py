@@ -40,6 +40,8 @@ ADAPTERS: dict[str, str] = {
     "mcp": "otel_breaker.instrumentation.mcp:MCPAdapter",
     "google_adk": "otel_breaker.instrumentation.google_adk:GoogleADKAdapter",
     "strands": "otel_breaker.instrumentation.strands:StrandsAdapter",
+    "agent_framework": "otel_breaker.instrumentation.agent_framework:AgentFrameworkAdapter",
+    "semantic_kernel": "otel_breaker.instrumentation.semantic_kernel:SemanticKernelAdapter",
 }
 
 

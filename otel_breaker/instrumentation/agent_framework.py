@@ -1,0 +1,139 @@
+"""Microsoft Agent Framework (``agent-framework-core``): a breaker where a tool function runs.
+
+Every tool call, from the function-invocation loop (with or without function
+middleware) or from a program calling ``FunctionTool.invoke`` itself, runs the
+function in ``FunctionTool._invoke_function`` (a sync function in a worker
+thread), after ``invoke`` validated the arguments and started the framework's
+own ``execute_tool`` span (on by default). Ours nests inside that span; the span
+processor does not count a call twice.
+
+* A tool that raises is counted. The loop turns the exception into the result
+  "Error: Function failed." and counts it towards its own
+  ``max_consecutive_errors_per_request``; neither changes.
+* Model mistakes and control flow pass uncounted: invalid arguments and
+  approvals are settled before the function runs; a pause for user input, a
+  middleware termination or fail-closed abort and the tool's own invocation
+  limits raised from inside are carried past the breaker.
+* A rejection is the text as the function's return value: the loop puts it in
+  the function-result content the model reads and goes on (a custom
+  ``result_parser`` receives the text).
+
+``invoke`` tells the breaker point the model's tool-call id, and
+``RawAgent._prepare_run_context`` marks the running agent for the length of its
+run (tied to the framework's run identity). Every model call goes through
+``BaseChatClient.get_response``: with ``OTEL_BREAKER_STATUS_IN_PROMPT=true`` the
+status block is added to the instructions it sends as the system message.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from typing import Any
+
+from otel_breaker.degrade import Rejection
+from otel_breaker.guard import IGNORED_RESULT
+from otel_breaker.instrumentation.base import PatchTarget, agent_display_name
+from otel_breaker.instrumentation.spec import SpecAdapter, prompt_patch, status_text, tool_patch
+from otel_breaker.toolcall import ToolCall
+
+# Raised from inside a tool for a reason other than a broken tool; the tool's own refusals to run.
+_NEUTRAL = frozenset({"UserInputRequiredException", "MiddlewareTermination", "MiddlewareFailure"})
+_REFUSALS = ("declaration only", "maximum invocation limit", "maximum exception limit")
+
+# (run identity, agent) of the agent run in this context; the tool-call id of the invoke in progress.
+_agent: contextvars.ContextVar[tuple[Any, Any] | None] = contextvars.ContextVar("otel_breaker_af_agent", default=None)
+_call_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("otel_breaker_af_call_id", default=None)
+
+
+class _Neutral:
+    """An exception raised for control flow, carried past the breaker uncounted."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+def _run_identity() -> Any:
+    """The framework's identity of the agent run in progress (None outside one, or if it moved)."""
+    try:
+        from agent_framework._sessions import _CURRENT_RUN_IDENTITY
+    except ImportError:
+        return None
+    return _CURRENT_RUN_IDENTITY.get()
+
+
+def _current_agent() -> Any:
+    marked = _agent.get()
+    return marked[1] if marked is not None and marked[0] is _run_identity() else None
+
+
+class AgentFrameworkAdapter(SpecAdapter):
+    name = "agent_framework"
+    requires = "agent-framework-core>=1.23,<2"
+    patches = (
+        tool_patch("agent_framework._tools", "FunctionTool._invoke_function", "async"),
+        prompt_patch("agent_framework._clients", "BaseChatClient.get_response", "sync"),
+    )
+
+    def targets(self) -> list[PatchTarget]:
+        return [
+            *super().targets(),
+            PatchTarget("agent_framework._tools", "FunctionTool.invoke", self._invoke),
+            PatchTarget("agent_framework._agents", "RawAgent._prepare_run_context", self._mark_agent),
+        ]
+
+    def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
+        agent = _current_agent()
+        return ToolCall(
+            instance.name,
+            framework=self.name,
+            agent=agent,
+            agent_name=agent_display_name(agent) if agent is not None else None,
+            call_id=_call_id.get(),
+            arguments=args[0] if args else kwargs.get("call_kwargs"),
+        )
+
+    async def run_async(self, call: ToolCall, wrapped: Any, args: tuple, kwargs: dict) -> Any:
+        async def neutral_as_value(*a: Any, **k: Any) -> Any:
+            try:
+                return await wrapped(*a, **k)
+            except Exception as exc:
+                kind = type(exc).__name__
+                if kind in _NEUTRAL or (kind == "ToolException" and any(t in str(exc) for t in _REFUSALS)):
+                    return _Neutral(exc)
+                raise
+
+        result = await super().run_async(call, neutral_as_value, args, kwargs)
+        if isinstance(result, _Neutral):
+            raise result.exc
+        return result
+
+    def result_error(self, call: ToolCall, result: Any) -> str | None:
+        return IGNORED_RESULT if isinstance(result, _Neutral) else None
+
+    def rejection(self, call: ToolCall, info: Rejection) -> Any:
+        return info.message  # parsed by invoke into the text content the model reads
+
+    def with_status(self, instance: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+        """``get_response(messages, *, options=...)``: the instructions of this one model call."""
+        options = kwargs.get("options") or {}
+        instructions = options.get("instructions")
+        if instructions is not None and not isinstance(instructions, str):
+            return None  # provider-native structured instructions: left alone
+        text = status_text(instructions, _current_agent())
+        return None if text is None else (args, {**kwargs, "options": {**options, "instructions": text}})
+
+    async def _invoke(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        call_id = kwargs.get("tool_call_id")
+        token = _call_id.set(call_id if isinstance(call_id, str) else None)
+        try:
+            return await wrapped(*args, **kwargs)
+        finally:
+            _call_id.reset(token)
+
+    async def _mark_agent(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        context = await wrapped(*args, **kwargs)
+        # Awaited in the run's own context: the mark holds while this run's identity does.
+        _agent.set((_run_identity(), instance))
+        return context

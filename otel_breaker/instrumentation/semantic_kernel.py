@@ -1,0 +1,208 @@
+"""Microsoft Semantic Kernel (``semantic-kernel``): a breaker where a plugin function's method runs.
+
+Auto function calling (``Kernel.invoke_function_call``), ``Kernel.invoke`` and a
+direct ``await function(kernel)`` all go through ``KernelFunction.invoke``, which
+starts the kernel's own ``execute_tool`` span, runs the function-invocation
+filters and then ``KernelFunctionFromMethod._invoke_internal``: the method itself
+(a sync one on the loop). That is the breaker point; ours nests inside the
+kernel's span and the span processor does not count a call twice. The tool is
+the function's qualified name, ``Plugin-function``, as the model sees it.
+
+* A method that raises is counted. Auto function calling turns the exception
+  into the text the model reads ("An error occurred while invoking the function
+  ..."); ``Kernel.invoke`` raises ``KernelInvokeException``. Neither changes.
+* Model mistakes and control flow pass uncounted: arguments the method cannot
+  take (``gather_function_parameters`` raised) and ``OperationCancelledException``
+  from inside. Unknown functions, missing arguments, filters that cancel or
+  answer instead are settled before the method runs.
+* A rejection is a ``FunctionResult`` holding the text, the method's result:
+  the kernel puts it in the function-result content the model reads, and the
+  loop goes on.
+* Prompt functions are model calls, named afresh by ``invoke_prompt``: they run
+  unguarded and are kept from the span processor, which would take their
+  ``execute_tool`` spans for tools.
+
+``ChatCompletionAgent`` marks the running agent for the steps of its run only.
+With ``OTEL_BREAKER_STATUS_IN_PROMPT=true`` the status block is appended to what
+``Agent.format_instructions`` returns (every agent type's instructions) and, in a
+``ChatCompletionAgent`` run, refreshed in the run's own system message after each
+function call, so every model call reads the breakers' state at that moment.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from otel_breaker.degrade import Rejection, status_in_prompt_enabled
+from otel_breaker.guard import IGNORED_RESULT
+from otel_breaker.instrumentation.base import PatchTarget, _active_call, agent_display_name
+from otel_breaker.instrumentation.spec import SpecAdapter, status_text, tool_patch
+from otel_breaker.toolcall import ToolCall
+
+logger = logging.getLogger("otel_breaker")
+
+_AGENT = "semantic_kernel.agents.chat_completion.chat_completion_agent"
+_METHOD = "semantic_kernel.functions.kernel_function_from_method"
+
+
+class _Run:
+    """The agent whose run step is executing, and the chat history that run built."""
+
+    __slots__ = ("agent", "history")
+
+    def __init__(self, agent: Any) -> None:
+        self.agent = agent
+        self.history: Any = None
+
+
+class _Neutral:
+    """An exception raised for control flow or a model mistake, carried past the breaker uncounted."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+_run: contextvars.ContextVar[_Run | None] = contextvars.ContextVar("otel_breaker_sk_run", default=None)
+# The tool-call id of the KernelFunction.invoke in progress.
+_call_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("otel_breaker_sk_call_id", default=None)
+_binding_failed: contextvars.ContextVar[list[bool] | None] = contextvars.ContextVar("otel_breaker_sk_bd", default=None)
+
+
+async def _scoped(agen: Any, run: _Run) -> AsyncIterator[Any]:
+    """Iterate an agent's run with its mark set only while the run executes."""
+    try:
+        while True:
+            token = _run.set(run)
+            try:
+                item = await agen.__anext__()
+            except StopAsyncIteration:
+                return
+            finally:
+                _run.reset(token)
+            yield item
+    finally:
+        await agen.aclose()
+
+
+class SemanticKernelAdapter(SpecAdapter):
+    name = "semantic_kernel"
+    requires = "semantic-kernel>=1.45,<2"
+    patches = (tool_patch(_METHOD, "KernelFunctionFromMethod._invoke_internal", "async"),)
+
+    def targets(self) -> list[PatchTarget]:
+        return [
+            *super().targets(),
+            PatchTarget("semantic_kernel.functions.kernel_function", "KernelFunction.invoke", self._invoke),
+            PatchTarget(_METHOD, "KernelFunctionFromMethod.gather_function_parameters", self._binding),
+            PatchTarget(_AGENT, "ChatCompletionAgent._inner_invoke", self._agent_run),
+            PatchTarget(_AGENT, "ChatCompletionAgent.invoke_stream", self._agent_run),
+            PatchTarget(_AGENT, "ChatCompletionAgent._prepare_agent_chat_history", self._history),
+            PatchTarget("semantic_kernel.agents.agent", "Agent.format_instructions", self._instructions),
+            PatchTarget("semantic_kernel.kernel", "Kernel.invoke_function_call", self._after_call),
+        ]
+
+    def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
+        context = args[0] if args else kwargs["context"]
+        run = _run.get()
+        agent = run.agent if run is not None else None
+        return ToolCall(
+            instance.fully_qualified_name,
+            framework=self.name,
+            agent=agent,
+            agent_name=agent_display_name(agent) if agent is not None else None,
+            call_id=_call_id.get(),
+            arguments=getattr(context, "arguments", None),
+        )
+
+    async def run_async(self, call: ToolCall, wrapped: Any, args: tuple, kwargs: dict) -> Any:
+        failed: list[bool] = []
+
+        async def neutral_as_value(*a: Any, **k: Any) -> Any:
+            token = _binding_failed.set(failed)
+            try:
+                return await wrapped(*a, **k)
+            except Exception as exc:
+                if failed or type(exc).__name__ == "OperationCancelledException":
+                    return _Neutral(exc)
+                raise
+            finally:
+                _binding_failed.reset(token)
+
+        result = await super().run_async(call, neutral_as_value, args, kwargs)
+        if isinstance(result, _Neutral):
+            raise result.exc
+        if isinstance(result, str):  # rejected: the text is the method's result, as the kernel reads it
+            from semantic_kernel.functions.function_result import FunctionResult
+
+            context = args[0] if args else kwargs["context"]
+            context.result = FunctionResult(function=wrapped.__self__.metadata, value=result)
+        return None
+
+    def result_error(self, call: ToolCall, result: Any) -> str | None:
+        return IGNORED_RESULT if isinstance(result, _Neutral) else None
+
+    def rejection(self, call: ToolCall, info: Rejection) -> Any:
+        return info.message  # run_async makes it the FunctionResult the kernel reads
+
+    async def _invoke(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        if getattr(instance, "is_prompt", False):
+            # A model call, not a tool: marked as the call in progress, so the processor skips its span.
+            token = _active_call.set(ToolCall(instance.fully_qualified_name, framework=self.name))
+        else:
+            metadata = args[2] if len(args) > 2 else kwargs.get("metadata")
+            call_id = metadata.get("id") if isinstance(metadata, dict) else None
+            token = _call_id.set(call_id if isinstance(call_id, str) else None)
+        try:
+            return await wrapped(*args, **kwargs)
+        finally:
+            token.var.reset(token)
+
+    def _binding(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        try:
+            return wrapped(*args, **kwargs)
+        except Exception:
+            failed = _binding_failed.get()
+            if failed is not None:
+                failed.append(True)  # the model's arguments do not fit the method
+            raise
+
+    # -- who runs, and the tool-status block -------------------------------------------------
+
+    def _agent_run(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        agen = wrapped(*args, **kwargs)
+        return _scoped(agen, _Run(instance)) if hasattr(agen, "__anext__") else agen
+
+    async def _history(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        history = await wrapped(*args, **kwargs)
+        run = _run.get()
+        if run is not None and run.agent is instance:
+            run.history = history  # built for this run: its system message may be refreshed
+        return history
+
+    async def _instructions(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        text = await wrapped(*args, **kwargs)
+        if status_in_prompt_enabled() and (text is None or isinstance(text, str)):
+            new = status_text(text, instance)
+            return text if new is None else new
+        return text
+
+    async def _after_call(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        result = await wrapped(*args, **kwargs)
+        run = _run.get()
+        if run is None or run.history is None or not status_in_prompt_enabled():
+            return result
+        try:
+            history = args[1] if len(args) > 1 else kwargs.get("chat_history")
+            first = history.messages[0] if history is run.history and history.messages else None
+            if first is not None and getattr(first.role, "value", first.role) == "system":
+                new = status_text(first.content, run.agent)
+                if new:
+                    first.content = new
+        except Exception:
+            logger.debug("otel-breaker: semantic_kernel: status block not refreshed", exc_info=True)
+        return result
