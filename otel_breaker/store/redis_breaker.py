@@ -80,6 +80,8 @@ class RedisCircuitBreaker(CircuitBreaker):
         # Shared state known closed, proven healthy, and watched for changes:
         # acquire needs no round-trip.
         self._free = False
+        # The change feed had a gap: ask Redis once before rejecting locally again.
+        self._stale = False
         self._probe_busy = False
         self._window_totals: tuple[int, int] | None = None
         self._args = self._script_args()
@@ -95,6 +97,7 @@ class RedisCircuitBreaker(CircuitBreaker):
         breaker._ttl = SESSION_TTL if session else (AGENT_TTL if agent else TOOL_TTL)
         breaker._ver = -1
         breaker._free = False
+        breaker._stale = False
         breaker._probe_busy = False
         breaker._window_totals = None
         breaker._args = breaker._script_args()
@@ -152,6 +155,7 @@ class RedisCircuitBreaker(CircuitBreaker):
                     self._opened_count += 1
             if reply[10] >= 0:
                 self._window_totals = (reply[10], reply[11])
+            self._stale = False
             if reply[7] >= self._ver:
                 self._mirror(reply[7], reply[3], state, reply[4], reply[5], now)
                 self._free = bool(reply[6]) and store.watching and epoch == store._watch_epoch
@@ -201,6 +205,7 @@ class RedisCircuitBreaker(CircuitBreaker):
             return self._generation
         if (
             self._state is _OPEN
+            and not self._stale
             and self._clock() < self._open_until
             and (self._open_until != _INF or self._store.watching)
         ):

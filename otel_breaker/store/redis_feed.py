@@ -10,24 +10,38 @@ it stays inside the publishing key's shard, so one channel per slot owner would
 be needed and each worker would subscribe to every shard; transitions are rare,
 so the broadcast costs little.
 
+Under Sentinel, publishing reaches only the primary's subscribers (replicas
+do not pass messages on), so once a second the feed asks Sentinel which node is
+the primary and subscribes again when it moved; asking also moves the store's
+idle connections to the new primary.
+
 While the feed is not subscribed, breakers make no local closed-state
-decisions (every call asks Redis), so a missed message never lets a call
-through that Redis would have refused.
+decisions (every call asks Redis), and after a gap each breaker asks Redis once
+before it rejects locally again, so a missed message never keeps a breaker
+open that Redis has closed, nor lets a call through that Redis would refuse.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from otel_breaker.store.redis_breaker import STATES, text
-from otel_breaker.store.redis_setup import is_cluster_client
+from otel_breaker.store.redis_setup import SENTINEL, is_cluster_client
 
 if TYPE_CHECKING:
     from otel_breaker.store.redis_store import RedisStore
 
 logger = logging.getLogger("otel_breaker")
+
+#: Seconds between asking Sentinel whether the primary moved.
+PRIMARY_CHECK_INTERVAL = 1.0
+
+
+class _PrimaryMoved(Exception):
+    """Sentinel names another primary than the one the feed listens to."""
 
 
 class ChangeFeed:
@@ -75,8 +89,12 @@ class ChangeFeed:
             pubsub = None
             try:
                 pubsub = self._subscribe()
+                check_at = time.monotonic() + PRIMARY_CHECK_INTERVAL
                 while not self._stop.is_set():
                     message = pubsub.get_message(timeout=0.2)
+                    if store.mode == SENTINEL and time.monotonic() >= check_at:
+                        check_at = time.monotonic() + PRIMARY_CHECK_INTERVAL
+                        self._check_primary(pubsub)
                     if message is None:
                         continue
                     kind = text(message.get("type"))
@@ -84,6 +102,9 @@ class ChangeFeed:
                         store._set_watching(True)
                     elif kind == "message":
                         self._apply(message["data"])
+            except _PrimaryMoved:
+                store._set_watching(False)
+                logger.debug("otel-breaker: Sentinel names a new primary; the change feed follows it")
             except Exception as exc:
                 if store.watching:
                     store._set_watching(False)
@@ -98,6 +119,14 @@ class ChangeFeed:
                         pass
         if store.watching:
             store._set_watching(False)
+
+    def _check_primary(self, pubsub: Any) -> None:
+        """Raise :class:`_PrimaryMoved` when the feed's node is no longer Sentinel's primary."""
+        pool = self._store._clients.sync().connection_pool
+        host, port = pool.get_master_address()  # also moves idle connections to a new primary
+        connection = pubsub.connection
+        if connection is not None and (connection.host, int(connection.port)) != (host, int(port)):
+            raise _PrimaryMoved
 
     def _refresh_topology(self) -> None:
         """After a Cluster node failed, read the slot map again so the next node picked is alive."""

@@ -274,9 +274,10 @@ class RedisStore:
                 logger.warning("otel-breaker: Redis store answers again; breakers are shared again")
 
     def _invalidate(self) -> None:
-        """Local closed-state admission is no longer safe: every breaker asks Redis next time."""
+        """Local decisions are no longer safe (a feed gap or an outage): every breaker asks Redis next time."""
         for breaker in self.breakers():
             breaker._free = False
+            breaker._stale = True
 
     # -- following other workers' changes ---------------------------------------------------
 

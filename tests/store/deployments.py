@@ -145,8 +145,14 @@ class SentinelSet:
             return int(client.sentinel_get_master_addr_by_name(self.SERVICE)[1])
 
     def _sentinel_sees_replica(self) -> bool:
+        """Sentinel knows the replica, reaches it and has its replication state (it can be promoted)."""
         with self.sentinel_client() as client:
-            return len(client.sentinel_slaves(self.SERVICE)) >= 1
+            replicas = client.sentinel_slaves(self.SERVICE)
+        return any(
+            r.get("is_slave") and not r.get("is_disconnected") and not r.get("is_sdown")
+            and r.get("master-link-status") == "ok" and int(r.get("info-refresh", 10**9)) < 2000
+            for r in replicas
+        )
 
     def _replica_in_sync(self) -> bool:
         with redis.Redis(port=self.replica.port, password=self.password, socket_timeout=1) as client:
