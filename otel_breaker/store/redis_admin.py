@@ -16,7 +16,9 @@ if TYPE_CHECKING:
     from otel_breaker.store.redis_store import RedisStore
 
 
-def control(store: RedisStore, key: str, op: str, *extra: Any, tool: str = "", agent: str = "", session: str = "") -> None:
+def control(
+    store: RedisStore, key: str, op: str, *extra: Any, tool: str = "", agent: str = "", session: str = ""
+) -> None:
     """Run a manual operation (``open``/``close``/``reset``) on the breaker stored at ``key``."""
     breaker = RedisCircuitBreaker.detached(store, key, tool, agent, session)
     store._eval(breaker._keys, op, breaker._args, extra)

@@ -76,10 +76,8 @@ class ChangeFeed:
 
     def _subscribe(self) -> Any:
         client = self._store._clients.sync()
-        if is_cluster_client(client):
-            pubsub = client.pubsub(node=client.get_random_node())
-        else:
-            pubsub = client.pubsub()
+        # on a Cluster any node hears every message: a random one spreads the subscribers
+        pubsub = client.pubsub(node=client.get_random_node()) if is_cluster_client(client) else client.pubsub()
         pubsub.subscribe(self._store.channel)
         return pubsub
 

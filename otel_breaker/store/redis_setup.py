@@ -312,7 +312,7 @@ class Clients:
             if is_async_client(client):
                 self._given_async = client
                 if is_cluster_client(client):
-                    node = client.get_default_node() or client.startup_nodes and next(iter(client.startup_nodes.values()))
+                    node = client.get_default_node() or next(iter(client.startup_nodes.values()))
                     self._options = {"host": node.host, "port": node.port, **_cluster_credentials(client)}
                     self.mode = CLUSTER
                 else:

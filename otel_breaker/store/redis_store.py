@@ -316,7 +316,7 @@ class RedisStore:
         redis_admin.control(self, key, op, *extra, tool=tool, agent=agent, session=session)
 
     def snapshot(self) -> list[dict[str, Any]]:
-        """Every breaker in the store under this prefix, as plain values (for ``status``); every primary of a Cluster."""
+        """Every breaker under this prefix, as plain values (for ``status``); on a Cluster, from every primary."""
         return redis_admin.snapshot(self)
 
 

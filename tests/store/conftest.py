@@ -74,7 +74,10 @@ class RedisServer:
             lines = [line for line in lines if not line.startswith(("save ", "appendonly "))]
         config.write_text("\n".join(lines) + "\n")
         self.process = subprocess.Popen(
-            [REDIS_SERVER, str(config), *(["--sentinel"] if self.sentinel else [])], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, cwd=self.workdir
+            [REDIS_SERVER, str(config), *(["--sentinel"] if self.sentinel else [])],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+            cwd=self.workdir,
         )
         client = redis.Redis(port=self.port, password=self.password, socket_timeout=0.5, socket_connect_timeout=0.5)
         deadline = time.monotonic() + 10

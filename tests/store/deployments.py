@@ -149,8 +149,11 @@ class SentinelSet:
         with self.sentinel_client() as client:
             replicas = client.sentinel_slaves(self.SERVICE)
         return any(
-            r.get("is_slave") and not r.get("is_disconnected") and not r.get("is_sdown")
-            and r.get("master-link-status") == "ok" and int(r.get("info-refresh", 10**9)) < 2000
+            r.get("is_slave")
+            and not r.get("is_disconnected")
+            and not r.get("is_sdown")
+            and r.get("master-link-status") == "ok"
+            and int(r.get("info-refresh", 10**9)) < 2000
             for r in replicas
         )
 

@@ -166,8 +166,9 @@ def test_retry_storm_on_a_cluster_is_bounded_for_every_tool(cluster, redis_serve
 
 def test_cluster_with_a_password(make_cluster, prefix):
     cluster = make_cluster(password="cluster-secret")
-    store = RedisStore.from_url(f"redis+cluster://127.0.0.1:{cluster.nodes[1].port}", password="cluster-secret",
-                                prefix=prefix)
+    store = RedisStore.from_url(
+        f"redis+cluster://127.0.0.1:{cluster.nodes[1].port}", password="cluster-secret", prefix=prefix
+    )
     try:
         breakers = [store.create(tool, CircuitBreakerConfig()) for tool in tools_on_every_node(cluster, store, 1)]
         assert [b.call(lambda: 7) for b in breakers] == [7, 7, 7]

@@ -93,7 +93,8 @@ def test_store_follows_sentinel_through_a_promotion(make_sentinel, prefix):
             assert client.hget(stores[0].key_for("flaky"), "st") == b"1"
         print(
             f"sentinel promotion: {old_port} -> {new_port}, promoted after {promoted:.2f}s, store writing to it after "
-            f"{converged:.2f}s, change feed after {feed_moved:.2f}s more; {tally['calls']} healthy calls, {tally['lost']} lost, slowest {tally['slowest']:.3f}s"
+            f"{converged:.2f}s, change feed after {feed_moved:.2f}s more; {tally['calls']} healthy calls, "
+            f"{tally['lost']} lost, slowest {tally['slowest']:.3f}s"
         )
         assert tally["lost"] == 0 and tally["calls"] > 0
         assert not any(thread.is_alive() for thread in threads)

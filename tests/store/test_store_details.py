@@ -95,7 +95,9 @@ def test_async_calls_with_only_a_sync_client_never_block_the_loop(make_server, p
     from redis.retry import Retry
 
     server = make_server()
-    client = redis.Redis(port=server.port, socket_timeout=0.05, socket_connect_timeout=0.05, retry=Retry(NoBackoff(), 0))
+    client = redis.Redis(
+        port=server.port, socket_timeout=0.05, socket_connect_timeout=0.05, retry=Retry(NoBackoff(), 0)
+    )
     store = RedisStore(client, prefix=prefix, rejoin_interval=0.0, watch=False)
     try:
         server.pause()
