@@ -19,9 +19,7 @@ is down at start-up is joined when it answers.
 
 from __future__ import annotations
 
-import asyncio
 import threading
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,10 +29,8 @@ try:  # imported when a Redis store is configured, never during a tool call
     import redis
     import redis.asyncio
     import redis.asyncio.cluster
-    import redis.asyncio.sentinel
     import redis.cluster
     import redis.sentinel
-    from redis.asyncio.retry import Retry as AsyncRetry
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 except ImportError:  # pragma: no cover - depends on the environment
@@ -284,8 +280,8 @@ def _sync_from_options(options: dict[str, Any]) -> Any:
 
 
 class Clients:
-    """The clients of one store: a sync client (built, and the deployment detected, on first use)
-    and one asyncio client per event loop.
+    """The client of one store: built, and the deployment detected, on first use (and an asyncio
+    client, when the store was given one).
 
     ``sync()`` may connect (detection, a Cluster's slot map) and so raises what
     redis-py raises; the store treats that like any other Redis failure.
@@ -304,7 +300,6 @@ class Clients:
         self.socket_timeout = socket_timeout
         self._password = password
         self._lock = threading.Lock()
-        self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = weakref.WeakKeyDictionary()
         self._given_async = None
         self._sync: Any = None
         self._options: dict[str, Any] | None = None  # host/credentials of a given client
@@ -347,13 +342,12 @@ class Clients:
             kwargs["password"] = self._password
         return kwargs
 
-    def _cluster_kwargs(self, asyncio_client: bool) -> dict[str, Any]:
+    def _cluster_kwargs(self) -> dict[str, Any]:
         """Options of a Cluster client (built from the URL or from a given single-node client)."""
-        retry = AsyncRetry(NoBackoff(), 0) if asyncio_client else no_retry()
         kwargs: dict[str, Any] = {
             "socket_timeout": self.socket_timeout,
             "socket_connect_timeout": self.socket_timeout,
-            "retry": retry,
+            "retry": no_retry(),
         }
         if self._options is not None:
             options = self._options
@@ -419,7 +413,7 @@ class Clients:
                 self.mode = SINGLE
         if self._sync is None and self.mode == CLUSTER:
             nodes = [redis.cluster.ClusterNode(host, port) for host, port in self._startup()]
-            self._sync = redis.cluster.RedisCluster(startup_nodes=nodes, **self._cluster_kwargs(False))
+            self._sync = redis.cluster.RedisCluster(startup_nodes=nodes, **self._cluster_kwargs())
         elif self._sync is None and self.mode == SENTINEL:
             self._sync = self._sentinel(redis.sentinel.Sentinel).master_for(
                 self.target.service, redis_class=redis.Redis, **self._master_kwargs()
@@ -455,35 +449,14 @@ class Clients:
             kwargs["ssl"] = True
         return kwargs
 
-    # -- asyncio clients -----------------------------------------------------------------
+    # -- a given asyncio client ---------------------------------------------------------
 
     @property
-    def native_async(self) -> bool:
-        """True when async calls can use an asyncio client (else they run the sync client in a thread)."""
-        return self._given_async is not None or self.target is not None or self.mode == CLUSTER
-
-    def for_loop(self) -> Any:
-        """The asyncio client for the running loop (the deployment must be known: see :meth:`ready`)."""
-        loop = asyncio.get_running_loop()
-        client = self._async.get(loop)
-        if client is not None:
-            return client
-        if self._given_async is not None and (self.mode != CLUSTER or is_cluster_client(self._given_async)):
-            client = self._given_async
-        elif self.mode == CLUSTER:
-            nodes = [redis.asyncio.cluster.ClusterNode(host, port) for host, port in self._startup()]
-            client = redis.asyncio.cluster.RedisCluster(startup_nodes=nodes, **self._cluster_kwargs(True))
-        elif self.mode == SENTINEL:
-            kwargs = self._master_kwargs()
-            client = self._sentinel(redis.asyncio.sentinel.Sentinel).master_for(
-                self.target.service, redis_class=redis.asyncio.Redis, **kwargs
-            )
-        else:
-            assert self.target is not None
-            kwargs = self._kwargs()
-            kwargs["retry"] = AsyncRetry(NoBackoff(), 0)
-            client = redis.asyncio.Redis.from_url(self.target.url, **kwargs)
-        self._async[loop] = client
+    def given_async(self) -> Any:
+        """The asyncio client the store was given, while it fits the deployment (else None)."""
+        client = self._given_async
+        if client is None or (self.mode == CLUSTER and not is_cluster_client(client)):
+            return None
         return client
 
     # -- life cycle ---------------------------------------------------------------------------
@@ -491,7 +464,6 @@ class Clients:
     def after_fork(self) -> None:
         """A forked child must not share sockets or a lock with its parent."""
         self._lock = threading.Lock()
-        self._async = weakref.WeakKeyDictionary()
         client = self._sync
         if client is not None:
             try:

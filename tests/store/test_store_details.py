@@ -53,7 +53,7 @@ class LoopBlocked(logging.Handler):
             self.slow.append(record.getMessage())
 
 
-def _run_async_calls(store: RedisStore, calls: int = 20) -> list[str]:
+def _run_async_calls(store: RedisStore, calls: int = 8) -> list[str]:
     breaker = store.create("async_tool", CircuitBreakerConfig(failure_threshold=1000))
     detector = LoopBlocked()
     logger = logging.getLogger("asyncio")
@@ -65,7 +65,8 @@ def _run_async_calls(store: RedisStore, calls: int = 20) -> list[str]:
 
     async def run() -> list[str]:
         loop = asyncio.get_running_loop()
-        loop.slow_callback_duration = 0.02  # the store's socket timeout is 50 ms: a blocking call shows
+        # each call that waited on Redis in the loop would hold it for the whole socket timeout (0.25 s)
+        loop.slow_callback_duration = 0.1
         return [await breaker.acall(tool) for _ in range(calls)]
 
     try:
@@ -78,7 +79,7 @@ def _run_async_calls(store: RedisStore, calls: int = 20) -> list[str]:
 
 def test_async_calls_never_block_the_loop_on_a_hung_redis(make_server, prefix):
     server = make_server()
-    store = RedisStore.from_url(server.url, prefix=prefix, rejoin_interval=0.0, watch=False)
+    store = RedisStore.from_url(server.url, prefix=prefix, rejoin_interval=0.0, watch=False, socket_timeout=0.25)
     try:
         server.pause()  # Redis accepts connections but never answers: every attempt waits for the timeout
         slow = _run_async_calls(store)
@@ -96,7 +97,7 @@ def test_async_calls_with_only_a_sync_client_never_block_the_loop(make_server, p
 
     server = make_server()
     client = redis.Redis(
-        port=server.port, socket_timeout=0.05, socket_connect_timeout=0.05, retry=Retry(NoBackoff(), 0)
+        port=server.port, socket_timeout=0.25, socket_connect_timeout=0.25, retry=Retry(NoBackoff(), 0)
     )
     store = RedisStore(client, prefix=prefix, rejoin_interval=0.0, watch=False)
     try:
