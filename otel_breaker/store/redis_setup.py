@@ -302,6 +302,7 @@ class Clients:
         self._lock = threading.Lock()
         self._given_async = None
         self._sync: Any = None
+        self._built = False  # the Cluster/Sentinel client is ours (so it can be built again)
         self._options: dict[str, Any] | None = None  # host/credentials of a given client
         if client is not None:
             if is_async_client(client):
@@ -414,10 +415,12 @@ class Clients:
         if self._sync is None and self.mode == CLUSTER:
             nodes = [redis.cluster.ClusterNode(host, port) for host, port in self._startup()]
             self._sync = redis.cluster.RedisCluster(startup_nodes=nodes, **self._cluster_kwargs())
+            self._built = True
         elif self._sync is None and self.mode == SENTINEL:
             self._sync = self._sentinel(redis.sentinel.Sentinel).master_for(
                 self.target.service, redis_class=redis.Redis, **self._master_kwargs()
             )
+            self._built = True
 
     def _sentinel(self, factory: Callable[..., Any]) -> Any:
         target = self.target
@@ -462,17 +465,15 @@ class Clients:
     # -- life cycle ---------------------------------------------------------------------------
 
     def after_fork(self) -> None:
-        """A forked child must not share sockets or a lock with its parent."""
+        """A forked child must not share a lock, or a client's inner locks, with its parent.
+
+        A Cluster or Sentinel client the store built is dropped and built again on
+        first use; redis-py's connection pools notice the new process id and open
+        their own connections (never shutting down the parent's).
+        """
         self._lock = threading.Lock()
-        client = self._sync
-        if client is not None:
-            try:
-                if is_cluster_client(client):
-                    client.nodes_manager.reset()
-                else:
-                    client.connection_pool.reset()
-            except Exception:
-                pass
+        if self._built:
+            self._sync = None
 
     def close(self) -> None:
         client = self._sync

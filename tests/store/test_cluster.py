@@ -193,3 +193,33 @@ def test_cluster_with_a_password(make_cluster, prefix):
         wrong.close()
     with redis.Redis(port=cluster.nodes[0].port) as anonymous, pytest.raises(redis.AuthenticationError):
         anonymous.ping()
+
+
+def test_a_forked_worker_builds_its_own_cluster_client(cluster, cluster_store):
+    import os
+    import time
+
+    store = cluster_store()
+    tools = tools_on_every_node(cluster, store, per_node=1)
+    breakers = [store.create(tool, CircuitBreakerConfig()) for tool in tools]
+    assert [b.call(lambda: 1) for b in breakers] == [1, 1, 1]
+    parent_client = store.client
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: every tool still shared through the cluster, with a client of its own
+        try:
+            ok = [b.call(lambda: 2) for b in breakers] == [2, 2, 2]
+            own = store.client is not parent_client
+            os.write(write, f"{ok and own and store.error_count == 0}".encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    deadline = time.monotonic() + 20
+    while os.waitpid(pid, os.WNOHANG) == (0, 0):  # bounded: a hung child fails the test
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            raise AssertionError("the forked worker hung")
+        time.sleep(0.01)
+    assert os.read(read, 100) == b"True"
+    assert [b.call(lambda: 3) for b in breakers] == [3, 3, 3]
+    assert store.error_count == 0
