@@ -321,7 +321,10 @@ class Clients:
                     self.mode = CLUSTER
                 elif isinstance(client, redis.Redis):
                     self._options = _connection_options(client.connection_pool)
-                    self.mode = SINGLE if self._options["kind"] == "unix" or _is_sentinel(client) else AUTO
+                    if _is_sentinel(client):  # from Sentinel.master_for(): the feed follows fail-overs
+                        self.mode = SENTINEL
+                    else:
+                        self.mode = SINGLE if self._options["kind"] == "unix" else AUTO
                 else:
                     self.mode = SINGLE
         else:

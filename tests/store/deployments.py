@@ -100,8 +100,8 @@ class Cluster:
         return f"{scheme}://{auth}127.0.0.1:{self.nodes[0].port}"
 
     def stop(self) -> None:
-        for node in self.nodes:
-            node.stop()
+        for node in self.nodes:  # nothing to keep: SIGKILL is the quickest way down
+            node.kill()
 
 
 class SentinelSet:
@@ -109,7 +109,14 @@ class SentinelSet:
 
     SERVICE = "mymaster"
 
-    def __init__(self, workdir: Path, password: str | None = None, sentinel_password: str | None = None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        password: str | None = None,
+        sentinel_password: str | None = None,
+        promotable: bool = False,
+    ) -> None:
+        self.promotable = promotable
         self.password = password
         self.sentinel_password = sentinel_password
         auth = [f'requirepass "{password}"', f'masterauth "{password}"'] if password else []
@@ -135,7 +142,12 @@ class SentinelSet:
         self.replica.start()
         _poll(self._replica_in_sync, 20, "the replica to sync")
         self.sentinel.start()
-        _poll(lambda: self.primary_port() == self.primary.port and self._sentinel_sees_replica(), 20, "sentinel")
+        # Sentinel promotes only a replica it has fresh replication details of (it asks every 10 s at first)
+        _poll(
+            lambda: self.primary_port() == self.primary.port and (not self.promotable or self._sentinel_sees_replica()),
+            30,
+            "sentinel",
+        )
 
     def sentinel_client(self) -> redis.Redis:
         return redis.Redis(port=self.sentinel.port, password=self.sentinel_password, socket_timeout=1)
@@ -167,8 +179,8 @@ class SentinelSet:
         return f"redis+sentinel://{auth}127.0.0.1:{self.sentinel.port}/{self.SERVICE}/0{query}"
 
     def stop(self) -> None:
-        for server in (self.sentinel, self.replica, self.primary):
-            server.stop()
+        for server in (self.sentinel, self.replica, self.primary):  # nothing to keep: SIGKILL is quickest
+            server.kill()
 
 
 __all__ = ["REDIS_CLI", "REDIS_SERVER", "Cluster", "SentinelSet"]

@@ -15,7 +15,7 @@ from tests.store.conftest import wait_for, wait_watching
 
 
 def test_store_follows_sentinel_through_a_promotion(make_sentinel, prefix):
-    deployment = make_sentinel(password="data-secret", sentinel_password="sentinel-secret")
+    deployment = make_sentinel(password="data-secret", sentinel_password="sentinel-secret", promotable=True)
     stores = [RedisStore.from_url(deployment.url(), prefix=prefix) for _ in range(2)]
     try:
         config = CircuitBreakerConfig(failure_threshold=2, recovery_timeout=600)
@@ -117,6 +117,19 @@ def test_sentinel_credentials_are_checked(make_sentinel, prefix):
     store = RedisStore.from_url(good, prefix=prefix)
     try:
         store.check()
+    finally:
+        store.close()
+    # a client of your own from redis-py's Sentinel works the same way
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+    from redis.sentinel import Sentinel
+
+    sentinel = Sentinel([("127.0.0.1", port)], sentinel_kwargs={"password": "sentinel-secret"})
+    client = sentinel.master_for("mymaster", password="data-secret", socket_timeout=0.5, retry=Retry(NoBackoff(), 0))
+    store = RedisStore(client, prefix=prefix)
+    try:
+        assert store.create("own_client", CircuitBreakerConfig()).call(lambda: "ok") == "ok"
+        assert store.mode == "sentinel" and store.error_count == 0, store.last_error
     finally:
         store.close()
     for url, message in [
