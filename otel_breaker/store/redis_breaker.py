@@ -179,6 +179,7 @@ class RedisCircuitBreaker(CircuitBreaker):
         with self._lock:
             if ver > self._ver:
                 self._mirror(ver, gen, state, retry_ms, consecutive, self._clock())
+                self._stale = False  # heard while subscribed: this is the current state
                 self._free = free and self._store.watching
                 self._probe_busy = False
 
