@@ -36,6 +36,7 @@ def test_primary_killed_during_a_storm(make_cluster, prefix):
             reached_dead[0] += 1
             raise ConnectionError("refused")
 
+        wait_watching(*stores)  # both workers hear the opening below
         for _ in range(3):
             try:
                 breakers[0][dead].call(dead_tool)
@@ -44,7 +45,6 @@ def test_primary_killed_during_a_storm(make_cluster, prefix):
         assert breakers[0][dead].state is State.OPEN
         for tool in healthy:
             assert breakers[1][tool].call(lambda tool=tool: tool) == tool
-        wait_watching(*stores)
         wait_for(lambda: breakers[1][dead].state is State.OPEN, what="the opening to reach the other worker")
         with cluster.client(victim) as client:
             assert client.execute_command("WAIT", 1, 5000) == 1  # the replica has the open breaker too
