@@ -230,7 +230,8 @@ def test_same_decisions_as_the_in_memory_state_machine(make_store, ops, threshol
     config = CircuitBreakerConfig(
         failure_threshold=threshold, success_threshold=successes, half_open_max_calls=probes, recovery_timeout=60
     )
-    store = make_store(cautious=False, watch=False)
+    # a generous timeout: this compares decisions; a busy machine's 50 ms stall would be an outage instead
+    store = make_store(cautious=False, watch=False, socket_timeout=2.0)
     shared = store.create("model", config)
     shared.reset()
     local = CircuitBreaker("model", config)
