@@ -1,8 +1,9 @@
 """``otel-breaker status | reset | open | close``: the breakers in the shared store.
 
-They read the store ``OTEL_BREAKER_STORE`` names (or ``--store URL``) and the
-prefix ``OTEL_BREAKER_REDIS_PREFIX`` (or ``--prefix``). Manual changes are
-published, so running workers follow them at once.
+They read the store ``OTEL_BREAKER_STORE`` names (or ``--store URL``: one node,
+any Cluster node, ``redis+cluster://`` or ``redis+sentinel://``) and the prefix
+``OTEL_BREAKER_REDIS_PREFIX`` (or ``--prefix``). On a Cluster, ``status`` scans
+every primary. Manual changes are published, so running workers follow them at once.
 """
 
 from __future__ import annotations
@@ -24,7 +25,12 @@ CLI_TIMEOUT = 2.0
 
 def register(subparsers: Any) -> None:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--store", metavar="URL", help="redis://host:6379/0 (default: $OTEL_BREAKER_STORE)")
+    common.add_argument(
+        "--store",
+        metavar="URL",
+        help="redis://host:6379/0 (any Cluster node), redis+cluster://host:7000 or "
+        "redis+sentinel://host:26379/service (default: $OTEL_BREAKER_STORE)",
+    )
     common.add_argument("--prefix", help="key prefix (default: $OTEL_BREAKER_REDIS_PREFIX or otel_breaker)")
 
     status = subparsers.add_parser(

@@ -23,18 +23,31 @@ import redis  # noqa: E402
 from otel_breaker.store.redis import RedisStore  # noqa: E402
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def _free_port(cluster: bool = False) -> int:
+    """A free loopback port; for a Cluster node, one whose bus port (port + 10000) is free and valid too."""
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        if not cluster:
+            return port
+        if port + 10000 > 65535:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port + 10000))
+            except OSError:
+                continue
+        return port
 
 
 class RedisServer:
     """One redis-server process: start, stop (SIGTERM), pause (SIGSTOP), start again on the same port."""
 
-    def __init__(self, workdir: Path, config_lines: list[str] | None = None) -> None:
+    def __init__(self, workdir: Path, config_lines: list[str] | None = None, sentinel: bool = False) -> None:
         self.workdir = workdir
-        self.port = _free_port()
+        self.sentinel = sentinel
+        self.port = _free_port(cluster=any(line.startswith("cluster-enabled") for line in config_lines or []))
         self.config_lines = config_lines or []
         self.password: str | None = None
         for line in self.config_lines:
@@ -57,9 +70,14 @@ class RedisServer:
             "protected-mode no",
             *self.config_lines,
         ]
+        if self.sentinel:
+            lines = [line for line in lines if not line.startswith(("save ", "appendonly "))]
         config.write_text("\n".join(lines) + "\n")
         self.process = subprocess.Popen(
-            [REDIS_SERVER, str(config)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, cwd=self.workdir
+            [REDIS_SERVER, str(config), *(["--sentinel"] if self.sentinel else [])],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+            cwd=self.workdir,
         )
         client = redis.Redis(port=self.port, password=self.password, socket_timeout=0.5, socket_connect_timeout=0.5)
         deadline = time.monotonic() + 10
@@ -73,6 +91,12 @@ class RedisServer:
                 time.sleep(0.02)
             finally:
                 client.close()
+
+    def kill(self) -> None:
+        """The machine dies: SIGKILL, no goodbye to clients or to the cluster."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -126,6 +150,68 @@ def make_server(tmp_path):
     yield make
     for server in servers:
         server.stop()
+
+
+def _require_cli() -> None:
+    _require_binary()
+    if shutil.which("redis-cli") is None:
+        pytest.skip("redis-cli is not installed (.ci/run installs Debian's redis-tools)")
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory):
+    """One 3-primary Redis Cluster (no replicas, no password) for the whole session."""
+    _require_cli()
+    from tests.store.deployments import Cluster
+
+    deployment = Cluster(tmp_path_factory.mktemp("cluster"))
+    try:
+        deployment.start()
+        yield deployment
+    finally:
+        deployment.stop()
+
+
+@pytest.fixture
+def make_cluster(tmp_path):
+    """Clusters of the test's own (to kill nodes of)."""
+    _require_cli()
+    from tests.store.deployments import Cluster
+
+    made = []
+
+    def make(**options):
+        directory = tmp_path / f"cluster{len(made)}"
+        directory.mkdir()
+        deployment = Cluster(directory, **options)
+        made.append(deployment)
+        deployment.start()
+        return deployment
+
+    yield make
+    for deployment in made:
+        deployment.stop()
+
+
+@pytest.fixture
+def make_sentinel(tmp_path):
+    """A primary, a replica and a Sentinel of the test's own."""
+    _require_binary()
+    from tests.store.deployments import SentinelSet
+
+    made = []
+
+    def make(**options):
+        directory = tmp_path / f"sentinel{len(made)}"
+        directory.mkdir()
+        deployment = SentinelSet(directory, **options)
+        made.append(deployment)
+        deployment.start()
+        return deployment
+
+    yield make
+    for deployment in made:
+        deployment.stop()
 
 
 @pytest.fixture

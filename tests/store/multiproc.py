@@ -47,6 +47,8 @@ def run_workers(control, control_url: str, scenario: str, options: list[dict], t
             if process.poll() is None:
                 process.kill()
     reached = int(control.get(keys["reached_key"]) or 0)
+    by_tool = {k.decode(): int(v) for k, v in control.hgetall(keys["reached_key"] + ":tools").items()}
     for result in results:
         result["_reached_total"] = reached
+        result["_reached_by_tool"] = by_tool
     return results

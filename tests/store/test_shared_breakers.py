@@ -230,7 +230,8 @@ def test_same_decisions_as_the_in_memory_state_machine(make_store, ops, threshol
     config = CircuitBreakerConfig(
         failure_threshold=threshold, success_threshold=successes, half_open_max_calls=probes, recovery_timeout=60
     )
-    store = make_store(cautious=False, watch=False)
+    # a generous timeout: this compares decisions; a busy machine's 50 ms stall would be an outage instead
+    store = make_store(cautious=False, watch=False, socket_timeout=2.0)
     shared = store.create("model", config)
     shared.reset()
     local = CircuitBreaker("model", config)
@@ -450,3 +451,20 @@ def test_acall_goes_through_the_asyncio_client_without_blocking_calls(redis_serv
             await client.aclose()
 
     asyncio.run(main())
+
+
+def test_a_change_missed_while_the_feed_was_down_is_read_from_redis(make_store, redis_server):
+    config = CircuitBreakerConfig(failure_threshold=2, recovery_timeout=60)
+    a_store, b_store = make_store(), make_store()
+    a = a_store.create("gap", config)
+    b = b_store.create("gap", config)
+    wait_watching(a_store, b_store)
+    a.force_open()  # until closed: b rejects locally while it watches the feed
+    wait_for(lambda: b.state is State.OPEN, what="worker b to see the opening")
+    with redis_server.client() as admin:
+        admin.client_kill_filter(_type="pubsub")  # every change feed drops its subscription
+    wait_for(lambda: not b_store.watching, what="worker b's feed to notice")
+    a.force_close()  # published while b hears nothing
+    wait_watching(b_store)
+    assert b.call(ok) == "ok"  # b asked Redis once instead of trusting what it saw before the gap
+    assert b.state is State.CLOSED

@@ -5,6 +5,8 @@ Scenarios:
 
 * ``storm``: an agent loop that calls a dead tool ``attempts`` times through the
   guarded call path (every call that reaches the tool increments a counter);
+  with ``tools``, each attempt calls every one of those dead tools (counted per
+  tool in the hash ``reached_key:tools``);
 * ``race``: ``threads`` threads acquire the same breaker at once and hold
   their permits; reports how many probes were handed out.
 """
@@ -64,7 +66,9 @@ def main() -> None:
             opts["store"], prefix=opts["prefix"], socket_timeout=opts.get("socket_timeout", 0.05)
         )
     registry = BreakerRegistry(store=store, clock=clock)
-    breaker = registry.get(opts.get("tool", "web_search"), config)
+    tools = opts.get("tools") or [opts.get("tool", "web_search")]
+    breakers = [registry.get(tool, config) for tool in tools]
+    breaker = breakers[0]
     if isinstance(store, RedisStore):
         deadline = time.monotonic() + 10
         while not store.watching and time.monotonic() < deadline:
@@ -75,25 +79,25 @@ def main() -> None:
 
     if scenario == "storm":
         guard = Guard(registry)
-        call = ToolCall(breaker.name)
-
         delay = opts.get("tool_delay", 0.0)
 
-        def dead_tool() -> None:
+        def dead_tool(name: str) -> None:
             control.incr(opts["reached_key"])
+            control.hincrby(opts["reached_key"] + ":tools", name, 1)
             if delay:
                 time.sleep(delay)  # the dead service times out instead of refusing at once
             raise ConnectionError("connection refused")
 
         reached = rejected = 0
         for _attempt in range(opts.get("attempts", 3)):
-            try:
-                value = guard.call(call, dead_tool)
-            except ConnectionError:
-                reached += 1
-                continue
-            if isinstance(value, dict) and value.get("error"):
-                rejected += 1
+            for tool in tools:
+                try:
+                    value = guard.call(ToolCall(tool), dead_tool, (tool,))
+                except ConnectionError:
+                    reached += 1
+                    continue
+                if isinstance(value, dict) and value.get("error"):
+                    rejected += 1
         result = {"reached": reached, "rejected": rejected}
     elif scenario == "race":
         threads = opts.get("threads", 50)
