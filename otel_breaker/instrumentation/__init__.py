@@ -37,6 +37,10 @@ ADAPTERS: dict[str, str] = {
     "autogen": "otel_breaker.instrumentation.autogen:AutoGenAdapter",
     "praisonai": "otel_breaker.instrumentation.praisonai:PraisonAIAdapter",
     "mcp": "otel_breaker.instrumentation.mcp:MCPAdapter",
+    "agno": "otel_breaker.instrumentation.agno:AgnoAdapter",
+    "dspy": "otel_breaker.instrumentation.dspy:DSPyAdapter",
+    "haystack": "otel_breaker.instrumentation.haystack:HaystackAdapter",
+    "fastmcp": "otel_breaker.instrumentation.fastmcp:FastMCPAdapter",
 }
 
 _ALIASES = {
@@ -52,6 +56,9 @@ _ALIASES = {
     "autogen_core": "autogen",
     "praisonaiagents": "praisonai",
     "praison": "praisonai",
+    "dspy-ai": "dspy",
+    "haystack-ai": "haystack",
+    "haystack_ai": "haystack",
 }
 
 
