@@ -11,7 +11,7 @@ import dspy
 from contract import PROMPT, Sent, Step, Tool
 from dspy.utils import DummyLM
 
-_OBSERVATION = re.compile(r"\[\[ ## observation_\d+ ## \]\]\n(.*?)(?=\n\n\[\[ ## |\Z)", re.S)
+_OBSERVATION = re.compile(r"\[\[ ## observation_\d+ ## \]\]\n(.*?)(?=\n\n\[\[ ## |\n\nRespond with |\Z)", re.S)
 
 
 def dspy_tool(tool: Tool) -> dspy.Tool:
