@@ -153,7 +153,7 @@ class HaystackAdapter(SpecAdapter):
             amended = None
         if amended is None:
             return lambda: None
-        added = next(m for m, o in zip(amended, [*original, None]) if m is not o)
+        added = next(m for m, o in zip(amended, [*original, None], strict=False) if m is not o)
         data["messages"] = amended
 
         def restore() -> None:

@@ -50,5 +50,9 @@ class ScriptedOpenAI(FakeOpenAI):
         if isinstance(step, str):
             return {"role": "assistant", "content": step}, "stop"
         name, arguments = step
-        call = {"id": f"call_{len(results) + 1}", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+        call = {
+            "id": f"call_{len(results) + 1}",
+            "type": "function",
+            "function": {"name": name, "arguments": json.dumps(arguments)},
+        }
         return {"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls"

@@ -126,7 +126,9 @@ def test_script_unguarded_baseline():
 
 
 def test_env_switch_guards_the_script():
-    out, _ = run_script(SCRIPT, script_env(OTEL_BREAKER_ENABLED="true", OTEL_BREAKER_FAILURE_THRESHOLD="2"), marker=REPORT)
+    out, _ = run_script(
+        SCRIPT, script_env(OTEL_BREAKER_ENABLED="true", OTEL_BREAKER_FAILURE_THRESHOLD="2"), marker=REPORT
+    )
     assert out["body_runs"] == 2
     assert sum(UNAVAILABLE in t for t in out["tool_results"]) == 3
 

@@ -38,7 +38,9 @@ class ScriptedModel:
         if isinstance(step, str):
             return ChatMessage.from_assistant(step)
         name, arguments = step
-        return ChatMessage.from_assistant(tool_calls=[ToolCall(tool_name=name, arguments=arguments, id=f"call_{len(self.sent)}")])
+        return ChatMessage.from_assistant(
+            tool_calls=[ToolCall(tool_name=name, arguments=arguments, id=f"call_{len(self.sent)}")]
+        )
 
 
 class HaystackDriver:
