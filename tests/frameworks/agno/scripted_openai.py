@@ -2,9 +2,9 @@
 
 Agno has no fake model of its own; its ``OpenAIChat`` talks to any
 OpenAI-compatible endpoint. Each agent gets its own model id; the server
-answers that agent's scripted steps in turn (a step is picked by the number of
-tool results already in the conversation) and records what every request
-carried as (instructions, tool results).
+answers that agent's scripted steps in turn, one per request (runs of the same
+agent go on through its script), and records what every request carried as
+(instructions, tool results).
 """
 
 from __future__ import annotations
@@ -44,14 +44,15 @@ class ScriptedOpenAI(FakeOpenAI):
         results = [str(m.get("content")) for m in messages if m.get("role") == "tool"]
         model = body.get("model", "")
         with self._lock:
-            self.sent_by_model.setdefault(model, []).append((system, results))
-        steps = self.scripts.get(model) or ["done"]
-        step = steps[min(len(results), len(steps) - 1)]
+            sent = self.sent_by_model.setdefault(model, [])
+            sent.append((system, results))
+            steps = self.scripts.get(model) or ["done"]
+            step = steps[min(len(sent), len(steps)) - 1]
         if isinstance(step, str):
             return {"role": "assistant", "content": step}, "stop"
         name, arguments = step
         call = {
-            "id": f"call_{len(results) + 1}",
+            "id": f"call_{len(sent)}",
             "type": "function",
             "function": {"name": name, "arguments": json.dumps(arguments)},
         }
