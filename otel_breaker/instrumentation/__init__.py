@@ -41,6 +41,8 @@ ADAPTERS: dict[str, str] = {
     "dspy": "otel_breaker.instrumentation.dspy:DSPyAdapter",
     "haystack": "otel_breaker.instrumentation.haystack:HaystackAdapter",
     "fastmcp": "otel_breaker.instrumentation.fastmcp:FastMCPAdapter",
+    "google_adk": "otel_breaker.instrumentation.google_adk:GoogleADKAdapter",
+    "strands": "otel_breaker.instrumentation.strands:StrandsAdapter",
 }
 
 _ALIASES = {
@@ -59,6 +61,10 @@ _ALIASES = {
     "dspy-ai": "dspy",
     "haystack-ai": "haystack",
     "haystack_ai": "haystack",
+    "google-adk": "google_adk",
+    "adk": "google_adk",
+    "strands-agents": "strands",
+    "strands_agents": "strands",
 }
 
 

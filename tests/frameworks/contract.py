@@ -18,12 +18,18 @@ restores exactly, and zero-code enablement works both ways.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import pathlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
 
+import pytest
+from opentelemetry import trace as trace_api
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from status_prompt import EVIL_NAME, INJECTION, breaker_settings, quick_breaker_settings
 from zero_code import launcher, run_script, script_env
 
@@ -39,7 +45,17 @@ UNAVAILABLE = "is temporarily unavailable"
 #: The first characters of the JSON line an ``agent_script.py`` prints.
 REPORT = '{"body_runs"'
 
-__all__ = ["EVIL_NAME", "INJECTION", "FrameworkContract", "FrameworkDriver", "Sent", "Tool", "call", "tool_targets"]
+__all__ = [
+    "EVIL_NAME",
+    "INJECTION",
+    "FrameworkContract",
+    "FrameworkDriver",
+    "Sent",
+    "Tool",
+    "call",
+    "route_framework_spans",
+    "tool_targets",
+]
 
 
 @dataclass
@@ -107,6 +123,8 @@ class FrameworkDriver(Protocol):
     framework: str
     #: An unmodified agent script (no otel-breaker import) printing the REPORT line.
     script: pathlib.Path
+    #: Optional (default False): the framework emits its own ``execute_tool`` spans.
+    native_tool_spans: bool
 
     def build(
         self, tools: list[Tool], steps: list[Step], *, name: str = "assistant", instructions: str = PROMPT
@@ -134,6 +152,52 @@ def tool_targets(framework: str) -> dict[str, Any]:
     return found
 
 
+class _Forwarder(SpanProcessor):
+    """The global tracer provider's processor: hands spans to the current test's processors."""
+
+    def __init__(self) -> None:
+        self.targets: list[SpanProcessor] = []
+
+    def on_start(self, span, parent_context=None) -> None:
+        for target in self.targets:
+            target.on_start(span, parent_context)
+
+    def on_end(self, span) -> None:
+        for target in self.targets:
+            target.on_end(span)
+
+
+_FORWARDER = _Forwarder()
+
+
+def _global_forwarder() -> _Forwarder | None:
+    """The forwarder behind the global tracer provider (installed once per process),
+    or None when something else set the global provider first."""
+    if not getattr(_FORWARDER, "installed", False):
+        provider = TracerProvider()
+        provider.add_span_processor(_FORWARDER)
+        trace_api.set_tracer_provider(provider)
+        _FORWARDER.installed = trace_api.get_tracer_provider() is provider
+    return _FORWARDER if _FORWARDER.installed else None
+
+
+@contextlib.contextmanager
+def route_framework_spans(otel) -> Iterator[InMemorySpanExporter]:
+    """For the block: the framework's own spans (sent to the global tracer provider)
+    go through the same span processor as ours, and into the exporter yielded."""
+    forwarder = _global_forwarder()
+    if forwarder is None:
+        pytest.skip("the global tracer provider was set elsewhere")
+    exporter = InMemorySpanExporter()
+    breaker_processor = processor.BreakerSpanProcessor()
+    processor.attach(otel.tracer_provider, breaker_processor)
+    forwarder.targets = [breaker_processor, SimpleSpanProcessor(exporter)]
+    try:
+        yield exporter
+    finally:
+        forwarder.targets = []
+
+
 def _breaker(tool: str, agent_name: str | None = None):
     found = [b for b in default_registry().find(tool) if agent_name is None or b.agent_name == agent_name]
     assert len(found) == 1, f"expected one breaker for {tool!r} ({agent_name}), found {found}"
@@ -144,6 +208,12 @@ class FrameworkContract:
     """The shared scenarios; a framework's ``TestContract`` sets :attr:`driver`."""
 
     driver: ClassVar[FrameworkDriver]
+
+    @pytest.fixture
+    def framework_spans(self, otel):
+        """The framework's own spans go through the same span processor as ours; the exporter keeps them."""
+        with route_framework_spans(otel) as exporter:
+            yield exporter
 
     # -- never change a healthy agent -------------------------------------------------
 
@@ -162,8 +232,8 @@ class FrameworkContract:
 
     # -- failures, rejection --------------------------------------------------------------
 
-    def test_failures_counted_once_and_model_reads_rejection(self, instrument, otel):
-        processor.attach(otel.tracer_provider)  # the framework's own tool spans must not count again
+    def test_failures_counted_once_and_model_reads_rejection(self, instrument, otel, framework_spans):
+        # The framework's own tool spans go through the span processor too: they must not count again.
         breaker_settings(failure_threshold="2")
         instrument(self.driver.framework)
         tool = Tool.failing("weather")
@@ -179,6 +249,27 @@ class FrameworkContract:
         guarded = otel.tool_spans("weather")
         assert len(guarded) == 4
         assert all(s.attributes.get("gen_ai.agent.name") == "assistant" for s in guarded)
+        if getattr(self.driver, "native_tool_spans", False):
+            native = {
+                s.context.span_id: s
+                for s in framework_spans.get_finished_spans()
+                if s.attributes.get("gen_ai.tool.name") == "weather" and not s.attributes.get("otel_breaker.guarded")
+            }
+            assert len(native) == 4, "the framework traced each call itself"
+            # Ours nests inside the framework's span of the same call.
+            assert all(s.parent is not None and s.parent.span_id in native for s in guarded)
+
+    def test_open_breaker_outlives_the_run(self, instrument):
+        breaker_settings(failure_threshold="2")
+        instrument(self.driver.framework)
+        tool = Tool.failing("weather")
+        agent = self.driver.build(
+            [tool], [call("weather", 1), call("weather", 2), "first", call("weather", 3), "second"]
+        )
+        assert self.driver.run(agent) == "first"
+        assert self.driver.run(agent, "again") == "second"
+        assert tool.runs == 2
+        assert UNAVAILABLE in self.driver.sent(agent)[-1].tool_results[-1]
 
     # -- the status block -------------------------------------------------------------------
 
@@ -204,7 +295,9 @@ class FrameworkContract:
         quick_breaker_settings()
         instrument(self.driver.framework)
         sent = self._status_run()
-        assert all(s.instructions == PROMPT for s in sent)
+        assert sent[0].instructions and sent[0].instructions.startswith(PROMPT)
+        assert all(s.instructions == sent[0].instructions for s in sent)
+        assert STATUS_HEADER not in sent[0].instructions
 
     # -- agent identity ----------------------------------------------------------------------
 

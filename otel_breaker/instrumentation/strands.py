@@ -1,0 +1,98 @@
+"""AWS Strands Agents: every tool call runs in the tool executor's ``_run_tool``.
+
+Why there: ``ToolExecutor._stream`` (sequential and concurrent executors, direct
+``agent.tool.x()`` calls and background tasks alike) sends each call through its
+middleware chain, whose terminal streams the resolved tool through the module
+function ``_run_tool``, once per attempt. Hook cancellations and interrupts are
+decided before it (never counted); an unknown tool (the model's mistake) reaches
+it with no tool and runs unguarded. ``_run_tool`` is an async generator: its
+events pass through as they come and its last event, the ``ToolResultEvent``, is
+judged.
+
+Failures: tools never raise out of it. A failing tool becomes a result with
+status ``"error"`` carrying the exception; that counts, unless the exception is
+argument validation (the model's mistake). An interrupt event (human in the
+loop) counts neither way.
+
+Rejection: a ``ToolResultEvent`` with status ``"error"`` and the rejection text,
+which the loop hands to the model like any failed tool.
+
+Status block: the event loop calls ``stream_messages`` once per model call with
+the system prompt (a string and content blocks) and the invocation state, which
+holds the agent; both forms get the block.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from otel_breaker.degrade import STATUS_HEADER, Rejection
+from otel_breaker.guard import IGNORED_RESULT
+from otel_breaker.instrumentation.spec import SpecAdapter, prompt_patch, status_text, tool_patch
+from otel_breaker.toolcall import ToolCall
+
+_EXECUTOR = "strands.tools.executors._executor"
+
+
+def _bad_arguments(exception: BaseException | None) -> bool:
+    """A decorated tool's input validation (a ValueError raised from pydantic's ValidationError)."""
+    return any(type(e).__name__ == "ValidationError" for e in (exception, getattr(exception, "__cause__", None)))
+
+
+class StrandsAdapter(SpecAdapter):
+    """Guards Strands Agents tools, scoped per agent."""
+
+    name = "strands"
+    requires = "strands-agents>=1.62,<2"
+    patches = (
+        tool_patch(_EXECUTOR, "_run_tool", "asyncgen"),
+        prompt_patch("strands.event_loop.event_loop", "stream_messages", "asyncgen"),
+    )
+
+    def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
+        ctx = args[0] if args else kwargs["ctx"]
+        if ctx.tool is None:
+            return None  # unknown tool: the framework answers the model itself
+        tool_use = ctx.tool_use
+        agent = ctx.agent
+        name = getattr(agent, "name", None)
+        return ToolCall(
+            tool=str(tool_use["name"]),
+            framework=self.name,
+            agent=agent,
+            agent_name=name if isinstance(name, str) else None,
+            call_id=str(tool_use.get("toolUseId")) if tool_use.get("toolUseId") is not None else None,
+            arguments=tool_use.get("input"),
+        )
+
+    def result_error(self, call: ToolCall, result: Any) -> str | None:
+        tool_result = getattr(result, "tool_result", None)
+        if not isinstance(tool_result, dict):
+            return IGNORED_RESULT if type(result).__name__ == "ToolInterruptEvent" else None
+        if tool_result.get("status") != "error":
+            return None
+        exception = getattr(result, "exception", None)
+        if _bad_arguments(exception):
+            return IGNORED_RESULT  # the model's arguments did not validate
+        return type(exception).__name__ if exception is not None else "tool_error"
+
+    def rejection(self, call: ToolCall, info: Rejection) -> Any:
+        from strands.types._events import ToolResultEvent
+
+        result = {"toolUseId": call.call_id or "", "status": "error", "content": [{"text": info.message}]}
+        return ToolResultEvent(result)
+
+    def with_status(self, instance: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+        agent = (kwargs.get("invocation_state") or {}).get("agent")
+        prompt = args[1] if len(args) > 1 else kwargs.get("system_prompt")
+        text = status_text(prompt, agent)
+        if text is None:
+            return None
+        content = kwargs.get("system_prompt_content")
+        if content is not None:
+            kept = [b for b in content if not str(b.get("text", "")).startswith(STATUS_HEADER)]
+            block = text[len(prompt or "") :].strip() if text.startswith(prompt or "") else ""
+            kwargs = {**kwargs, "system_prompt_content": kept + ([{"text": block}] if block else [])}
+        if len(args) > 1:
+            return (args[0], text, *args[2:]), kwargs
+        return args, {**kwargs, "system_prompt": text}
