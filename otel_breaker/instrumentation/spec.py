@@ -190,7 +190,9 @@ class SpecAdapter(FrameworkAdapter):
         yields the single rejection value instead of running.
 
         The guarded call runs in a task (the guard takes a coroutine), which
-        hands each event over and waits until the consumer asks for the next.
+        hands each event over and waits until the consumer asks for the next. A
+        breaker ``timeout`` therefore covers the whole stream, including the time
+        the consumer spends between events.
         """
         handoff: asyncio.Queue[tuple[Any, asyncio.Event]] = asyncio.Queue(maxsize=1)
         ran = False

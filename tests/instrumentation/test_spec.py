@@ -32,6 +32,9 @@ tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 FRAMEWORK_SOURCE = """
+CLOSED = []
+
+
 class Tool:
     def __init__(self, name, body):
         self.name = name
@@ -44,8 +47,11 @@ class Tool:
         return self.body(x)
 
     async def stream(self, x):
-        yield "progress"
-        yield {"status": "ok", "value": self.body(x)}
+        try:
+            yield "progress"
+            yield {"status": "ok", "value": self.body(x)}
+        finally:
+            CLOSED.append(self.name)
 
 
 class Model:
@@ -164,6 +170,9 @@ def test_async_generator_closed_early_stops_the_tool(adapter, specframework):
         return event
 
     assert asyncio.run(first()) == "progress"
+    assert specframework.CLOSED == ["s4"]  # the framework's generator was closed, not left suspended
+    (breaker,) = default_registry().find("s4")
+    assert (breaker.stats.failure_count, breaker.stats.success_count) == (0, 0)
 
 
 def test_prompt_patch_only_when_enabled(adapter, specframework):
