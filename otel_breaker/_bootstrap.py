@@ -35,6 +35,10 @@ FRAMEWORK_MODULES = frozenset(
         "strands",
         "agent_framework",
         "semantic_kernel",
+        "agno",
+        "dspy",
+        "haystack",
+        "fastmcp",
     }
 )
 

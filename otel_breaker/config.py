@@ -68,6 +68,10 @@ FRAMEWORKS = (
     "strands",
     "agent_framework",
     "semantic_kernel",
+    "agno",
+    "dspy",
+    "haystack",
+    "fastmcp",
 )
 
 #: Other spellings users write for them (distribution names, the graph layer).
@@ -92,6 +96,9 @@ FRAMEWORK_ALIASES = {
     "microsoft-agent-framework": "agent_framework",
     "semantic-kernel": "semantic_kernel",
     "semantickernel": "semantic_kernel",
+    "dspy-ai": "dspy",
+    "haystack-ai": "haystack",
+    "haystack_ai": "haystack",
 }
 
 

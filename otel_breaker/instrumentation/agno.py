@@ -1,0 +1,149 @@
+"""Breakers for Agno (``agno``) agents and teams.
+
+Every tool call of a run, sync or async, streamed or not, is run by
+``FunctionCall.execute`` / ``FunctionCall.aexecute``: the model's run loop
+builds one ``FunctionCall`` per call the model asked for and executes it.
+
+Failures: ``execute`` catches what the tool raises and returns a
+``FunctionExecutionResult`` with ``status="failure"``: counted as a failure.
+``RetryAgentRun`` / ``StopAgentRun`` (the tool steering the run) and
+``RunCancelledException`` are control flow: neither failure nor success. Model
+mistakes pass through uncounted: an unknown tool never reaches ``execute``,
+arguments that did not decode leave ``FunctionCall.error`` set, and argument
+names the tool does not take are caught before the body runs.
+
+Rejection: a ``FunctionExecutionResult`` with ``status="failure"`` and the
+rejection text as the call's error, which the loop sends to the model as a tool
+message flagged ``tool_call_error``, exactly as for a tool that raised.
+
+Status block: added to the system message of every model request
+(``Model._invoke_with_retry`` and its async and streaming forms), for the agent
+that owns the request's tools. OpenInference's Agno tool spans nest inside ours
+and are not counted again.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from typing import Any
+
+from otel_breaker.degrade import Rejection
+from otel_breaker.guard import IGNORED_RESULT
+from otel_breaker.instrumentation.base import agent_display_name
+from otel_breaker.instrumentation.spec import MessageDialect, SpecAdapter, insert_status_block, prompt_patch, tool_patch
+from otel_breaker.toolcall import ToolCall
+
+_FUNCTION = "agno.tools.function"
+_MODEL = "agno.models.base"
+
+# The rejection value last built in this context, told apart from a failure the tool returned.
+_rejected: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_breaker_agno_rejected", default=None)
+
+_DIALECT = MessageDialect(
+    is_system=lambda m: m.role in ("system", "developer"),
+    text=lambda m: m.content if isinstance(m.content, str) else None,
+    with_text=lambda m, text: m.model_copy(update={"content": text}),
+    system=lambda text: _message("system", text),
+)
+
+
+def _message(role: str, text: str) -> Any:
+    from agno.models.message import Message
+
+    return Message(role=role, content=text)
+
+
+class _Signal:
+    """A control-flow exception the tool raised, carried past the guard uncounted."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+def _catching(wrapped: Any, is_async: bool) -> Any:
+    from agno.exceptions import AgentRunException, RunCancelledException
+
+    signals = (AgentRunException, RunCancelledException)
+
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return wrapped(*args, **kwargs)
+        except signals as exc:
+            return _Signal(exc)
+
+    async def arun(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await wrapped(*args, **kwargs)
+        except signals as exc:
+            return _Signal(exc)
+
+    return arun if is_async else run
+
+
+class AgnoAdapter(SpecAdapter):
+    name = "agno"
+    requires = "agno>=3.1,<3.2"
+    patches = (
+        tool_patch(_FUNCTION, "FunctionCall.execute", "sync"),
+        tool_patch(_FUNCTION, "FunctionCall.aexecute", "async"),
+        prompt_patch(_MODEL, "Model._invoke_with_retry", "sync"),
+        prompt_patch(_MODEL, "Model._ainvoke_with_retry", "async"),
+        prompt_patch(_MODEL, "Model._invoke_stream_with_retry", "sync"),
+        prompt_patch(_MODEL, "Model._ainvoke_stream_with_retry", "asyncgen"),
+    )
+
+    def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
+        if instance.error is not None:
+            return None  # arguments that did not decode: the model's mistake
+        function = instance.function
+        arguments = instance.arguments or {}
+        properties = (function.parameters or {}).get("properties")
+        if isinstance(properties, dict) and properties and any(key not in properties for key in arguments):
+            return None  # an argument the tool does not take
+        agent = function._agent or function._team
+        return ToolCall(
+            tool=function.name,
+            framework=self.name,
+            agent=agent,
+            agent_name=agent_display_name(agent) if agent is not None else None,
+            call_id=instance.call_id,
+            arguments=arguments,
+        )
+
+    def _tool_sync(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        return _settle(instance, super()._tool_sync(_catching(wrapped, False), instance, args, kwargs))
+
+    async def _tool_async(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        return _settle(instance, await super()._tool_async(_catching(wrapped, True), instance, args, kwargs))
+
+    def result_error(self, call: ToolCall, result: Any) -> str | None:
+        if isinstance(result, _Signal):
+            return IGNORED_RESULT
+        return "tool_error" if getattr(result, "status", None) == "failure" else None
+
+    def rejection(self, call: ToolCall, info: Rejection) -> Any:
+        from agno.tools.function import FunctionExecutionResult
+
+        result = FunctionExecutionResult(status="failure", error=info.message)
+        _rejected.set(result)
+        return result
+
+    def with_status(self, instance: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+        messages = kwargs.get("messages")
+        if not messages:
+            return None
+        owners = (getattr(t, "_agent", None) or getattr(t, "_team", None) for t in kwargs.get("tools") or ())
+        amended = insert_status_block(messages, _DIALECT, next((a for a in owners if a is not None), None))
+        return None if amended is None else (args, {**kwargs, "messages": amended})
+
+
+def _settle(function_call: Any, result: Any) -> Any:
+    """Re-raise a carried control-flow signal; give a rejection its error text for the model."""
+    if isinstance(result, _Signal):
+        raise result.exc
+    if result is not None and result is _rejected.get():
+        _rejected.set(None)
+        function_call.error = result.error
+    return result

@@ -1,0 +1,91 @@
+"""Breakers for DSPy (``dspy``) tool-using programs such as ``dspy.ReAct``.
+
+Every tool a DSPy program runs is a ``dspy.Tool``, called through
+``Tool.__call__`` (``ReAct.forward``) or ``Tool.acall`` (``ReAct.aforward``);
+those two methods are the patch points. An async tool run from the sync path
+goes through ``__call__`` alone, so each logical call is counted once.
+
+Failures: ReAct catches what a tool raises and writes it into the trajectory as
+an observation; the guard sees the exception first and counts it. ReAct's own
+``finish`` tool is control flow and passes through. Arguments the tool does not
+take or that fail its schema are the model's mistake: they are checked before
+the body runs (as ``Tool`` itself does) and pass through uncounted.
+
+Rejection: the rejection text as the tool's result, which ReAct appends to the
+trajectory as the observation the model reads next.
+
+Agent identity: the running ``ReAct`` module (its ``name`` attribute, when set,
+is ``gen_ai.agent.name``). Status block: with ``OTEL_BREAKER_STATUS_IN_PROMPT``
+on, every ReAct step is predicted with the step signature's instructions plus
+the block (passed as ``signature=``; the module itself is not changed).
+"""
+
+from __future__ import annotations
+
+import contextvars
+from typing import Any
+
+from otel_breaker.instrumentation.base import PatchTarget, agent_display_name
+from otel_breaker.instrumentation.spec import SpecAdapter, prompt_patch, status_text, tool_patch
+from otel_breaker.toolcall import ToolCall
+
+_TOOL = "dspy.adapters.types.tool"
+_REACT = "dspy.predict.react"
+
+# The ReAct module whose loop is running in this context.
+_agent: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_breaker_dspy_agent", default=None)
+
+
+class DSPyAdapter(SpecAdapter):
+    name = "dspy"
+    requires = "dspy>=3.4,<3.5"
+    patches = (
+        tool_patch(_TOOL, "Tool.__call__", "sync"),
+        tool_patch(_TOOL, "Tool.acall", "async"),
+        prompt_patch(_REACT, "ReAct._call_with_potential_trajectory_truncation", "sync"),
+        prompt_patch(_REACT, "ReAct._async_call_with_potential_trajectory_truncation", "async"),
+    )
+
+    def targets(self) -> list[PatchTarget]:
+        # The running ReAct module is the agent of the tool calls its loop makes.
+        return [
+            *super().targets(),
+            PatchTarget(_REACT, "ReAct.forward", self._forward),
+            PatchTarget(_REACT, "ReAct.aforward", self._aforward),
+        ]
+
+    def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
+        agent = _agent.get()
+        if instance.name == "finish" and agent is not None and agent.tools.get("finish") is instance:
+            return None  # ReAct's own end-of-loop signal
+        instance._validate_and_parse_args(**kwargs)  # raises on the model's mistakes: run unguarded
+        return ToolCall(
+            tool=instance.name,
+            framework=self.name,
+            agent=agent,
+            agent_name=agent_display_name(agent) if agent is not None else None,
+            arguments=kwargs,
+        )
+
+    def _forward(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        token = _agent.set(instance)
+        try:
+            return wrapped(*args, **kwargs)
+        finally:
+            _agent.reset(token)
+
+    async def _aforward(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        token = _agent.set(instance)
+        try:
+            return await wrapped(*args, **kwargs)
+        finally:
+            _agent.reset(token)
+
+    def with_status(self, instance: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+        """The step predictor called with ``signature=`` carrying the status block."""
+        module = args[0] if args else kwargs.get("module")
+        signature = getattr(module, "signature", None)
+        if "signature" in kwargs or signature is None or module is not getattr(instance, "react", None):
+            return None
+        text = status_text(signature.instructions, instance)
+        return None if text is None else (args, {**kwargs, "signature": signature.with_instructions(text)})

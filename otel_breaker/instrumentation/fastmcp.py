@@ -1,0 +1,52 @@
+"""FastMCP clients: ``fastmcp.Client.call_tool`` / ``call_tool_mcp`` as one logical call.
+
+FastMCP's ``Client`` sends ``tools/call`` through the ``mcp`` SDK's
+``ClientSession.call_tool``, which the mcp adapter guards, so its calls are
+guarded with the mcp adapter alone. But one logical call may send it more than
+once: a server that needs input answers with an ``InputRequiredResult`` and the
+client sends the call again with the answers. Guarded per send, each round
+would be judged on its own (the first as a success). This adapter guards
+``ClientToolsMixin.call_tool_mcp``, which ``call_tool`` goes through, so the
+logical call is judged once on its final result and the inner sends pass
+through (same tool, same context).
+
+Failures and rejection are the mcp adapter's: a ``CallToolResult`` with
+``isError`` set counts as a failure, and a rejection is such a result carrying
+the rejection text; ``call_tool`` turns it into FastMCP's ``ToolError`` (or
+returns it flagged ``is_error`` with ``raise_on_error=False``), exactly as for
+a failing server tool. FastMCP's own ``tools/call`` client span is an MCP span,
+not a GenAI tool span, so nothing is counted twice.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from otel_breaker.instrumentation.base import active_call
+from otel_breaker.instrumentation.mcp import MCPAdapter
+from otel_breaker.instrumentation.spec import SpecAdapter, tool_patch
+from otel_breaker.toolcall import ToolCall
+
+
+class FastMCPAdapter(SpecAdapter):
+    name = "fastmcp"
+    requires = "fastmcp>=4.1,<4.2"
+    patches = (tool_patch("fastmcp.client.mixins.tools", "ClientToolsMixin.call_tool_mcp", "async"),)
+
+    result_error = MCPAdapter.result_error
+    rejection = MCPAdapter.rejection
+
+    def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
+        name = args[0] if args else kwargs.get("name")
+        if not isinstance(name, str) or not name:
+            return None
+        outer = active_call()  # a FastMCP tool inside another framework's guarded call is made for its agent
+        return ToolCall(
+            tool=name,
+            framework=self.name,
+            agent=outer.agent if outer is not None else None,
+            agent_name=outer.agent_name if outer is not None else None,
+            session_id=outer.session_id if outer is not None else None,
+            tool_type="extension",
+            arguments=args[1] if len(args) > 1 else kwargs.get("arguments"),
+        )

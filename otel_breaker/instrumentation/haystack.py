@@ -1,0 +1,168 @@
+"""Breakers for Haystack (``haystack-ai``) Agents.
+
+An Agent step runs the tools the model asked for through
+``haystack.components.agents.tool_calling``: for each tool call it builds one
+zero-argument runner (``_make_context_bound_invoke`` on the sync path, run in a
+thread pool; ``_make_bounded_invoke_async`` on the async path, gathered) that
+invokes the tool inside Haystack's own tool span. Those two factories are the
+patch points: the runner they return is replaced by one that runs it through
+the breaker, once per tool call, whatever kind of ``Tool`` it is.
+
+Failures: a runner returns the ``ToolInvocationError`` instead of raising, and
+the Agent turns it into a tool message with ``error=True`` (or raises it when
+``raise_on_tool_invocation_failure`` is set); that value is counted as a
+failure. Arguments the tool does not declare, or required ones missing, are
+the model's mistake and pass through uncounted; an unknown tool never reaches
+a runner.
+
+Rejection: a ``ToolInvocationError`` carrying the rejection text, so the Agent
+answers the model with the same error tool message a failing tool gets.
+
+Agent identity: the Agent (its component name in a pipeline, when it has one),
+set around each step. Status block: appended to the run's system message for
+the step's model call, and the original message restored after the step.
+Haystack's ``haystack.agent.step.tool`` spans are not GenAI tool spans, so
+nothing is counted twice.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from typing import Any
+
+from otel_breaker.degrade import Rejection
+from otel_breaker.instrumentation.base import PatchTarget, agent_display_name
+from otel_breaker.instrumentation.spec import MessageDialect, SpecAdapter, insert_status_block
+from otel_breaker.toolcall import ToolCall
+
+_CALLING = "haystack.components.agents.tool_calling"
+_AGENT = "haystack.components.agents.agent"
+
+# The Agent whose step is running in this context.
+_agent: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_breaker_haystack_agent", default=None)
+
+
+def _system(text: str) -> Any:
+    from haystack.dataclasses import ChatMessage
+
+    return ChatMessage.from_system(text)
+
+
+_DIALECT = MessageDialect(
+    is_system=lambda m: m.role.value == "system",
+    text=lambda m: m.text,
+    with_text=lambda m, text: _system(text),
+    system=_system,
+)
+
+
+def _argument(args: tuple, kwargs: dict, index: int, name: str) -> Any:
+    return args[index] if len(args) > index else kwargs[name]
+
+
+def _agent_name(agent: Any) -> str | None:
+    pipeline = getattr(agent, "__haystack_added_to_pipeline__", None)
+    if pipeline is not None:
+        return pipeline.get_component_name(agent) or None
+    return agent_display_name(agent)
+
+
+class HaystackAdapter(SpecAdapter):
+    """The patch points build runners rather than run tools, so the wrappers are
+    written here; ``describe`` is the spec's."""
+
+    name = "haystack"
+    requires = "haystack-ai>=3.4,<3.5"
+    modules = (_CALLING, _AGENT)
+
+    def targets(self) -> list[PatchTarget]:
+        return [
+            PatchTarget(_CALLING, "_make_context_bound_invoke", self._runner),
+            PatchTarget(_CALLING, "_make_bounded_invoke_async", self._arunner),
+            PatchTarget(_AGENT, "Agent._run_step", self._step),
+            PatchTarget(_AGENT, "Agent._run_step_async", self._astep),
+        ]
+
+    def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
+        tool, tool_call = _argument(args, kwargs, 0, "tool"), kwargs["tool_call"]
+        arguments = tool_call.arguments or {}
+        schema = tool.parameters or {}
+        properties = schema.get("properties") or {}
+        if any(k not in properties for k in arguments) or any(k not in arguments for k in schema.get("required", ())):
+            return None  # the model's mistake, not the tool's
+        agent = _agent.get()
+        return ToolCall(
+            tool=tool.name,
+            framework=self.name,
+            agent=agent,
+            agent_name=_agent_name(agent) if agent is not None else None,
+            call_id=tool_call.id,
+            arguments=arguments,
+        )
+
+    def _runner(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        runner = wrapped(*args, **kwargs)
+        call = self.safe_tool_call(lambda: self.describe(instance, args, kwargs))
+        if call is None:
+            return runner
+        context = contextvars.copy_context()  # the runner goes to a worker thread
+        return lambda: context.run(self.run_sync, call, runner, (), {})
+
+    def _arunner(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        runner = wrapped(*args, **kwargs)
+        call = self.safe_tool_call(lambda: self.describe(instance, args, kwargs))
+        if call is None:
+            return runner
+
+        async def guarded() -> Any:
+            return await self.run_async(call, runner, (), {})
+
+        return guarded
+
+    def result_error(self, call: ToolCall, result: Any) -> str | None:
+        return "tool_error" if type(result).__name__ == "ToolInvocationError" else None
+
+    def rejection(self, call: ToolCall, info: Rejection) -> Any:
+        from haystack.tools.errors import ToolInvocationError
+
+        return ToolInvocationError(info.message, tool_name=call.tool)
+
+    def _step(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        token, restore = _agent.set(instance), self._add_status(instance, args, kwargs)
+        try:
+            return wrapped(*args, **kwargs)
+        finally:
+            restore()
+            _agent.reset(token)
+
+    async def _astep(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        token, restore = _agent.set(instance), self._add_status(instance, args, kwargs)
+        try:
+            return await wrapped(*args, **kwargs)
+        finally:
+            restore()
+            _agent.reset(token)
+
+    def _add_status(self, agent: Any, args: tuple, kwargs: dict) -> Any:
+        """The run's messages with the status block for this step's model call; returns the undo."""
+        try:
+            data = _argument(args, kwargs, 0, "exe_context").state.data
+            original = data["messages"]
+            amended = insert_status_block(original, _DIALECT, agent)
+        except Exception:
+            amended = None
+        if amended is None:
+            return lambda: None
+        added = next(m for m, o in zip(amended, [*original, None], strict=False) if m is not o)
+        data["messages"] = amended
+
+        def restore() -> None:
+            # The step appended its replies; put the run's own system message back.
+            now = data["messages"]
+            position = next((i for i, m in enumerate(now) if m is added), None)
+            if position is not None:
+                replaced = [o for o in original if _DIALECT.is_system(o)][:1]
+                now[position : position + 1] = replaced
+                data["messages"] = now
+
+        return restore

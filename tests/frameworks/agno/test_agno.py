@@ -1,0 +1,74 @@
+"""What is specific to Agno beyond the shared contract: async and streamed runs,
+the tool's own control-flow signals, and the model's argument mistakes."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("agno")
+sys.path.insert(0, str(Path(__file__).parent))
+
+from agno.exceptions import RetryAgentRun, StopAgentRun
+from contract import UNAVAILABLE, Tool, call
+from driver import AgnoDriver
+from status_prompt import breaker_settings
+
+from otel_breaker.degrade import STATUS_HEADER
+from otel_breaker.registry import default_registry
+
+DRIVER = AgnoDriver()
+
+
+def stats(tool: str):
+    (breaker,) = default_registry().find(tool)
+    return breaker.stats
+
+
+async def test_async_loop_rejects_once_open(instrument, otel):
+    breaker_settings(failure_threshold="2", status_in_prompt="true")
+    instrument("agno")
+    tool = Tool.failing("weather")
+    agent = DRIVER.build([tool], [call("weather", i) for i in range(1, 5)] + ["done"])
+    assert await DRIVER.arun(agent) == "done"
+    assert tool.runs == 2
+    sent = DRIVER.sent(agent)
+    assert [UNAVAILABLE in r for r in sent[-1].tool_results] == [False, False, True, True]
+    assert STATUS_HEADER in sent[-1].instructions
+    assert all(s.attributes.get("gen_ai.agent.name") == "assistant" for s in otel.tool_spans("weather"))
+
+
+def test_streamed_run_rejects_once_open(instrument):
+    breaker_settings(failure_threshold="2")
+    instrument("agno")
+    tool = Tool.failing("weather")
+    agent = DRIVER.build([tool], [call("weather", i) for i in range(1, 4)] + ["done"])
+    text = "".join(str(e.content) for e in agent.run("go", stream=True) if type(e).__name__ == "RunContentEvent")
+    assert text == "done"
+    assert tool.runs == 2
+    assert UNAVAILABLE in DRIVER.sent(agent)[-1].tool_results[-1]
+
+
+@pytest.mark.parametrize("signal", [RetryAgentRun, StopAgentRun])
+def test_control_flow_signals_are_neither_failure_nor_success(instrument, signal):
+    instrument("agno")
+
+    def steer(x: int) -> str:
+        raise signal("steering the run")
+
+    agent = DRIVER.build([Tool("steer", steer)], [call("steer", 1), "done"])
+    DRIVER.run(agent)
+    s = stats("steer")
+    assert (s.failure_count, s.success_count, s.ignored_count) == (0, 0, 1)
+
+
+def test_arguments_the_tool_does_not_take_are_not_counted(instrument):
+    breaker_settings(failure_threshold="1")
+    instrument("agno")
+    tool = Tool.healthy("echo")
+    agent = DRIVER.build([tool], [("echo", {"y": 1}), call("echo", 2), "done"])
+    assert DRIVER.run(agent) == "done"
+    assert DRIVER.sent(agent)[-1].tool_results[-1] == "echo ok 2"
+    assert (stats("echo").failure_count, stats("echo").success_count) == (0, 1)

@@ -1,0 +1,18 @@
+"""The shared framework contract, on an Agno Agent's real loop."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("agno")
+sys.path.insert(0, str(Path(__file__).parent))
+
+from contract import FrameworkContract
+from driver import AgnoDriver
+
+
+class TestContract(FrameworkContract):
+    driver = AgnoDriver()

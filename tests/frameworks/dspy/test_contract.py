@@ -1,0 +1,18 @@
+"""The shared framework contract, on ``dspy.ReAct``'s real loop."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("dspy")
+sys.path.insert(0, str(Path(__file__).parent))
+
+from contract import FrameworkContract
+from driver import DSPyDriver
+
+
+class TestContract(FrameworkContract):
+    driver = DSPyDriver()

@@ -1,0 +1,18 @@
+"""The shared framework contract, on a Haystack Agent's real loop."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("haystack")
+sys.path.insert(0, str(Path(__file__).parent))
+
+from contract import FrameworkContract
+from driver import HaystackDriver
+
+
+class TestContract(FrameworkContract):
+    driver = HaystackDriver()
