@@ -133,16 +133,19 @@ class BreakerRegistry:
                 breaker.configure(wanted)
         return breaker
 
-    def _get(self, tool: str, config: CircuitBreakerConfig | None) -> CircuitBreaker:
+    def _get(
+        self, tool: str, config: CircuitBreakerConfig | None, source: str | None = None, key: str | None = None
+    ) -> CircuitBreaker:
         """The process-scope breaker, created with ``config`` if it is new."""
-        breaker = self._by_tool.get(tool)
+        key = tool if key is None else key
+        breaker = self._by_tool.get(key)
         if breaker is None:
             with self._lock:
-                breaker = self._by_tool.get(tool)
+                breaker = self._by_tool.get(key)
                 if breaker is None:
-                    breaker = self._new(tool, config, None, None)
+                    breaker = self._new(tool, config, None, None, source)
                     if breaker.name != OVERFLOW_TOOL:
-                        self._by_tool[tool] = breaker
+                        self._by_tool[key] = breaker
         return breaker
 
     def breaker_for(self, call: ToolCall, config: CircuitBreakerConfig | None = None) -> CircuitBreaker:
@@ -154,21 +157,24 @@ class BreakerRegistry:
         if agent is None:
             if call.session_id is not None and self.settings.scope == "session":
                 return self._session_breaker(call.session_id, call, config, explicit=False)
-            breaker = self._by_tool.get(call.tool)
-            return breaker if breaker is not None else self._get(call.tool, config)
+            key = tool_key(call)
+            breaker = self._by_tool.get(key)
+            return breaker if breaker is not None else self._get(call.tool, config, call.source, key)
         scope = self.settings.scope
         if scope == "agent":
             return self._agent_breaker(agent, call, config)
         if scope == "session" and call.session_id is not None:
             return self._session_breaker(call.session_id, call, config, explicit=False)
-        breaker = self._by_tool.get(call.tool)
-        return breaker if breaker is not None else self._get(call.tool, config)
+        key = tool_key(call)
+        breaker = self._by_tool.get(key)
+        return breaker if breaker is not None else self._get(call.tool, config, call.source, key)
 
     def _agent_breaker(self, agent: Any, call: ToolCall, config: CircuitBreakerConfig | None) -> CircuitBreaker:
         key = id(agent)
+        name = tool_key(call)
         tools = self._by_agent.get(key)
         if tools is not None:
-            breaker = tools.get(call.tool)
+            breaker = tools.get(name)
             if breaker is not None:
                 return breaker
         with self._lock:
@@ -181,27 +187,28 @@ class BreakerRegistry:
                 finalizer.atexit = False
                 self._agent_finalizers[key] = finalizer
                 tools = self._by_agent[key] = {}
-            breaker = tools.get(call.tool)
+            breaker = tools.get(name)
             if breaker is None:
-                breaker = self._new(call.tool, config, call.agent_name, None)
-                tools[call.tool] = breaker
+                breaker = self._new(call.tool, config, call.agent_name, None, call.source)
+                tools[name] = breaker
             return breaker
 
     def _named_agent_breaker(self, agent: Any, call: ToolCall, config: CircuitBreakerConfig | None) -> CircuitBreaker:
         """Agents that cannot be weakly referenced are keyed by name instead."""
         name = call.agent_name or type(agent).__name__
-        breaker = self._by_agent_name.get((name, call.tool))
+        breaker = self._by_agent_name.get((name, tool_key(call)))
         if breaker is None:
-            breaker = self._new(call.tool, config, name, None)
-            self._by_agent_name[(name, call.tool)] = breaker
+            breaker = self._new(call.tool, config, name, None, call.source)
+            self._by_agent_name[(name, tool_key(call))] = breaker
         return breaker
 
     def _session_breaker(
         self, session: str, call: ToolCall, config: CircuitBreakerConfig | None, explicit: bool = True
     ) -> CircuitBreaker:
+        name = tool_key(call)
         tools = self._by_session.get(session)
         if tools is not None:
-            breaker = tools.get(call.tool)
+            breaker = tools.get(name)
             if breaker is not None:
                 if not explicit:
                     self._session_seen[session] = self._now()
@@ -211,10 +218,10 @@ class BreakerRegistry:
                 self._prune_idle_sessions()
                 self._session_seen[session] = self._now()
             tools = self._by_session.setdefault(session, {})
-            breaker = tools.get(call.tool)
+            breaker = tools.get(name)
             if breaker is None:
-                breaker = self._new(call.tool, config, call.agent_name, session)
-                tools[call.tool] = breaker
+                breaker = self._new(call.tool, config, call.agent_name, session, call.source)
+                tools[name] = breaker
             return breaker
 
     def _now(self) -> float:
@@ -223,7 +230,12 @@ class BreakerRegistry:
         return (self._clock or time.monotonic)()
 
     def _new(
-        self, tool: str, config: CircuitBreakerConfig | None, agent_name: str | None, session: str | None
+        self,
+        tool: str,
+        config: CircuitBreakerConfig | None,
+        agent_name: str | None,
+        session: str | None,
+        source: str | None = None,
     ) -> CircuitBreaker:
         if self._count >= self.max_breakers:
             return self._overflow_breaker()
@@ -234,6 +246,8 @@ class BreakerRegistry:
             agent_name=agent_name,
             session_id=session,
         )
+        if source is not None:
+            breaker.source = source
         self._count += 1
         for listener in self._created_listeners:
             listener(breaker)
@@ -375,6 +389,11 @@ def _store_from_settings(settings: Settings) -> BreakerStore:
     except Exception as exc:
         logger.error("otel-breaker: OTEL_BREAKER_STORE unusable (%s); using per-process breakers", exc)
         return MemoryStore()
+
+
+def tool_key(call: ToolCall) -> str:
+    """The registry key of a call's tool: its name, qualified by its source when it has one."""
+    return call.tool if call.source is None else f"{call.tool}\x00{call.source}"
 
 
 def counts_key(breaker: CircuitBreaker) -> CountsKey:
