@@ -181,7 +181,8 @@ async def test_run_stream_opens_breaker(instrument, otel):
     assert_tripped(script, output, otel, before)
 
 
-def test_model_retry_counts_as_failure(instrument, otel):
+def test_model_retry_counts_as_failure_when_asked(instrument, otel):
+    set_settings(load_settings({"OTEL_BREAKER_FAILURE_THRESHOLD": "2", "OTEL_BREAKER_COUNT_MODEL_RETRY": "true"}))
     instrument("pydantic_ai")
     before = counters(otel, "flaky")
     script = Script("flaky")
