@@ -251,6 +251,11 @@ async def test_per_agent_breakers(instrument, otel, threshold_two):
     breakers = {b.agent_name: b for b in default_registry().find("lookup")}
     assert breakers["alpha"].state.value == "open" and breakers["beta"].state.value == "closed"
 
+    spans = otel.tool_spans("lookup")
+    assert {s.attributes.get("gen_ai.agent.name") for s in spans} == {"alpha", "beta"}
+    for agent_name in {"alpha", "beta"}:
+        assert otel.metric_value("otel_breaker.calls", gen_ai_tool_name="lookup", gen_ai_agent_name=agent_name) > 0
+
 
 async def test_uninstrument_restores_originals(instrument, threshold_two):
     originals = {

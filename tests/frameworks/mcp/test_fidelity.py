@@ -223,3 +223,14 @@ def test_a_slow_tool_times_out_under_trio(instrument, otel):
     with pytest.raises(ToolTimeoutError):
         anyio.run(run, backend="trio")
     assert otel.metric_value("otel_breaker.calls", gen_ai_tool_name="slow_tool", otel_breaker_outcome="failure") == 1
+
+
+def test_status_block_names_the_server(instrument, otel):
+    from otel_breaker.degrade import tool_status_block
+
+    instrument("mcp")
+    anyio.run(call_all, search_server("down-server", broken=True), [("search", {"query": "q"})] * 3, True)
+    anyio.run(call_all, search_server("up-server", broken=False), [("search", {"query": "q"})], True)
+    block = tool_status_block()
+    assert "'search' on server 'down-server@1.0.0' (open)" in block
+    assert "up-server" not in block

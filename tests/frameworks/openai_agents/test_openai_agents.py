@@ -258,6 +258,11 @@ def test_two_agents_same_tool_name_have_separate_breakers(instrument, otel):
     states = {b.agent_name: b.state for b in default_registry().find("lookup")}
     assert states == {"agent_a": State.OPEN, "agent_b": State.CLOSED}
 
+    spans = otel.tool_spans("lookup")
+    assert {s.attributes.get("gen_ai.agent.name") for s in spans} == {"agent_a", "agent_b"}
+    for agent_name in {"agent_a", "agent_b"}:
+        assert otel.metric_value("otel_breaker.calls", gen_ai_tool_name="lookup", gen_ai_agent_name=agent_name) > 0
+
 
 def test_group_id_is_the_session(instrument, otel, monkeypatch):
     set_settings(load_settings({"OTEL_BREAKER_FAILURE_THRESHOLD": "2", "OTEL_BREAKER_SCOPE": "session"}))

@@ -301,6 +301,11 @@ def test_each_agent_has_its_own_breaker(kind, otel, instrument):
     assert set(breakers) == {"first", "second"}
     assert breakers["first"].state is State.OPEN and breakers["second"].state is State.OPEN
 
+    spans = otel.tool_spans("flaky")
+    assert {s.attributes.get("gen_ai.agent.name") for s in spans} == {"first", "second"}
+    for agent_name in {"first", "second"}:
+        assert otel.metric_value("otel_breaker.calls", gen_ai_tool_name="flaky", gen_ai_agent_name=agent_name) > 0
+
 
 def test_breaker_recovers_after_cooldown():
     """After the cooldown the next call is a probe; a good probe closes the breaker.
