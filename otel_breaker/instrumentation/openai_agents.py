@@ -34,8 +34,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from otel_breaker.degrade import Rejection, augment_instructions, status_in_prompt_enabled
 from otel_breaker.classify import MISTAKE
+from otel_breaker.degrade import Rejection, augment_instructions, status_in_prompt_enabled
 from otel_breaker.guard import IGNORED_RESULT
 from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget, agent_display_name
 from otel_breaker.toolcall import ToolCall

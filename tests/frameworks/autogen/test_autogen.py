@@ -422,7 +422,10 @@ async def test_bad_arguments_are_the_models_mistake(otel, instrument):
     async def run() -> list:
         tool = FunctionTool(healthy, description="healthy")
         agent = AssistantAgent(
-            "checker", model_client=RecordingClient(script(), model_info=MODEL_INFO), tools=[tool], max_tool_iterations=8
+            "checker",
+            model_client=RecordingClient(script(), model_info=MODEL_INFO),
+            tools=[tool],
+            max_tool_iterations=8,
         )
         return _execution_results((await agent.run(task="go")).messages)
 

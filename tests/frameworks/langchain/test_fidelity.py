@@ -176,8 +176,12 @@ def test_default_toolnode_reraises_tool_errors_and_a_rejection_ends_that(instrum
 
 def test_healthy_named_agent_unchanged(instrument, otel):
     responses = [call("lookup", {"q": str(i)}, f"c{i}") for i in range(3)] + [AIMessage("done")]
-    off = transcript(react_agent([make_lookup(False)], responses, name="helper").invoke({"messages": [HumanMessage("go")]}))
+    off = transcript(
+        react_agent([make_lookup(False)], responses, name="helper").invoke({"messages": [HumanMessage("go")]})
+    )
     instrument("langchain")
-    on = transcript(react_agent([make_lookup(False)], responses, name="helper").invoke({"messages": [HumanMessage("go")]}))
+    on = transcript(
+        react_agent([make_lookup(False)], responses, name="helper").invoke({"messages": [HumanMessage("go")]})
+    )
     assert on == off
     assert {s.attributes.get("gen_ai.agent.name") for s in otel.tool_spans("lookup")} == {"helper"}

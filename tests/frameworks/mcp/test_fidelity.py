@@ -157,7 +157,7 @@ def test_same_tool_name_on_two_servers_has_two_breakers(instrument, otel):
         healthy = await call_all(up, [("search", {"query": "q"})] * 3, listed=True)
         return broken, healthy
 
-    (off_broken, off_healthy), (on_broken, on_healthy) = off_then_on(instrument, run)
+    (_off_broken, off_healthy), (on_broken, on_healthy) = off_then_on(instrument, run)
     assert on_healthy == off_healthy == [(False, "up-server: results for q")] * 3
     assert "temporarily unavailable" in on_broken[-1][1], "the broken server's own breaker opened"
     sources = {(b.name, b.source) for b in default_registry().breakers()}
