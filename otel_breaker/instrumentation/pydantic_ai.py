@@ -11,7 +11,8 @@ for the model: a failure. ``ModelRetry`` surfaces as ``ToolRetryError``: the
 tool asks the model to try again, within the tool's own ``retries`` budget,
 so it is neutral (the model's mistake) unless the breaker's
 ``count_model_retry`` option (``OTEL_BREAKER_COUNT_MODEL_RETRY``) counts it.
-Any other exception ends the run; it is counted and re-raised unchanged, since the run's error handling is the program's business. Once the
+Any other exception ends the run; it is counted and re-raised unchanged,
+since the run's error handling is the program's business. Once the
 breaker is open, that same tool no longer ends the run: the call is answered
 with ``ToolFailedError`` carrying a failed ``ToolReturnPart``, the run's own
 way of telling the model a tool failed, which costs no retry budget.
