@@ -183,11 +183,13 @@ def test_two_sessions_to_the_same_server_share_a_breaker(instrument, otel):
 
 
 @pytest.mark.parametrize("timeout", [None, "5"], ids=["no-timeout", "timeout-5s"])
-@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+@pytest.mark.parametrize("backend", ["asyncio", "uvloop", "trio"])
 def test_any_event_loop(instrument, otel, backend, timeout):
-    """The client on both anyio backends, with and without a tool timeout: the same
-    results, no error of ours, no coroutine left un-awaited, a span per call."""
+    """The client on both anyio backends (and asyncio on uvloop), with and without a tool
+    timeout: the same results, no error of ours, no coroutine left un-awaited, a span per call."""
     pytest.importorskip(backend)
+    options = {"use_uvloop": True} if backend == "uvloop" else {}
+    backend = "asyncio" if backend == "uvloop" else backend
     if timeout is not None:
         set_settings(load_settings({"OTEL_BREAKER_FAILURE_THRESHOLD": "3", "OTEL_BREAKER_TIMEOUT": timeout}))
     calls = [("search", {"query": "q"})] * 6
@@ -197,9 +199,9 @@ def test_any_event_loop(instrument, otel, backend, timeout):
 
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)
-        off = anyio.run(run, backend=backend)
+        off = anyio.run(run, backend=backend, backend_options=options)
         instrument("mcp")
-        on = anyio.run(run, backend=backend)
+        on = anyio.run(run, backend=backend, backend_options=options)
     assert on == off == [(False, "s: results for q")] * 6
     assert len(otel.tool_spans("search")) >= 5
     assert otel.metric_value("otel_breaker.calls", gen_ai_tool_name="search", otel_breaker_outcome="failure") == 0
