@@ -92,7 +92,6 @@ def test_no_asyncio_loop_means_no_watch():
 async def test_a_failure_in_our_timeout_bookkeeping_never_reaches_the_caller(monkeypatch, recwarn):
     """The tool's coroutine is awaited and its result returned, never left un-awaited."""
     import gc
-
     import importlib
 
     guard = importlib.import_module("otel_breaker.guard")
