@@ -100,6 +100,7 @@ async def test_a_failure_in_our_timeout_bookkeeping_never_reaches_the_caller(mon
         raise RuntimeError("bookkeeping bug")
 
     monkeypatch.setattr(guard, "_deadline_start", broken)
+    monkeypatch.setattr(guard, "_bookkeeping_warned", False)  # logged once per process: restore after
     breaker = CircuitBreaker("tool", CircuitBreakerConfig(timeout=5.0))
     ran = []
 
