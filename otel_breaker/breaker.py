@@ -102,6 +102,8 @@ class CircuitBreakerConfig:
     health_check: Callable[[], bool | Awaitable[bool]] | None = field(default=None, compare=False)
     fallbacks: tuple[str, ...] = ()
     high_stakes: bool = False
+    count_model_retry: bool = False
+    """Count a tool's "ask the model again" signal (PydanticAI ``ModelRetry``) as a failure."""
 
     def __post_init__(self) -> None:
         problems = list(_config_problems(self))
@@ -311,6 +313,9 @@ class CircuitBreaker:
     ``call``/``acall`` run a function through it (and it works as a decorator);
     ``acquire``/``record`` are the two halves for code that runs the call itself.
     """
+
+    #: Where the tool runs (an MCP server), set by the registry for tools that have one.
+    source: str | None = None
 
     def __init__(
         self,

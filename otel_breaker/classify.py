@@ -5,6 +5,20 @@ saying "no" to an approval prompt, or it stays closed while a tool returns error
 payloads with HTTP 200.  This module holds the one definition of an outcome so
 the guarded call path, the span processor and every framework adapter agree.
 
+Three outcomes, whatever the framework:
+
+1. the tool failed (``FAILURE``): counted;
+2. the model or caller made a mistake (bad or malformed arguments, an unknown
+   tool, an "ask the model again" signal such as PydanticAI's ``ModelRetry``):
+   neutral, ``IGNORED`` with the reason ``MISTAKE``;
+3. control flow or authorization (approval, denial, interrupt, cancellation,
+   an auth gate such as MCP's URL-elicitation-required error): neutral,
+   ``IGNORED`` with the reason ``CONTROL``.
+
+Adapters know which exceptions their framework raises for a mistake of the
+model (often the same class a tool body could raise, so only the call site
+tells them apart); they pass that knowledge in as a ``hint``.
+
 Outcomes are plain integers so the hot path compares ints, not enum members.
 """
 
@@ -20,6 +34,15 @@ FAILURE = 1
 IGNORED = 2
 
 OUTCOME_NAMES = ("success", "failure", "ignored")
+
+# Why an outcome is neutral (the hints adapters give; strings so logs read well).
+MISTAKE = "mistake"
+"""The model or caller made a mistake: arguments, tool name, a retry request."""
+RETRY_REQUEST = "retry_request"
+"""The tool asked the model to try again (``ModelRetry``): a mistake unless
+the breaker's ``count_model_retry`` option counts it."""
+CONTROL = "control"
+"""Control flow or authorization: approvals, denials, interrupts, cancellation."""
 
 
 class ApprovalDeniedError(Exception):
@@ -56,6 +79,7 @@ _NEVER_COUNTED_NAMES = frozenset(
         "Cancelled",
         "ToolApprovalDenied",
         "UserRejectedError",
+        "UrlElicitationRequiredError",
     }
 )
 _DENIAL_PATTERN = re.compile(r"(Approval|Permission|Consent)\w*(Denied|Rejected|Refused|Required)")
@@ -102,13 +126,22 @@ def is_excluded_name(type_name: str | None) -> bool:
     return name in _EXCLUDED_BUILTIN_NAMES or name in _NEVER_COUNTED_NAMES or bool(_DENIAL_PATTERN.search(name))
 
 
-def classify_exception(exc: BaseException, policy: FailurePolicy) -> int:
+def classify_exception(exc: BaseException, policy: FailurePolicy, hint: str | None = None) -> int:
     """Outcome of a call that raised ``exc`` under ``policy``.
 
-    Order matters: built-in exclusions first (a user predicate cannot turn a
-    cancellation into a failure), then the user's ignore list, then the
-    user's predicate, then the record allow-list.
+    ``hint`` is the adapter's reading of the exception (``MISTAKE``,
+    ``RETRY_REQUEST`` or ``CONTROL``), or None when it has none.
+
+    Order matters: built-in exclusions and the adapter's hint first (a user
+    predicate cannot turn a cancellation or a bad argument into a failure),
+    then the user's ignore list, then the user's predicate, then the record
+    allow-list.
     """
+    if hint is not None:
+        if hint == RETRY_REQUEST and getattr(policy, "count_model_retry", False):
+            return FAILURE
+        if hint in (MISTAKE, RETRY_REQUEST, CONTROL):
+            return IGNORED
     if is_excluded(exc):
         return IGNORED
     if policy.ignore_exceptions and isinstance(exc, policy.ignore_exceptions):

@@ -49,6 +49,7 @@ _BREAKER_OPTIONS: dict[str, str] = {
     "enable_health_check": "bool",
     "health_check_interval": "float",
     "high_stakes": "bool",
+    "count_model_retry": "bool",
 }
 
 

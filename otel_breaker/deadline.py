@@ -11,8 +11,12 @@ calls finish, so back-to-back calls never touch the loop's timer heap.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import weakref
+from typing import Any
+
+logger = logging.getLogger("otel_breaker")
 
 
 class Deadline:
@@ -88,8 +92,12 @@ def _watch_of(loop: asyncio.AbstractEventLoop) -> _LoopWatch:
 
 
 def start(timeout: float) -> Deadline | None:
-    """Watch the current task for ``timeout`` seconds (None outside a task)."""
-    loop = asyncio.get_running_loop()
+    """Watch the current task for ``timeout`` seconds (None outside an asyncio
+    task, e.g. under trio: then :func:`foreign_scope` applies the timeout)."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return None
     task = asyncio.current_task(loop)
     if task is None:
         return None
@@ -117,3 +125,27 @@ def consume_cancellation(deadline: Deadline) -> bool:
     if uncancel is None:  # Python 3.10: no cancellation counting
         return True
     return uncancel() == 0
+
+
+# -- event loops other than asyncio (trio, through anyio) --------------------------------------
+
+_unsupported_logged = False
+
+
+def foreign_scope(timeout: float) -> Any:
+    """An anyio ``CancelScope`` that cancels the awaited call after ``timeout``
+    seconds on whatever event loop runs it (trio included), or None when no
+    timeout can be applied here; that is logged once and the call runs without one."""
+    global _unsupported_logged
+    try:
+        import anyio
+
+        return anyio.CancelScope(deadline=anyio.current_time() + timeout)
+    except Exception as exc:
+        if not _unsupported_logged:
+            _unsupported_logged = True
+            logger.warning(
+                "otel-breaker: tool timeouts are not supported on this event loop (%s); calls run without one",
+                type(exc).__name__,
+            )
+        return None

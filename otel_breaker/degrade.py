@@ -248,6 +248,8 @@ class ToolStatus(NamedTuple):
     retry_after: int | None
     """Whole seconds until a call may be tried again; None while forced open."""
     alternatives: tuple[str, ...]
+    source: str | None = None
+    """Where the tool runs (an MCP server), when its name alone does not say it."""
 
 
 def status_in_prompt_enabled() -> bool:
@@ -296,17 +298,19 @@ def unavailable_tools(agent: Any = None, registry: BreakerRegistry | None = None
         from otel_breaker.registry import default_registry
 
         registry = default_registry()
-    found: dict[str, ToolStatus] = {}
+    found: dict[tuple[str, str], ToolStatus] = {}
     for breaker in _breakers_for(registry, agent):
         state = breaker.state
         if state is State.CLOSED:
             continue
         retry = _whole_seconds(breaker.retry_after)
-        status = ToolStatus(breaker.name, state, retry, healthy_alternatives(breaker.config.fallbacks))
-        known = found.get(breaker.name)
+        source = breaker.source
+        status = ToolStatus(breaker.name, state, retry, healthy_alternatives(breaker.config.fallbacks), source)
+        key = (breaker.name, source or "")
+        known = found.get(key)
         if known is None or _sooner(status.retry_after, known.retry_after):
-            found[breaker.name] = status
-    return [found[name] for name in sorted(found)]
+            found[key] = status
+    return [found[key] for key in sorted(found)]
 
 
 def _sooner(a: int | None, b: int | None) -> bool:
@@ -326,7 +330,8 @@ def _status_line(status: ToolStatus) -> str:
         advice = "Use " + ", ".join(f"'{safe_name(a)}'" for a in status.alternatives) + " instead."
     else:
         advice = "No alternative: tell the user this capability is temporarily degraded."
-    return "- " + sanitize(f"'{tool}' ({state}): {when}. {advice}", MAX_STATUS_LINE_CHARS)
+    where = f" on server '{safe_name(status.source)}'" if status.source else ""
+    return "- " + sanitize(f"'{tool}'{where} ({state}): {when}. {advice}", MAX_STATUS_LINE_CHARS)
 
 
 def tool_status_block(agent: Any = None, registry: BreakerRegistry | None = None) -> str:

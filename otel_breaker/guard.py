@@ -60,6 +60,10 @@ class Adapter(Protocol):
     def rejection(self, call: ToolCall, info: degrade.Rejection) -> Any:
         """The framework-native value for a rejected call (or raise)."""
 
+    # Optional: ``exception_hint(call, exc)`` -> ``classify.MISTAKE``, ``RETRY_REQUEST``,
+    # ``CONTROL`` or None, for exceptions only the adapter can read (a validation
+    # error of the model's arguments is the same class as one a tool body raises).
+
 
 _bookkeeping_warned = False
 
@@ -91,7 +95,10 @@ def _reject(breaker: CircuitBreaker, call: ToolCall | None, adapter: Adapter | N
     if config.high_stakes and degrade.escalation_approves(call, info):
         TELEMETRY.escalated(span, call, breaker)
         return True, None
-    TELEMETRY.rejected(span, call, breaker, info)
+    try:
+        TELEMETRY.rejected(span, call, breaker, info)
+    except Exception:
+        _bookkeeping_failed("reporting a rejection")
     if adapter is not None:
         return False, adapter.rejection(call, info)
     if config.graceful_degradation:
@@ -122,9 +129,16 @@ def _record(breaker: CircuitBreaker, permit: Any, outcome: int) -> None:
         _bookkeeping_failed("recording an outcome")
 
 
-def _classify(breaker: CircuitBreaker, exc: BaseException) -> int:
+def _classify(
+    breaker: CircuitBreaker, exc: BaseException, call: ToolCall | None = None, adapter: Adapter | None = None
+) -> int:
     try:
-        return classify_exception(exc, breaker.config)
+        hint = None
+        if adapter is not None:
+            read = getattr(adapter, "exception_hint", None)
+            if read is not None:
+                hint = read(call, exc)
+        return classify_exception(exc, breaker.config, hint)
     except Exception:
         _bookkeeping_failed("classifying an exception")
         return FAILURE
@@ -239,7 +253,7 @@ def run_sync(
         try:
             result = fn(*args, **kwargs)
         except BaseException as exc:
-            outcome = _classify(breaker, exc)
+            outcome = _classify(breaker, exc, call, adapter)
             _record(breaker, permit, outcome)
             if observed:
                 _end(breaker, call, span, clock() - start, error_type(exc) if outcome == FAILURE else None, exc, permit)
@@ -331,28 +345,17 @@ async def run_async(
         try:
             result = fn(*args, **kwargs)
             if inspect.isawaitable(result):
-                watch = _deadline_start(timeout) if timeout is not None else None
-                if watch is None:
+                if timeout is None:
                     result = await result
                 else:
-                    try:
-                        result = await result
-                    except asyncio.CancelledError:
-                        if deadline.consume_cancellation(watch):
-                            tool = call.tool if call is not None else breaker.name
-                            raise ToolTimeoutError(tool, timeout) from None
-                        raise
-                    finally:
-                        deadline.finish(watch)
-                    if watch.expired:  # the call swallowed our cancellation and returned
-                        deadline.consume_cancellation(watch)
+                    result = await _await_within(result, timeout, call.tool if call is not None else breaker.name)
         except ToolTimeoutError as exc:
             await _arecord(breaker, permit, FAILURE, shared)
             if observed:
                 _end(breaker, call, span, clock() - start, TIMEOUT_ERROR_TYPE, exc, permit)
             raise
         except BaseException as exc:
-            outcome = _classify(breaker, exc)
+            outcome = _classify(breaker, exc, call, adapter)
             await _arecord(breaker, permit, outcome, shared)
             if observed:
                 _end(breaker, call, span, clock() - start, error_type(exc) if outcome == FAILURE else None, exc, permit)
@@ -369,6 +372,38 @@ async def run_async(
     finally:
         if span is not None:
             TELEMETRY.detach(span)
+
+
+async def _await_within(awaitable: Any, timeout: float, tool: str) -> Any:
+    """Await ``awaitable``, cancelled after ``timeout`` seconds (``ToolTimeoutError``).
+
+    asyncio (and uvloop) use the cheap per-loop watch; any other loop (trio)
+    an anyio cancel scope. The awaitable is always awaited: a problem in our
+    timeout bookkeeping means it runs without a timeout, never un-awaited.
+    """
+    try:
+        watch = _deadline_start(timeout)
+        scope = deadline.foreign_scope(timeout) if watch is None else None
+    except Exception:
+        _bookkeeping_failed("starting a timeout")
+        watch = scope = None
+    if watch is None:
+        if scope is None:
+            return await awaitable
+        with scope:
+            return await awaitable
+        raise ToolTimeoutError(tool, timeout)  # reached only when the scope cancelled the call
+    try:
+        result = await awaitable
+    except asyncio.CancelledError:
+        if deadline.consume_cancellation(watch):
+            raise ToolTimeoutError(tool, timeout) from None
+        raise
+    finally:
+        deadline.finish(watch)
+    if watch.expired:  # the call swallowed our cancellation and returned
+        deadline.consume_cancellation(watch)
+    return result
 
 
 def _decorate(breaker: CircuitBreaker, fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -163,16 +163,19 @@ class BreakerRegistry:
                 breaker.configure(wanted)
         return breaker
 
-    def _get(self, tool: str, config: CircuitBreakerConfig | None) -> CircuitBreaker:
+    def _get(
+        self, tool: str, config: CircuitBreakerConfig | None, source: str | None = None, key: str | None = None
+    ) -> CircuitBreaker:
         """The process-scope breaker, created with ``config`` if it is new."""
-        breaker = self._by_tool.get(tool)
+        key = tool if key is None else key
+        breaker = self._by_tool.get(key)
         if breaker is None:
             with self._lock:
-                breaker = self._by_tool.get(tool)
+                breaker = self._by_tool.get(key)
                 if breaker is None:
-                    breaker = self._new(tool, config, None, None, ("tool", tool))
+                    breaker = self._new(tool, config, None, None, ("tool", key), source)
                     if breaker is not self._unguarded:
-                        self._by_tool[tool] = breaker
+                        self._by_tool[key] = breaker
         return breaker
 
     def breaker_for(self, call: ToolCall, config: CircuitBreakerConfig | None = None) -> CircuitBreaker:
@@ -184,21 +187,24 @@ class BreakerRegistry:
         if agent is None:
             if call.session_id is not None and self.settings.scope == "session":
                 return self._session_breaker(call.session_id, call, config, explicit=False)
-            breaker = self._by_tool.get(call.tool)
-            return breaker if breaker is not None else self._get(call.tool, config)
+            key = tool_key(call)
+            breaker = self._by_tool.get(key)
+            return breaker if breaker is not None else self._get(call.tool, config, call.source, key)
         scope = self.settings.scope
         if scope == "agent":
             return self._agent_breaker(agent, call, config)
         if scope == "session" and call.session_id is not None:
             return self._session_breaker(call.session_id, call, config, explicit=False)
-        breaker = self._by_tool.get(call.tool)
-        return breaker if breaker is not None else self._get(call.tool, config)
+        key = tool_key(call)
+        breaker = self._by_tool.get(key)
+        return breaker if breaker is not None else self._get(call.tool, config, call.source, key)
 
     def _agent_breaker(self, agent: Any, call: ToolCall, config: CircuitBreakerConfig | None) -> CircuitBreaker:
         key = id(agent)
+        name = tool_key(call)
         tools = self._by_agent.get(key)
         if tools is not None:
-            breaker = tools.get(call.tool)
+            breaker = tools.get(name)
             if breaker is not None:
                 return breaker
         with self._lock:
@@ -211,29 +217,31 @@ class BreakerRegistry:
                 finalizer.atexit = False
                 self._agent_finalizers[key] = finalizer
                 tools = self._by_agent[key] = {}
-            breaker = tools.get(call.tool)
+            breaker = tools.get(name)
             if breaker is None:
-                breaker = self._new(call.tool, config, call.agent_name, None, ("agent", key, call.tool))
+                breaker = self._new(call.tool, config, call.agent_name, None, ("agent", key, name), call.source)
                 if breaker is not self._unguarded:
-                    tools[call.tool] = breaker
+                    tools[name] = breaker
             return breaker
 
     def _named_agent_breaker(self, agent: Any, call: ToolCall, config: CircuitBreakerConfig | None) -> CircuitBreaker:
         """Agents that cannot be weakly referenced are keyed by name instead."""
         name = call.agent_name or type(agent).__name__
-        breaker = self._by_agent_name.get((name, call.tool))
+        breaker = self._by_agent_name.get((name, tool_key(call)))
         if breaker is None:
-            breaker = self._new(call.tool, config, name, None, ("name", (name, call.tool)))
+            where = (name, tool_key(call))
+            breaker = self._new(call.tool, config, name, None, ("name", where), call.source)
             if breaker is not self._unguarded:
-                self._by_agent_name[(name, call.tool)] = breaker
+                self._by_agent_name[where] = breaker
         return breaker
 
     def _session_breaker(
         self, session: str, call: ToolCall, config: CircuitBreakerConfig | None, explicit: bool = True
     ) -> CircuitBreaker:
+        name = tool_key(call)
         tools = self._by_session.get(session)
         if tools is not None:
-            breaker = tools.get(call.tool)
+            breaker = tools.get(name)
             if breaker is not None:
                 if not explicit:
                     self._session_seen[session] = self._now()
@@ -243,15 +251,15 @@ class BreakerRegistry:
             if not explicit:
                 self._prune_idle_sessions(now)
             tools = self._by_session.get(session)
-            breaker = tools.get(call.tool) if tools is not None else None
+            breaker = tools.get(name) if tools is not None else None
             if breaker is None:
-                breaker = self._new(call.tool, config, call.agent_name, session, ("session", session, call.tool))
+                breaker = self._new(call.tool, config, call.agent_name, session, ("session", session, name), call.source)
                 if breaker is self._unguarded:
                     return breaker  # no session entry: memory stays bounded past the cap
                 tools = self._by_session.get(session)  # making room may have dropped it
                 if tools is None:
                     tools = self._by_session[session] = {}
-                tools[call.tool] = breaker
+                tools[name] = breaker
             if not explicit:
                 self._session_seen[session] = now
                 if session not in self._session_order:
@@ -268,6 +276,7 @@ class BreakerRegistry:
         agent_name: str | None,
         session: str | None,
         where: tuple,
+        source: str | None = None,
     ) -> CircuitBreaker:
         """A new breaker, indexed at ``where`` (lock held); the unguarded breaker
         when the registry is full and no breaker is idle."""
@@ -280,6 +289,8 @@ class BreakerRegistry:
             agent_name=agent_name,
             session_id=session,
         )
+        if source is not None:
+            breaker.source = source
         self._index[breaker] = [where, False, 0]
         for listener in self._created_listeners:
             listener(breaker)
@@ -548,6 +559,11 @@ def _store_from_settings(settings: Settings) -> BreakerStore:
     except Exception as exc:
         logger.error("otel-breaker: OTEL_BREAKER_STORE unusable (%s); using per-process breakers", exc)
         return MemoryStore()
+
+
+def tool_key(call: ToolCall) -> str:
+    """The registry key of a call's tool: its name, qualified by its source when it has one."""
+    return call.tool if call.source is None else f"{call.tool}\x00{call.source}"
 
 
 def counts_key(breaker: CircuitBreaker) -> CountsKey:

@@ -59,6 +59,8 @@ ATTR_TOOL_CALL_ID = "gen_ai.tool.call.id"
 ATTR_TOOL_TYPE = "gen_ai.tool.type"
 ATTR_TOOL_ARGUMENTS = "gen_ai.tool.call.arguments"
 ATTR_AGENT = "gen_ai.agent.name"
+#: Where the tool runs when its name alone does not say it (an MCP server's ``name@version``).
+ATTR_SOURCE = "otel_breaker.tool.source"
 ATTR_ERROR_TYPE = "error.type"
 ATTR_STATE = "otel_breaker.state"
 ATTR_REJECTED = "otel_breaker.rejected"
@@ -103,6 +105,8 @@ def _labels(breaker: CircuitBreaker) -> dict[str, str]:
     labels = {ATTR_TOOL: bounded(breaker.name)}
     if breaker.agent_name:
         labels[ATTR_AGENT] = bounded(breaker.agent_name)
+    if breaker.source:
+        labels[ATTR_SOURCE] = bounded(breaker.source)
     return labels
 
 
@@ -381,6 +385,8 @@ class Telemetry:
             attributes[ATTR_TOOL_TYPE] = call.tool_type
         if call.agent_name:
             attributes[ATTR_AGENT] = bounded(call.agent_name)
+        if call.source:
+            attributes[ATTR_SOURCE] = bounded(call.source)
         if call.framework != "python":
             attributes[ATTR_FRAMEWORK] = call.framework
         if self.capture_content and call.arguments is not None:

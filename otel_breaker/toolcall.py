@@ -23,6 +23,10 @@ class ToolCall:
     session_id: str | None = None
     call_id: str | None = None
     tool_type: str = "function"
+    source: str | None = None
+    """Where the tool runs when a name alone does not say it (an MCP server's
+    ``name@version``, a toolset): tools of the same name from different sources
+    never share a breaker."""
     arguments: Any = None
     """The tool's arguments; only put on spans when content capture is on."""
 

@@ -79,3 +79,69 @@ def test_deadlines_work_across_event_loops():
 
     for _ in range(3):
         assert asyncio.run(guarded.acall(quick)) == 1
+
+
+def test_no_asyncio_loop_means_no_watch():
+    """Outside asyncio (trio, or no loop at all) the cheap watch steps aside; the
+    guard then applies the timeout with an anyio cancel scope."""
+    from otel_breaker import deadline
+
+    assert deadline.start(1.0) is None
+
+
+async def test_a_failure_in_our_timeout_bookkeeping_never_reaches_the_caller(monkeypatch, recwarn):
+    """The tool's coroutine is awaited and its result returned, never left un-awaited."""
+    import gc
+    import importlib
+
+    guard = importlib.import_module("otel_breaker.guard")
+
+    def broken(timeout):
+        raise RuntimeError("bookkeeping bug")
+
+    monkeypatch.setattr(guard, "_deadline_start", broken)
+    monkeypatch.setattr(guard, "_bookkeeping_warned", False)  # logged once per process: restore after
+    breaker = CircuitBreaker("tool", CircuitBreakerConfig(timeout=5.0))
+    ran = []
+
+    async def tool():
+        ran.append(1)
+        return "ok"
+
+    assert await breaker.acall(tool) == "ok"
+    gc.collect()
+    assert ran == [1]
+    assert not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+    assert breaker.state is State.CLOSED
+
+
+def test_timeouts_on_trio():
+    trio = pytest.importorskip("trio")
+    breaker = CircuitBreaker("slow", CircuitBreakerConfig(timeout=0.05))
+
+    async def slow():
+        await trio.sleep(5)
+
+    async def fast():
+        await trio.sleep(0)
+        return "ok"
+
+    async def main():
+        with trio.fail_after(3):  # proves it does not hang
+            assert await breaker.acall(fast) == "ok"
+            with pytest.raises(ToolTimeoutError):
+                await breaker.acall(slow)
+
+    trio.run(main)
+
+
+def test_timeouts_on_uvloop():
+    uvloop = pytest.importorskip("uvloop")
+    breaker = CircuitBreaker("slow", CircuitBreakerConfig(timeout=0.05))
+
+    async def main():
+        with pytest.raises(ToolTimeoutError):
+            await breaker.acall(asyncio.sleep, 5)
+        assert await breaker.acall(asyncio.sleep, 0, "ok") == "ok"
+
+    uvloop.run(main())

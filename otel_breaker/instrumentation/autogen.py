@@ -39,6 +39,7 @@ import logging
 from collections.abc import AsyncGenerator
 from typing import Any
 
+from otel_breaker.classify import MISTAKE
 from otel_breaker.degrade import Rejection, augment_instructions, status_in_prompt_enabled
 from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget, agent_display_name
 from otel_breaker.toolcall import ToolCall
@@ -81,6 +82,17 @@ def _is_handoff(tool: Any, name: str) -> bool:
     # ``Handoff.handoff_tool`` wraps a local function of this name.
     func = getattr(tool, "_func", None)
     return getattr(func, "__name__", None) == "_handoff_tool"
+
+
+# The name of the args model of the tool whose ``run_json`` is running in this context.
+_args_model: contextvars.ContextVar[str | None] = contextvars.ContextVar("otel_breaker_autogen_args", default=None)
+
+
+def _args_model_name(tool: Any) -> str | None:
+    try:
+        return tool.args_type().__name__
+    except Exception:
+        return None
 
 
 async def _ascoped(agen: Any, var: contextvars.ContextVar, value: Any) -> AsyncGenerator:
@@ -153,7 +165,19 @@ class AutoGenAdapter(FrameworkAdapter):
         call = self.safe_tool_call(lambda: self._describe(instance, args, kwargs))
         if call is None:
             return await wrapped(*args, **kwargs)
-        return await self.run_async(call, wrapped, args, kwargs)
+        token = _args_model.set(_args_model_name(instance))
+        try:
+            return await self.run_async(call, wrapped, args, kwargs)
+        finally:
+            _args_model.reset(token)
+
+    def exception_hint(self, call: ToolCall, exc: BaseException) -> str | None:
+        """``run_json`` validates the model's arguments against the tool's args model
+        first: a ``ValidationError`` of that model is the model's mistake."""
+        name = _args_model.get()
+        if name is not None and type(exc).__name__ == "ValidationError" and getattr(exc, "title", None) == name:
+            return MISTAKE
+        return None
 
     def _run_json_stream(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         call = self.safe_tool_call(lambda: self._describe(instance, args, kwargs))

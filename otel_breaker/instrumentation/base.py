@@ -95,6 +95,9 @@ class _OuterCall:
     def rejection(self, call: ToolCall, info: Rejection) -> Any:
         return self.adapter.rejection(call, info)
 
+    def exception_hint(self, call: ToolCall, exc: BaseException) -> str | None:
+        return self.adapter.exception_hint(call, exc)
+
 
 def active_call() -> ToolCall | None:
     """The tool call being guarded in this context, if any."""
@@ -152,6 +155,11 @@ class FrameworkAdapter:
     def rejection(self, call: ToolCall, info: Rejection) -> Any:
         """The value returned to the framework instead of running the tool."""
         return info.message
+
+    def exception_hint(self, call: ToolCall, exc: BaseException) -> str | None:
+        """``classify.MISTAKE`` / ``RETRY_REQUEST`` / ``CONTROL`` for an exception that
+        is the model's mistake or control flow in this framework, else None."""
+        return None
 
     # -- version check -----------------------------------------------------------------
 

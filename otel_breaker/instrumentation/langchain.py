@@ -10,8 +10,18 @@ Failures: an exception leaving ``run`` is counted by the guard. A
 ``ToolException`` the tool handles itself (``handle_tool_error``) is turned
 into an error ``ToolMessage`` or a plain string inside ``run``; the module
 function ``_handle_tool_error`` is wrapped to notice that. Argument
-validation errors handled the same way are the model's mistake, not the tool's,
-and are not counted.
+validation errors are the model's mistake, not the tool's, and are never
+counted: handled ones (``_handle_validation_error``) and also unhandled ones,
+which leave ``run`` and which LangGraph's ``ToolNode`` turns into an error
+message for the model; ``_to_args_and_kwargs``, where arguments are parsed,
+is wrapped to tell them apart from a validation error raised by the tool body.
+
+Agents: ``langchain.agents.create_agent(name=...)`` puts ``lc_agent_name`` in
+the run's metadata. A LangGraph graph compiled with a name
+(``create_react_agent(name=...)``, ``StateGraph.compile(name=...)``) marks the
+runs it starts under a private ``configurable`` key (``__``-prefixed keys
+reach neither traces nor checkpoints); an unnamed subgraph clears it, and the
+node it runs as (read from the checkpoint namespace) names the agent then.
 
 Rejection: ``ToolNode`` accepts only a ``ToolMessage`` (a string raises
 ``TypeError`` there, and an exception ends the graph under its default error
@@ -36,12 +46,17 @@ import contextvars
 import logging
 from typing import Any
 
+from otel_breaker.classify import MISTAKE
 from otel_breaker.degrade import STATUS_HEADER, Rejection, augment_instructions, status_in_prompt_enabled
 from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget
 from otel_breaker.toolcall import ToolCall
 
 _MODULE = "langchain_core.tools.base"
 _CHAT_MODULE = "langchain_core.language_models.chat_models"
+_GRAPH_MODULE = "langgraph.pregel.main"
+# The name of the innermost named graph running, in ``configurable`` (private: "__" keys).
+_GRAPH_KEY = "__otel_breaker_graph"
+_DEFAULT_GRAPH_NAME = "LangGraph"
 
 logger = logging.getLogger("otel_breaker")
 
@@ -62,6 +77,9 @@ def _agent_name(config: dict, metadata: dict) -> str | None:
     name = metadata.get("lc_agent_name")
     if isinstance(name, str) and name:
         return name
+    name = (config.get("configurable") or {}).get(_GRAPH_KEY)
+    if isinstance(name, str) and name:
+        return name
     namespace = metadata.get("langgraph_checkpoint_ns") or (config.get("configurable") or {}).get("checkpoint_ns")
     if isinstance(namespace, str) and "|" in namespace:
         parent = namespace.split("|")[-2].split(":", 1)[0]
@@ -76,7 +94,7 @@ class LangChainAdapter(FrameworkAdapter):
     name = "langchain"
     distribution = "langchain-core"
     version_range = ">=1.0,<2"
-    modules = (_MODULE, _CHAT_MODULE)
+    modules = (_MODULE, _CHAT_MODULE, _GRAPH_MODULE)
 
     def targets(self) -> list[PatchTarget]:
         return [
@@ -84,6 +102,10 @@ class LangChainAdapter(FrameworkAdapter):
             PatchTarget(_MODULE, "BaseTool.arun", self._arun),
             PatchTarget(_MODULE, "_handle_tool_error", self._note_tool_error),
             PatchTarget(_MODULE, "_handle_validation_error", self._note_validation_error),
+            PatchTarget(_MODULE, "BaseTool._to_args_and_kwargs", self._parse_arguments),
+            # Graph names, for the agent a tool call belongs to.
+            PatchTarget(_GRAPH_MODULE, "Pregel.stream", self._graph_run),
+            PatchTarget(_GRAPH_MODULE, "Pregel.astream", self._graph_run),
             # The tool-status block, on the messages of every chat model call.
             PatchTarget(_CHAT_MODULE, "BaseChatModel.invoke", self._model_call),
             PatchTarget(_CHAT_MODULE, "BaseChatModel.ainvoke", self._model_call),
@@ -154,6 +176,25 @@ class LangChainAdapter(FrameworkAdapter):
             seen.append(("validation", type(args[0]).__name__))
         return wrapped(*args, **kwargs)
 
+    def _parse_arguments(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """Arguments the model sent that do not fit the tool's schema: its mistake."""
+        try:
+            return wrapped(*args, **kwargs)
+        except Exception as exc:
+            seen = _handled.get()
+            if seen is not None:
+                seen.append(("arguments", str(id(exc))))
+            raise
+
+    def _graph_run(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """``Pregel.stream``/``astream``: the run's config carries this graph's name
+        (or none, for an unnamed graph) to the tools it calls."""
+        try:
+            args, kwargs = _with_graph_name(instance, args, kwargs)
+        except Exception:
+            logger.debug("otel-breaker: langchain: could not mark the graph's name", exc_info=True)
+        return wrapped(*args, **kwargs)
+
     def _model_call(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         """Any of the four entry points: returns what the original returns (a
         message, a coroutine or a stream), called with the status block added."""
@@ -163,8 +204,12 @@ class LangChainAdapter(FrameworkAdapter):
 
     # -- the adapter protocol -----------------------------------------------------------------
 
+    def exception_hint(self, call: ToolCall, exc: BaseException) -> str | None:
+        seen = _handled.get() or ()
+        return MISTAKE if ("arguments", str(id(exc))) in seen else None
+
     def result_error(self, call: ToolCall, result: Any) -> str | None:
-        seen = _handled.get() or []
+        seen = [entry for entry in (_handled.get() or ()) if entry[0] != "arguments"]
         if seen:
             kind, error = seen[-1]
             return error if kind == "tool" else None
@@ -179,6 +224,23 @@ class LangChainAdapter(FrameworkAdapter):
         from langchain_core.messages import ToolMessage
 
         return ToolMessage(info.message, tool_call_id=call.call_id, name=call.tool, status="error")
+
+
+def _with_graph_name(graph: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """``(args, kwargs)`` of ``Pregel.stream(input, config, ...)`` with the graph's
+    name under ``_GRAPH_KEY`` in a copy of the config's ``configurable``."""
+    name = getattr(graph, "name", None)
+    name = name if isinstance(name, str) and name and name != _DEFAULT_GRAPH_NAME else None
+    config = args[1] if len(args) > 1 else kwargs.get("config")
+    if config is not None and not isinstance(config, dict):
+        return args, kwargs
+    configurable = (config or {}).get("configurable") or {}
+    if configurable.get(_GRAPH_KEY) == name:
+        return args, kwargs
+    config = {**(config or {}), "configurable": {**configurable, _GRAPH_KEY: name}}
+    if len(args) > 1:
+        return (args[0], config, *args[2:]), kwargs
+    return args, {**kwargs, "config": config}
 
 
 # -- the tool-status block -------------------------------------------------------------------

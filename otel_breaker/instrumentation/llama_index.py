@@ -37,7 +37,9 @@ import contextvars
 import logging
 from typing import Any
 
+from otel_breaker.classify import MISTAKE
 from otel_breaker.degrade import STATUS_HEADER, Rejection, augment_instructions, status_in_prompt_enabled
+from otel_breaker.guard import IGNORED_RESULT
 from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget, agent_display_name
 from otel_breaker.toolcall import ToolCall
 
@@ -232,7 +234,12 @@ class LlamaIndexAdapter(FrameworkAdapter):
         if getattr(result, "is_error", False) is not True:
             return None
         exception = getattr(result, "exception", None)
+        if exception is not None and _wrong_arguments(exception):
+            return IGNORED_RESULT  # the model's mistake: the tool body never ran
         return type(exception).__name__ if exception is not None else "tool_error"
+
+    def exception_hint(self, call: ToolCall, exc: BaseException) -> str | None:
+        return MISTAKE if _wrong_arguments(exc) else None
 
     def rejection(self, call: ToolCall, info: Rejection) -> Any:
         from llama_index.core.tools import ToolOutput
@@ -241,6 +248,17 @@ class LlamaIndexAdapter(FrameworkAdapter):
         return ToolOutput(
             content=info.message, tool_name=call.tool, raw_input=arguments, raw_output=info.message, is_error=True
         )
+
+
+def _wrong_arguments(exc: BaseException) -> bool:
+    """A ``TypeError`` raised where ``FunctionTool`` hands the model's arguments to the
+    function (``call``/``acall``): arguments it does not take, before its body ran."""
+    if not isinstance(exc, TypeError) or exc.__traceback__ is None:
+        return False
+    tb = exc.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb.tb_frame.f_code.co_filename.replace("\\", "/").endswith("llama_index/core/tools/function_tool.py")
 
 
 def _with_status_block(setup: Any, agent_for: Any) -> Any:

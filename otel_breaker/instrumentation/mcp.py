@@ -11,9 +11,22 @@ The tool name is the one the server reports and is called by, so a framework
 that exposes the MCP tool under the same name and guards it first is not
 counted twice.
 
+A tool is identified by its server and its name: the breaker key and the
+``otel_breaker.tool.source`` attribute carry the server's ``name@version``
+from ``initialize``, so a ``search`` that is down on one server never rejects
+the ``search`` of another. Two sessions with the same server share breakers.
+
 Failures: a tool that fails on the server comes back as a normal
 ``CallToolResult`` with ``isError`` set, which is counted as a failure;
-protocol errors and timeouts raise and are counted by the guard.
+protocol errors and timeouts raise and are counted by the guard. The model's
+mistakes are neutral: an unknown tool name (``Unknown tool: ...`` or the
+JSON-RPC invalid-params / method-not-found errors), arguments the server's
+schema rejects. So is the URL-elicitation-required error (-32042), an auth gate.
+
+An unknown tool name never gets a breaker or a metric series: a name the
+session has listed, or one this server has answered as a real tool, is
+guarded; the first call of any other name runs as it would without us and,
+if the server knew the tool, its outcome is then counted (without a span).
 
 Rejection: a ``CallToolResult`` with ``isError`` set and the rejection text,
 exactly what a failing server tool returns, so every MCP client loop already
@@ -22,14 +35,73 @@ knows how to show it to the model.
 
 from __future__ import annotations
 
+import logging
+import re
+import threading
 from typing import Any
 
+from otel_breaker.classify import CONTROL, FAILURE, IGNORED, MISTAKE, SUCCESS, classify_exception, is_excluded
 from otel_breaker.degrade import Rejection
+from otel_breaker.guard import IGNORED_RESULT
 from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget, active_call
 from otel_breaker.toolcall import ToolCall
 
+logger = logging.getLogger("otel_breaker")
+
 _SESSION_MODULE = "mcp.client.session"
 _CLIENT_MODULE = "mcp.client.client"
+
+
+# JSON-RPC codes that mean the caller got it wrong, and MCP's auth gate.
+_INVALID_PARAMS = -32602
+_METHOD_NOT_FOUND = -32601
+_URL_ELICITATION_REQUIRED = -32042
+# What servers answer for a name they do not have, and for arguments their schema
+# rejects (MCPServer's argument model is ``<tool>Arguments``).
+_UNKNOWN_TOOL = re.compile(r"^\s*(Unknown tool|Tool not found)\b", re.IGNORECASE)
+_BAD_ARGUMENTS = re.compile(r"validation errors? for \w*Arguments\b")
+_MAX_SOURCE_CHARS = 128
+_MAX_CONFIRMED = 4096
+
+
+def server_identity(session: Any) -> str | None:
+    """``name@version`` of the server behind a ``ClientSession`` or ``Client``, from ``initialize``."""
+    info = getattr(session, "server_info", None)
+    name = getattr(info, "name", None)
+    if not isinstance(name, str) or not name:
+        return None
+    version = getattr(info, "version", None)
+    text = f"{name}@{version}" if isinstance(version, str) and version else name
+    text = "".join(ch for ch in text if ch.isprintable())
+    return text[:_MAX_SOURCE_CHARS] or None
+
+
+def _listed_tools(instance: Any) -> dict | None:
+    """The tool names the session has listed (its output-schema cache), if any."""
+    session = getattr(instance, "_session", instance)
+    listed = getattr(session, "_tool_output_schemas", None)
+    return listed if isinstance(listed, dict) and listed else None
+
+
+def _result_text(result: Any) -> str:
+    for block in getattr(result, "content", None) or ():
+        text = getattr(block, "text", None)
+        if isinstance(text, str):
+            return text
+    return ""
+
+
+def _is_unknown_tool_result(result: Any) -> bool:
+    return (
+        type(result).__name__ == "CallToolResult"
+        and bool(getattr(result, "is_error", False))
+        and bool(_UNKNOWN_TOOL.match(_result_text(result)))
+    )
+
+
+def _error_code(exc: BaseException) -> int | None:
+    code = getattr(getattr(exc, "error", None), "code", None)
+    return code if isinstance(code, int) else None
 
 
 def _name_and_arguments(args: tuple, kwargs: dict) -> tuple[Any, Any]:
@@ -52,7 +124,13 @@ class MCPAdapter(FrameworkAdapter):
             PatchTarget(_SESSION_MODULE, "ClientSession.call_tool", self._call_tool),
         ]
 
-    def _describe(self, args: tuple, kwargs: dict) -> ToolCall | None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # (server, tool name) pairs a server has answered as a real tool.
+        self._confirmed: set[tuple[str | None, str]] = set()
+        self._confirmed_lock = threading.Lock()
+
+    def _describe(self, args: tuple, kwargs: dict, instance: Any = None) -> ToolCall | None:
         def build() -> ToolCall | None:
             name, arguments = _name_and_arguments(args, kwargs)
             if not isinstance(name, str) or not name:
@@ -68,15 +146,74 @@ class MCPAdapter(FrameworkAdapter):
                 session_id=outer.session_id if outer is not None else None,
                 tool_type="extension",
                 arguments=arguments,
+                source=server_identity(instance),
             )
 
         return self.safe_tool_call(build)
 
     async def _call_tool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        call = self._describe(args, kwargs)
+        call = self._describe(args, kwargs, instance)
         if call is None:
             return await wrapped(*args, **kwargs)
+        active = active_call()
+        if (active is None or active.tool != call.tool) and not self._known(instance, call):
+            return await self._first_call(call, wrapped, args, kwargs)
         return await self.run_async(call, wrapped, args, kwargs)
+
+    # -- unknown tool names: no breaker, no metric series ------------------------------------
+
+    def _known(self, instance: Any, call: ToolCall) -> bool:
+        try:
+            listed = _listed_tools(instance)
+            if listed is not None and call.tool in listed:
+                return True
+            return (call.source, call.tool) in self._confirmed
+        except Exception:
+            return True
+
+    def _confirm(self, call: ToolCall) -> bool:
+        with self._confirmed_lock:
+            if len(self._confirmed) >= _MAX_CONFIRMED:
+                return False
+            self._confirmed.add((call.source, call.tool))
+            return True
+
+    async def _first_call(self, call: ToolCall, wrapped: Any, args: tuple, kwargs: dict) -> Any:
+        """A name neither listed nor answered yet: run it as without us; count it once
+        the server has shown it is a real tool."""
+        try:
+            result = await wrapped(*args, **kwargs)
+        except BaseException as exc:
+            if self.exception_hint(call, exc) is None and not is_excluded(exc):
+                self._count_first(call, FAILURE, exc)
+            raise
+        if not _is_unknown_tool_result(result):
+            err = self.result_error(call, result)
+            self._count_first(call, SUCCESS if err is None else (IGNORED if err == IGNORED_RESULT else FAILURE))
+        return result
+
+    def _count_first(self, call: ToolCall, outcome: int, exc: BaseException | None = None) -> None:
+        try:
+            if not self._confirm(call):
+                return
+            breaker = self.guard.breaker_for(call)
+            if breaker is None:
+                return
+            if exc is not None:
+                outcome = classify_exception(exc, breaker.config)
+            breaker.record(breaker.acquire(), outcome)
+        except Exception:
+            logger.debug("otel-breaker: mcp: could not count a first call", exc_info=True)
+
+    # -- outcomes ------------------------------------------------------------------------------------
+
+    def exception_hint(self, call: ToolCall, exc: BaseException) -> str | None:
+        code = _error_code(exc)
+        if code == _URL_ELICITATION_REQUIRED:
+            return CONTROL
+        if code in (_INVALID_PARAMS, _METHOD_NOT_FOUND):
+            return MISTAKE
+        return None
 
     def result_error(self, call: ToolCall, result: Any) -> str | None:
         # InputRequiredResult and other non-final results are neither success nor failure
@@ -86,7 +223,12 @@ class MCPAdapter(FrameworkAdapter):
         flagged = getattr(result, "is_error", None)
         if flagged is None:
             flagged = getattr(result, "isError", False)
-        return "tool_error" if flagged else None
+        if not flagged:
+            return None
+        text = _result_text(result)
+        if _UNKNOWN_TOOL.match(text) or _BAD_ARGUMENTS.search(text):
+            return IGNORED_RESULT  # the model's mistake, not the tool's failure
+        return "tool_error"
 
     def rejection(self, call: ToolCall, info: Rejection) -> Any:
         from mcp.types import CallToolResult, TextContent

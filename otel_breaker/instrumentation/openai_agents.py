@@ -34,7 +34,9 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from otel_breaker.classify import MISTAKE
 from otel_breaker.degrade import Rejection, augment_instructions, status_in_prompt_enabled
+from otel_breaker.guard import IGNORED_RESULT
 from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget, agent_display_name
 from otel_breaker.toolcall import ToolCall
 
@@ -116,8 +118,9 @@ class OpenAIAgentsAdapter(FrameworkAdapter):
                 same_call = attempt.call_id is None or getattr(context, "tool_call_id", None) == attempt.call_id
                 if same_tool and same_call:
                     attempt.handled = True
-                    if isinstance(error, Exception) and not _invalid_arguments(error):
-                        attempt.error = type(error).__name__
+                    if isinstance(error, Exception):
+                        # Arguments the schema refuses: the model's mistake, neither outcome.
+                        attempt.error = IGNORED_RESULT if _invalid_arguments(error) else type(error).__name__
         except Exception:  # bookkeeping must never disturb the SDK's error handling
             pass
         return await wrapped(*args, **kwargs)
@@ -163,6 +166,10 @@ class OpenAIAgentsAdapter(FrameworkAdapter):
             # before our hook could see it.
             return "tool_error"
         return None
+
+    def exception_hint(self, call: ToolCall, exc: BaseException) -> str | None:
+        """Bad arguments raised (a tool without a failure-error function): the model's mistake."""
+        return MISTAKE if isinstance(exc, Exception) and _invalid_arguments(exc) else None
 
     def rejection(self, call: ToolCall, info: Rejection) -> Any:
         try:

@@ -6,10 +6,13 @@ so that is the one patch point; ``run_sync`` drives its own event loop
 through it too.
 
 What comes out of it decides the outcome. A tool that raises ``ToolFailed``
-or ``ModelRetry`` surfaces as ``ToolFailedError`` / ``ToolRetryError``, which
-the run turns into a failed or retried tool result for the model: both count
-as failures. Any other exception ends the run; it is counted and re-raised
-unchanged, since the run's error handling is the program's business. Once the
+surfaces as ``ToolFailedError``, which the run turns into a failed tool result
+for the model: a failure. ``ModelRetry`` surfaces as ``ToolRetryError``: the
+tool asks the model to try again, within the tool's own ``retries`` budget,
+so it is neutral (the model's mistake) unless the breaker's
+``count_model_retry`` option (``OTEL_BREAKER_COUNT_MODEL_RETRY``) counts it.
+Any other exception ends the run; it is counted and re-raised unchanged,
+since the run's error handling is the program's business. Once the
 breaker is open, that same tool no longer ends the run: the call is answered
 with ``ToolFailedError`` carrying a failed ``ToolReturnPart``, the run's own
 way of telling the model a tool failed, which costs no retry budget.
@@ -37,6 +40,7 @@ import contextvars
 import logging
 from typing import Any
 
+from otel_breaker.classify import RETRY_REQUEST
 from otel_breaker.degrade import STATUS_HEADER, Rejection, augment_instructions, status_in_prompt_enabled
 from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget, agent_display_name
 from otel_breaker.toolcall import ToolCall
@@ -127,6 +131,9 @@ class PydanticAIAdapter(FrameworkAdapter):
             tool_type="function",
             arguments=part.args,
         )
+
+    def exception_hint(self, call: ToolCall, exc: BaseException) -> str | None:
+        return RETRY_REQUEST if type(exc).__name__ == "ToolRetryError" else None
 
     def rejection(self, call: ToolCall, info: Rejection) -> Any:
         """Raise the run's own "tool failed" signal; returning a value would read as success."""

@@ -42,6 +42,7 @@ import logging
 from collections.abc import Generator
 from typing import Any
 
+from otel_breaker.classify import MISTAKE
 from otel_breaker.degrade import Rejection, augment_instructions, status_in_prompt_enabled
 from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget, agent_display_name
 from otel_breaker.toolcall import ToolCall
@@ -138,6 +139,23 @@ class SmolagentsAdapter(FrameworkAdapter):
     def rejection(self, call: ToolCall, info: Rejection) -> Any:
         # smolagents turns a raised exception into the step error the model reads.
         raise info.error()
+
+    def exception_hint(self, call: ToolCall, exc: BaseException) -> str | None:
+        """A ``TypeError`` raised in smolagents' own tool plumbing (``Tool.__call__``
+        handing the arguments to ``forward``, or the ``@tool`` wrapper handing them to
+        the function): the generated code called the tool with arguments it does not
+        take (the model's mistake); the tool body never ran."""
+        if not isinstance(exc, TypeError):
+            return None
+        tb = exc.__traceback__
+        if tb is None:
+            return None
+        while tb.tb_next is not None:
+            tb = tb.tb_next
+        code = tb.tb_frame.f_code
+        if code.co_filename.replace("\\", "/").endswith("smolagents/tools.py"):
+            return MISTAKE
+        return None
 
     # -- who is calling ----------------------------------------------------------------------------
 

@@ -328,6 +328,11 @@ async def test_each_agent_has_its_own_breaker(otel, instrument):
     breakers = {b.agent_name: b for b in default_registry().find("flaky")}
     assert set(breakers) == {"first", "second"}
 
+    spans = otel.tool_spans("flaky")
+    assert {s.attributes.get("gen_ai.agent.name") for s in spans} == {"first", "second"}
+    for agent_name in {"first", "second"}:
+        assert otel.metric_value("otel_breaker.calls", gen_ai_tool_name="flaky", gen_ai_agent_name=agent_name) > 0
+
 
 async def test_parallel_calls_in_one_message_are_each_counted(otel, instrument):
     instrument("autogen")
@@ -399,3 +404,35 @@ async def test_uninstrument_restores_originals(instrument):
     agent, _ = _agent(flaky)
     await agent.run(task="go")
     assert BODY_RUNS == {"flaky": 4} and not default_registry().find("flaky")
+
+
+async def test_bad_arguments_are_the_models_mistake(otel, instrument):
+    """Arguments the tool's args model rejects, five times, then valid ones: the same
+    results with and without otel-breaker, and never a rejection."""
+    _threshold(2)
+    usage = RequestUsage(prompt_tokens=0, completion_tokens=0)
+
+    def script() -> list:
+        def turn(i: int, arguments: dict) -> CreateResult:
+            content = [FunctionCall(id=f"c{i}", name="healthy", arguments=json.dumps(arguments))]
+            return CreateResult(finish_reason="function_calls", usage=usage, cached=False, content=content)
+
+        return [*(turn(i, {"q": ["not", "text"]}) for i in range(5)), turn(9, {"q": "fine"}), "done TERMINATE"]
+
+    async def run() -> list:
+        tool = FunctionTool(healthy, description="healthy")
+        agent = AssistantAgent(
+            "checker",
+            model_client=RecordingClient(script(), model_info=MODEL_INFO),
+            tools=[tool],
+            max_tool_iterations=8,
+        )
+        return _execution_results((await agent.run(task="go")).messages)
+
+    plain = await run()
+    instrument("autogen")
+    guarded = await run()
+    assert guarded == plain
+    assert guarded[-1][1] is False and "ok:fine" in guarded[-1][2]
+    assert all(is_error for _, is_error, _ in guarded[:-1])
+    assert otel.metric_value("otel_breaker.calls", gen_ai_tool_name="healthy", otel_breaker_outcome="failure") == 0

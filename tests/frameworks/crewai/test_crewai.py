@@ -140,7 +140,7 @@ def test_healthy_tool_result_unchanged(otel, instrument, native, use_async):
 
 
 @pytest.mark.parametrize("native", PATHS)
-def test_breakers_are_per_agent(instrument, threshold_two, native):
+def test_breakers_are_per_agent(otel, instrument, threshold_two, native):
     instrument("crewai")
     broken_tools, fine_tools = Counted(), Counted()
     broken_crew, broken, _, _ = make_crew(broken_tools.failing(), native)
@@ -154,6 +154,11 @@ def test_breakers_are_per_agent(instrument, threshold_two, native):
     assert out.raw.strip() == "done after 4 tool results"
     states = {b.agent_name: b.state for b in default_registry().find("lookup")}
     assert states == {broken.role: State.OPEN, fine.role: State.CLOSED}
+
+    spans = otel.tool_spans("lookup")
+    assert {s.attributes.get("gen_ai.agent.name") for s in spans} == {broken.role, fine.role}
+    for agent_name in {broken.role, fine.role}:
+        assert otel.metric_value("otel_breaker.calls", gen_ai_tool_name="lookup", gen_ai_agent_name=agent_name) > 0
 
 
 @pytest.mark.parametrize("native", PATHS)

@@ -251,6 +251,11 @@ async def test_per_agent_breakers(instrument, otel, threshold_two):
     breakers = {b.agent_name: b for b in default_registry().find("lookup")}
     assert breakers["alpha"].state.value == "open" and breakers["beta"].state.value == "closed"
 
+    spans = otel.tool_spans("lookup")
+    assert {s.attributes.get("gen_ai.agent.name") for s in spans} == {"alpha", "beta"}
+    for agent_name in {"alpha", "beta"}:
+        assert otel.metric_value("otel_breaker.calls", gen_ai_tool_name="lookup", gen_ai_agent_name=agent_name) > 0
+
 
 async def test_uninstrument_restores_originals(instrument, threshold_two):
     originals = {
@@ -270,3 +275,33 @@ async def test_uninstrument_restores_originals(instrument, threshold_two):
     script = ScriptedLLM("flaky")
     await FunctionAgent(name="a", description="d", tools=[tools["flaky"]], llm=script.llm()).run("go")
     assert runs["flaky"] == N_CALLS
+
+
+async def test_wrong_arguments_are_the_models_mistake(instrument, otel, threshold_two):
+    """Five calls with an argument the function does not take, then a valid one: the
+    same transcript with and without otel-breaker, never a rejection."""
+
+    class WrongThenRight(ScriptedLLM):
+        def generate(self, messages, **kwargs):
+            tool_messages = [m for m in messages if m.role == MessageRole.TOOL]
+            self.seen = tool_messages
+            if len(tool_messages) < 6:
+                i = len(tool_messages) + 1
+                arguments = {"y": i} if i <= 5 else {"x": i}
+                block = ToolCallBlock(tool_call_id=f"call_{i}", tool_name="healthy", tool_kwargs=arguments)
+                return ChatMessage(role=MessageRole.ASSISTANT, blocks=[block])
+            return ChatMessage(role=MessageRole.ASSISTANT, content="done")
+
+    async def run() -> list:
+        _, tools = make_tools()
+        script = WrongThenRight("healthy")
+        await FunctionAgent(name="checker", description="d", tools=[tools["healthy"]], llm=script.llm()).run("go")
+        return script.tool_results()
+
+    plain = await run()
+    instrument("llama_index")
+    guarded = await run()
+    assert guarded == plain
+    assert guarded[-1] == ("call_6", "ok 6")
+    assert not any(UNAVAILABLE in content for _, content in guarded)
+    assert otel.metric_value("otel_breaker.calls", gen_ai_tool_name="healthy", otel_breaker_outcome="failure") == 0

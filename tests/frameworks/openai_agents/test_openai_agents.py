@@ -258,6 +258,11 @@ def test_two_agents_same_tool_name_have_separate_breakers(instrument, otel):
     states = {b.agent_name: b.state for b in default_registry().find("lookup")}
     assert states == {"agent_a": State.OPEN, "agent_b": State.CLOSED}
 
+    spans = otel.tool_spans("lookup")
+    assert {s.attributes.get("gen_ai.agent.name") for s in spans} == {"agent_a", "agent_b"}
+    for agent_name in {"agent_a", "agent_b"}:
+        assert otel.metric_value("otel_breaker.calls", gen_ai_tool_name="lookup", gen_ai_agent_name=agent_name) > 0
+
 
 def test_group_id_is_the_session(instrument, otel, monkeypatch):
     set_settings(load_settings({"OTEL_BREAKER_FAILURE_THRESHOLD": "2", "OTEL_BREAKER_SCOPE": "session"}))
@@ -300,3 +305,23 @@ def test_uninstrument_restores_originals(instrument):
     _model, agent = make_agent(flaky)
     Runner.run_sync(agent, "go")
     assert BODY_RUNS["flaky"] == 4
+
+
+def test_bad_arguments_are_neither_failure_nor_success(instrument, otel):
+    """Arguments the tool's schema refuses, five times, then valid ones: the run is the
+    same with and without otel-breaker, and the mistakes are not counted either way."""
+
+    def run() -> tuple[str, list[str]]:
+        steps = [[function_call("healthy", {"x": "not a number"}, call_id=f"bad_{i}")] for i in range(5)]
+        steps += [[function_call("healthy", {"x": 3}, call_id="good")], [assistant_message("done")]]
+        model = ScriptedModel(steps)
+        agent = Agent(name="checker", instructions="use the tool", model=model, tools=[healthy])
+        return Runner.run_sync(agent, "go", max_turns=10).final_output, tool_outputs(model)
+
+    plain = run()
+    instrument("openai_agents")
+    guarded = run()
+    assert guarded == plain
+    assert guarded[1][-1] == "ok 3"
+    assert otel.metric_value("otel_breaker.calls", gen_ai_tool_name="healthy", otel_breaker_outcome="failure") == 0
+    assert otel.metric_value("otel_breaker.calls", gen_ai_tool_name="healthy", otel_breaker_outcome="success") == 1

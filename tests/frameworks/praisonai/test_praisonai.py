@@ -223,7 +223,7 @@ def test_sync_failure_behaves_as_uninstrumented(model, instrument, threshold_two
     assert guarded.runs == bare.runs == 1
 
 
-async def test_breakers_are_per_agent(model, instrument, threshold_two):
+async def test_breakers_are_per_agent(model, otel, instrument, threshold_two):
     instrument("praisonai")
     model.reset(calls=3)
     broken_tools, fine_tools = Counted(), Counted()
@@ -240,6 +240,11 @@ async def test_breakers_are_per_agent(model, instrument, threshold_two):
     assert str(out).startswith("done:")
     states = {b.agent_name: b.state for b in default_registry().find("lookup")}
     assert states == {"broken": State.OPEN, "fine": State.CLOSED}
+
+    spans = otel.tool_spans("lookup")
+    assert {s.attributes.get("gen_ai.agent.name") for s in spans} == {"broken", "fine"}
+    for agent_name in {"broken", "fine"}:
+        assert otel.metric_value("otel_breaker.calls", gen_ai_tool_name="lookup", gen_ai_agent_name=agent_name) > 0
 
 
 def test_praison_own_breaker_counts_retries_ours_counts_calls(model, otel, instrument, threshold_two):

@@ -181,7 +181,8 @@ async def test_run_stream_opens_breaker(instrument, otel):
     assert_tripped(script, output, otel, before)
 
 
-def test_model_retry_counts_as_failure(instrument, otel):
+def test_model_retry_counts_as_failure_when_asked(instrument, otel):
+    set_settings(load_settings({"OTEL_BREAKER_FAILURE_THRESHOLD": "2", "OTEL_BREAKER_COUNT_MODEL_RETRY": "true"}))
     instrument("pydantic_ai")
     before = counters(otel, "flaky")
     script = Script("flaky")
@@ -281,6 +282,11 @@ def test_two_agents_same_tool_name_have_separate_breakers(instrument, otel):
     assert all(REJECTED_TEXT in str(p.content) for p in broken_script.seen[2:])
     states = {b.agent_name: b.state for b in default_registry().find("lookup")}
     assert states == {"agent_a": State.OPEN, "agent_b": State.CLOSED}
+
+    spans = otel.tool_spans("lookup")
+    assert {s.attributes.get("gen_ai.agent.name") for s in spans} == {"agent_a", "agent_b"}
+    for agent_name in {"agent_a", "agent_b"}:
+        assert otel.metric_value("otel_breaker.calls", gen_ai_tool_name="lookup", gen_ai_agent_name=agent_name) > 0
 
 
 def test_conversation_is_the_session(instrument, otel):

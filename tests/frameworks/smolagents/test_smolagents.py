@@ -301,6 +301,11 @@ def test_each_agent_has_its_own_breaker(kind, otel, instrument):
     assert set(breakers) == {"first", "second"}
     assert breakers["first"].state is State.OPEN and breakers["second"].state is State.OPEN
 
+    spans = otel.tool_spans("flaky")
+    assert {s.attributes.get("gen_ai.agent.name") for s in spans} == {"first", "second"}
+    for agent_name in {"first", "second"}:
+        assert otel.metric_value("otel_breaker.calls", gen_ai_tool_name="flaky", gen_ai_agent_name=agent_name) > 0
+
 
 def test_breaker_recovers_after_cooldown():
     """After the cooldown the next call is a probe; a good probe closes the breaker.
@@ -357,3 +362,44 @@ def test_uninstrument_restores_originals(instrument):
     agent, _model = _agent("tool_calling", flaky)
     assert agent.run("go") == "done"
     assert BODY_RUNS == {"flaky": 4} and not default_registry().find("flaky")
+
+
+class _WrongArgumentsCodeModel(Model):
+    """Writes code that calls ``healthy`` with an argument it does not take, five times,
+    then calls it correctly and finishes with what it returned."""
+
+    def __init__(self):
+        super().__init__(model_id="scripted-wrong-arguments")
+        self.step = 0
+        self.seen: list[str] = []
+
+    def generate(self, messages, stop_sequences=None, response_format=None, tools_to_call_from=None, **kwargs):
+        if self.step > 0:
+            self.seen.append(_text(messages[-1]))
+        self.step += 1
+        if self.step <= 5:
+            code = 'Thought: call it\n<code>\nr = healthy(query="x")\nprint(r)\n</code>'
+        elif self.step == 6:
+            code = 'Thought: call it right\n<code>\nr = healthy(q="x")\nfinal_answer(r)\n</code>'
+        else:
+            code = 'Thought: finish\n<code>\nfinal_answer("late")\n</code>'
+        return ChatMessage(role=MessageRole.ASSISTANT, content=code)
+
+
+def test_wrong_arguments_in_generated_code_are_the_models_mistake(otel, instrument):
+    """Five calls with an argument the tool does not take, then a valid one: the same
+    answer with and without otel-breaker, never a rejection."""
+    _threshold(2)
+
+    def run():
+        model = _WrongArgumentsCodeModel()
+        agent = CodeAgent(tools=[healthy], model=model, max_steps=8, verbosity_level=LogLevel.OFF, name="coder")
+        return agent.run("go"), [s.split("Call id")[0] for s in model.seen]
+
+    plain = run()
+    instrument("smolagents")
+    guarded = run()
+    assert guarded == plain
+    assert guarded[0] == "ok:x"
+    assert not any(REJECTION in s for s in guarded[1])
+    assert otel.metric_value("otel_breaker.calls", gen_ai_tool_name="healthy", otel_breaker_outcome="failure") == 0
