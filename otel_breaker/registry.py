@@ -253,7 +253,9 @@ class BreakerRegistry:
             tools = self._by_session.get(session)
             breaker = tools.get(name) if tools is not None else None
             if breaker is None:
-                breaker = self._new(call.tool, config, call.agent_name, session, ("session", session, name), call.source)
+                breaker = self._new(
+                    call.tool, config, call.agent_name, session, ("session", session, name), call.source
+                )
                 if breaker is self._unguarded:
                     return breaker  # no session entry: memory stays bounded past the cap
                 tools = self._by_session.get(session)  # making room may have dropped it

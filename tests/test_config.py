@@ -160,6 +160,8 @@ def test_a_list_with_nothing_valid_falls_back_to_the_default(caplog):
     assert settings.frameworks is None  # every installed framework, as when unset
     assert "OTEL_BREAKER_FRAMEWORKS" not in settings.sources
     assert caplog.records[0].getMessage().endswith("using the default")
+
+
 @pytest.mark.parametrize(
     ("prices", "named"),
     [
