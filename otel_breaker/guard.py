@@ -83,7 +83,13 @@ def _default_call(breaker: CircuitBreaker) -> ToolCall:
 def _reject(breaker: CircuitBreaker, call: ToolCall | None, adapter: Adapter | None, span: Any) -> tuple[bool, Any]:
     """Handle a rejected call. Returns (run_anyway, value)."""
     config = breaker._config
-    if span is None and adapter is None and config.graceful_degradation and not config.high_stakes:
+    if (
+        span is None
+        and adapter is None
+        and config.graceful_degradation
+        and not config.high_stakes
+        and not _TELEMETRY.logs_on()
+    ):
         return False, _rejection_result(breaker, call)
     if call is None:
         call = _default_call(breaker)
