@@ -475,6 +475,9 @@ def guard(
         return guard()(tool)
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        from otel_breaker.status_server import start_from_settings
+
+        start_from_settings()  # OTEL_BREAKER_STATUS_ADDR, if set: once, never raises
         name = tool or getattr(fn, "__name__", "tool")
         if clock is not None:
             settings = (registry or default_registry()).settings
