@@ -146,7 +146,11 @@ def test_a_bad_address_is_one_logged_line_and_the_program_goes_on(monkeypatch, c
 def test_control_without_a_long_token_stays_read_only(monkeypatch, caplog):
     monkeypatch.setattr(status_server, "_tried", False)
     settings = load_settings(
-        {"OTEL_BREAKER_STATUS_ADDR": "127.0.0.1:0", "OTEL_BREAKER_STATUS_CONTROL": "true", "OTEL_BREAKER_STATUS_TOKEN": "x"}
+        {
+            "OTEL_BREAKER_STATUS_ADDR": "127.0.0.1:0",
+            "OTEL_BREAKER_STATUS_CONTROL": "true",
+            "OTEL_BREAKER_STATUS_TOKEN": "x",
+        }
     )
     with caplog.at_level(logging.ERROR, logger="otel_breaker"):
         running = status_server.start_from_settings(settings)
