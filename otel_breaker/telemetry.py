@@ -106,6 +106,8 @@ _TRANSITION_SEVERITY = {
     State.CLOSED: (SeverityNumber.INFO, "INFO"),
 }
 _REJECTED_SEVERITY = (SeverityNumber.INFO, "INFO")
+#: ``otel_breaker.reason`` of a change this process followed from a shared store.
+REASON_SHARED_STORE = "shared_store"
 
 
 def bounded(value: Any) -> str:
@@ -554,6 +556,19 @@ class Telemetry:
         # inside a tool call's span the event carries its trace context.
         severity = _TRANSITION_SEVERITY[change.to_state]
         self._emit_event(EVENT_STATE_CHANGE, severity, {**_labels(breaker), **event}, None)
+
+    def followed(self, breaker: CircuitBreaker, from_state: State, to_state: State) -> None:
+        """A breaker followed a change another process made in a shared store (that
+        process counted the transition; this one only tells its own log, so the change
+        is seen where the breaker lives, also when it came from the command line)."""
+        if from_state is to_state:
+            return
+        event = {
+            ATTR_FROM_STATE: from_state.value,
+            ATTR_TO_STATE: to_state.value,
+            ATTR_REASON: REASON_SHARED_STORE,
+        }
+        self._emit_event(EVENT_STATE_CHANGE, _TRANSITION_SEVERITY[to_state], {**_labels(breaker), **event}, None)
 
     # -- log-based events -------------------------------------------------------------------------
 

@@ -198,3 +198,15 @@ def test_the_private_provider_slots_still_exist_in_the_opentelemetry_api():
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+def test_a_change_followed_from_a_shared_store_is_an_event_but_not_a_second_transition(otel, logs):
+    from otel_breaker.breaker import State
+
+    breaker = get_circuit_breaker("search")
+    telemetry.TELEMETRY.followed(breaker, State.CLOSED, State.OPEN)
+    telemetry.TELEMETRY.followed(breaker, State.OPEN, State.OPEN)  # nothing changed: nothing said
+    (event,) = events(logs, "otel_breaker.state_change")
+    assert event.severity_number is SeverityNumber.WARN
+    assert event.attributes["otel_breaker.reason"] == "shared_store"
+    assert otel.value("otel_breaker.transitions", otel_breaker_to_state="open") == 0
