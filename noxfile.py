@@ -3,8 +3,9 @@
 The frameworks' dependencies conflict (and CrewAI alone is about 1 GB), so each
 framework suite runs in its own virtual environment, created with uv. Every
 session installs through uv's one shared cache (hard links, no second download),
-so with a warm cache the run is test time; the suites spread their test files
-over the machine's cores with pytest-xdist.
+so with a warm cache the run is test time. pytest-xdist is installed: on a
+machine with spare cores, ``nox -s tests -- -n auto --dist loadfile`` spreads
+test files over them (on two shared cores it measured no faster).
 Run everything with ``nox``; one framework with ``nox -s "framework(name='crewai')"``.
 """
 
@@ -21,9 +22,6 @@ nox.options.sessions = ["lint", "tests", "api_only", "framework"]  # `nox -s ben
 
 ROOT = pathlib.Path(__file__).parent
 FRAMEWORKS = sorted(p.parent.name for p in (ROOT / "tests" / "frameworks").glob("*/requirements.txt"))
-#: Test files run in parallel, one file per worker at a time (module fixtures such as a
-#: Redis server stay within one worker).
-PARALLEL = ["-n", "auto", "--dist", "loadfile"]
 TEST_DEPS = [
     "pytest>=8",
     "pytest-xdist>=3.5",
@@ -46,7 +44,7 @@ def lint(session: nox.Session) -> None:
 def tests(session: nox.Session) -> None:
     """The core suite: state machine, registry, guard, telemetry, CLI, dashboards, Redis."""
     session.install("-e", ".[dev]")
-    session.run("pytest", "tests", "--ignore=tests/frameworks", "-q", *PARALLEL, *session.posargs)
+    session.run("pytest", "tests", "--ignore=tests/frameworks", "-q", *session.posargs)
 
 
 @nox.session
@@ -68,7 +66,7 @@ def api_only(session: nox.Session) -> None:
 def framework(session: nox.Session, name: str) -> None:
     """One agent framework's real offline agent loops, in its own environment."""
     session.install("-e", ".", *TEST_DEPS, "-r", f"tests/frameworks/{name}/requirements.txt")
-    session.run("pytest", f"tests/frameworks/{name}", "-q", *PARALLEL, *session.posargs)
+    session.run("pytest", f"tests/frameworks/{name}", "-q", *session.posargs)
     example = ROOT / "examples" / f"{name}_flaky_tool.py"
     if example.exists():
         session.run("python", str(example), env={"CREWAI_DISABLE_TELEMETRY": "true", "OTEL_SDK_DISABLED": "true"})
