@@ -1,7 +1,11 @@
 """Test sessions: lint, the core suite, and one environment per agent framework.
 
 The frameworks' dependencies conflict (and CrewAI alone is about 1 GB), so each
-framework suite runs in its own virtual environment, created with uv.
+framework suite runs in its own virtual environment, created with uv. Every
+session installs through uv's one shared cache (hard links, no second download),
+so with a warm cache the run is test time. pytest-xdist is installed: on a
+machine with spare cores, ``nox -s tests -- -n auto --dist loadfile`` spreads
+test files over them (on two shared cores it measured no faster).
 Run everything with ``nox``; one framework with ``nox -s "framework(name='crewai')"``.
 """
 
@@ -20,6 +24,7 @@ ROOT = pathlib.Path(__file__).parent
 FRAMEWORKS = sorted(p.parent.name for p in (ROOT / "tests" / "frameworks").glob("*/requirements.txt"))
 TEST_DEPS = [
     "pytest>=8",
+    "pytest-xdist>=3.5",
     "pytest-asyncio>=0.23",
     "opentelemetry-sdk>=1.27",
     "opentelemetry-exporter-prometheus>=0.48b0",

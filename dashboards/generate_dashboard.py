@@ -1,4 +1,4 @@
-"""Generate the otel-breaker Grafana dashboard.
+"""Generate the otel-breaker Grafana dashboard with Grafana's typed SDK.
 
 The dashboard JSON in ``dashboards/grafana/otel-breaker.json`` is produced by this script and
 committed; ``tests/dashboards/test_dashboard_structure.py`` checks that regenerating it reproduces
@@ -6,8 +6,10 @@ the committed file byte for byte. Edit this file, then run::
 
     python dashboards/generate_dashboard.py
 
-Plain Python dicts, standard library only, no network access. Metric names are the Prometheus
-names produced by the OpenTelemetry Prometheus exporters (see ``dashboards/README.md``).
+Panels, queries and variables are built with ``grafana-foundation-sdk`` (typed builders
+generated from Grafana's own schema), so a misspelt option fails here rather than in Grafana.
+Metric and label names come from ``otel_breaker.semconv``, the module the instrumentation itself
+emits them from, translated to their Prometheus names.
 """
 
 from __future__ import annotations
@@ -17,205 +19,374 @@ import json
 import sys
 from pathlib import Path
 
+from grafana_foundation_sdk.builders import common as common_builders
+from grafana_foundation_sdk.builders import dashboard as dash
+from grafana_foundation_sdk.builders import prometheus, stat, statetimeline, table, timeseries
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import common
+from grafana_foundation_sdk.models.dashboard import (
+    DashboardCursorSync,
+    DataSourceRef,
+    DataTransformerConfig,
+    Threshold,
+    ThresholdsMode,
+    ValueMap,
+    ValueMappingResult,
+    VariableHide,
+    VariableRefresh,
+    VariableSort,
+)
+from grafana_foundation_sdk.models.prometheus import PromQueryFormat, QueryEditorMode
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout
+from otel_breaker import semconv
+
 OUTPUT = Path(__file__).resolve().parent / "grafana" / "otel-breaker.json"
 
-DS = {"type": "prometheus", "uid": "${datasource}"}
+DS = DataSourceRef(type_val="prometheus", uid="${datasource}")
 
 # Metric names as they appear in Prometheus.
-STATE = "otel_breaker_state"
-TRANSITIONS = "otel_breaker_transitions_total"
-CALLS = "otel_breaker_calls_total"
-REJECTED = "otel_breaker_calls_rejected_total"
-TOKENS_SAVED = "otel_breaker_tokens_saved_total"
-COST_SAVED = "otel_breaker_cost_saved_USD_total"
-DURATION_BUCKET = "gen_ai_execute_tool_duration_seconds_bucket"
-STORE_ERRORS = "otel_breaker_store_errors_total"
+STATE = semconv.STATE.prometheus
+TRANSITIONS = semconv.TRANSITIONS.prometheus
+CALLS = semconv.CALLS.prometheus
+REJECTED = semconv.REJECTED.prometheus
+TOKENS_SAVED = semconv.TOKENS_SAVED.prometheus
+COST_SAVED = semconv.COST_SAVED.prometheus
+DURATION_BUCKET = semconv.DURATION.prometheus + "_bucket"
+STORE_ERRORS = semconv.STORE_ERRORS.prometheus
 
-# Label matchers driven by the template variables. ``gen_ai_agent_name`` is optional on the
+# Label names as they appear in Prometheus.
+TOOL = semconv.prometheus_label(semconv.ATTR_TOOL)
+AGENT = semconv.prometheus_label(semconv.ATTR_AGENT)
+BREAKER_STATE = semconv.prometheus_label(semconv.ATTR_STATE)
+TO_STATE = semconv.prometheus_label(semconv.ATTR_TO_STATE)
+OUTCOME = semconv.prometheus_label(semconv.ATTR_OUTCOME)
+MODE = semconv.prometheus_label(semconv.ATTR_MODE)
+SOURCE = semconv.prometheus_label(semconv.ATTR_ESTIMATE_SOURCE)
+
+# Label matchers driven by the template variables. The agent label is optional on the
 # breaker metrics; ``=~".*"`` (the "All" value) also matches series without the label.
-SEL = 'job=~"$service", gen_ai_agent_name=~"$agent", gen_ai_tool_name=~"$tool"'
+SEL = f'job=~"$service", {AGENT}=~"$agent", {TOOL}=~"$tool"'
 # Metrics that never carry the agent label (tokens saved, cost saved).
-SEL_NO_AGENT = 'job=~"$service", gen_ai_tool_name=~"$tool"'
+SEL_NO_AGENT = f'job=~"$service", {TOOL}=~"$tool"'
 SEL_SERVICE = 'job=~"$service"'
 
-STATE_COLORS = {"closed": "green", "half_open": "yellow", "open": "red"}
+#: Where a rejected call's trace is seen in the example stack (examples/compose.yaml):
+#: Jaeger's search for spans with otel_breaker.rejected=true.
+JAEGER_REJECTED = (
+    "http://localhost:16686/search?service=${service}&limit=20"
+    "&tags=%7B%22" + semconv.ATTR_REJECTED + "%22%3A%22true%22%7D"
+)
+JAEGER_REJECTED_OF_TOOL = JAEGER_REJECTED + "&operation=" + semconv.span_name("${__value.raw}").replace(" ", "%20")
 
 
-def target(expr, legend="__auto", ref="A", instant=False, fmt="time_series"):
-    t = {
-        "datasource": DS,
-        "editorMode": "code",
-        "expr": expr,
-        "legendFormat": legend,
-        "range": not instant,
-        "instant": instant,
-        "refId": ref,
-    }
-    if fmt != "time_series":
-        t["format"] = fmt
-    return t
+def query(expr: str, legend: str = "__auto", ref: str = "A") -> prometheus.Dataquery:
+    return (
+        prometheus.Dataquery()
+        .datasource(DS)
+        .editor_mode(QueryEditorMode.CODE)
+        .expr(expr)
+        .legend_format(legend)
+        .range()
+        .ref_id(ref)
+    )
 
 
-class Layout:
-    """Hands out panel ids and grid positions row by row (24 columns)."""
-
-    def __init__(self):
-        self.next_id = 1
-        self.y = 0
-        self.x = 0
-        self.row_height = 0
-
-    def take_id(self):
-        pid = self.next_id
-        self.next_id += 1
-        return pid
-
-    def place(self, w, h):
-        if self.x + w > 24:
-            self.newline()
-        pos = {"h": h, "w": w, "x": self.x, "y": self.y}
-        self.x += w
-        self.row_height = max(self.row_height, h)
-        return pos
-
-    def newline(self):
-        self.y += self.row_height
-        self.x = 0
-        self.row_height = 0
+def steps(*pairs: tuple[str, float | None]) -> dash.ThresholdsConfig:
+    return (
+        dash.ThresholdsConfig()
+        .mode(ThresholdsMode.ABSOLUTE)
+        .steps([Threshold(value=value, color=color) for color, value in pairs])
+    )
 
 
-def row(layout, title):
-    layout.newline()
-    panel = {
-        "collapsed": False,
-        "gridPos": {"h": 1, "w": 24, "x": 0, "y": layout.y},
-        "id": layout.take_id(),
-        "panels": [],
-        "title": title,
-        "type": "row",
-    }
-    layout.y += 1
-    return panel
+class Ids:
+    """Panel ids in order of appearance."""
+
+    def __init__(self) -> None:
+        self.last = 0
+
+    def __call__(self) -> int:
+        self.last += 1
+        return self.last
 
 
-def base_panel(layout, kind, title, description, w, h, targets):
-    return {
-        "datasource": DS,
-        "description": description,
-        "gridPos": layout.place(w, h),
-        "id": layout.take_id(),
-        "targets": targets,
-        "title": title,
-        "type": kind,
-    }
-
-
-def stat(layout, title, description, expr, unit="short", thresholds=None, decimals=None):
-    panel = base_panel(layout, "stat", title, description, 4, 4, [target(expr, legend="")])
-    defaults = {
-        "color": {"mode": "thresholds"},
-        "mappings": [],
-        "noValue": "0",
-        "thresholds": {
-            "mode": "absolute",
-            "steps": thresholds or [{"color": "green", "value": None}],
-        },
-        "unit": unit,
-    }
+def stat_panel(
+    ids: Ids, title: str, description: str, expr: str, unit: str = "short", warn: str | None = None, decimals=None
+) -> stat.Panel:
+    thresholds = steps(("green", None), (warn, 1)) if warn else steps(("green", None))
+    panel = (
+        stat.Panel()
+        .id(ids())
+        .title(title)
+        .description(description)
+        .datasource(DS)
+        .span(4)
+        .height(4)
+        .with_target(query(expr, legend=""))
+        .unit(unit)
+        .no_value("0")
+        .mappings([])
+        .thresholds(thresholds)
+        .color_scheme(dash.FieldColor().mode("thresholds"))
+        .color_mode(common.BigValueColorMode.BACKGROUND)
+        .graph_mode(common.BigValueGraphMode.AREA)
+        .justify_mode(common.BigValueJustifyMode.AUTO)
+        .orientation(common.VizOrientation.AUTO)
+        .text_mode(common.BigValueTextMode.AUTO)
+        .reduce_options(common_builders.ReduceDataOptions().calcs(["lastNotNull"]).fields("").values(False))
+    )
     if decimals is not None:
-        defaults["decimals"] = decimals
-    panel["fieldConfig"] = {"defaults": defaults, "overrides": []}
-    panel["options"] = {
-        "colorMode": "background",
-        "graphMode": "area",
-        "justifyMode": "auto",
-        "orientation": "auto",
-        "reduceOptions": {"calcs": ["lastNotNull"], "fields": "", "values": False},
-        "showPercentChange": False,
-        "textMode": "auto",
-        "wideLayout": True,
-    }
+        panel = panel.decimals(decimals)
     return panel
 
 
-def timeseries(layout, title, description, targets, unit="short", w=12, h=8, stack=False, bars=False, max_value=None):
-    panel = base_panel(layout, "timeseries", title, description, w, h, targets)
-    custom = {
-        "axisBorderShow": False,
-        "axisPlacement": "auto",
-        "drawStyle": "bars" if bars else "line",
-        "fillOpacity": 60 if bars else (30 if stack else 10),
-        "lineWidth": 1,
-        "pointSize": 4,
-        "showPoints": "never",
-        "spanNulls": False,
-        "stacking": {"group": "A", "mode": "normal" if stack else "none"},
-    }
-    defaults = {
-        "color": {"mode": "palette-classic"},
-        "custom": custom,
-        "min": 0,
-        "unit": unit,
-    }
+def series_panel(
+    ids: Ids,
+    title: str,
+    description: str,
+    targets: list[prometheus.Dataquery],
+    unit: str = "short",
+    w: int = 12,
+    stack: bool = False,
+    bars: bool = False,
+    max_value: float | None = None,
+) -> timeseries.Panel:
+    panel = (
+        timeseries.Panel()
+        .id(ids())
+        .title(title)
+        .description(description)
+        .datasource(DS)
+        .span(w)
+        .height(8)
+        .targets(targets)
+        .unit(unit)
+        .min(0)
+        .color_scheme(dash.FieldColor().mode("palette-classic"))
+        .draw_style(common.GraphDrawStyle.BARS if bars else common.GraphDrawStyle.LINE)
+        .fill_opacity(60 if bars else (30 if stack else 10))
+        .line_width(1)
+        .point_size(4)
+        .show_points(common.VisibilityMode.NEVER)
+        .span_nulls(False)
+        .axis_placement(common.AxisPlacement.AUTO)
+        .stacking(
+            common_builders.StackingConfig()
+            .group("A")
+            .mode(common.StackingMode.NORMAL if stack else common.StackingMode.NONE)
+        )
+        .legend(
+            common_builders.VizLegendOptions()
+            .calcs(["max", "lastNotNull"])
+            .display_mode(common.LegendDisplayMode.TABLE)
+            .placement(common.LegendPlacement.RIGHT)
+            .show_legend(True)
+        )
+        .tooltip(
+            common_builders.VizTooltipOptions().mode(common.TooltipDisplayMode.MULTI).sort(common.SortOrder.DESCENDING)
+        )
+    )
     if max_value is not None:
-        defaults["max"] = max_value
-    panel["fieldConfig"] = {"defaults": defaults, "overrides": []}
-    panel["options"] = {
-        "legend": {"calcs": ["max", "lastNotNull"], "displayMode": "table", "placement": "right", "showLegend": True},
-        "tooltip": {"mode": "multi", "sort": "desc"},
-    }
+        panel = panel.max(max_value)
     return panel
 
 
-def build():
-    layout = Layout()
-    panels = []
+def state_timeline(ids: Ids) -> statetimeline.Panel:
+    worst_state = (
+        f"max by ({TOOL}) ("
+        f'{STATE}{{{SEL}, {BREAKER_STATE}="open"}} * 2'
+        f' or {STATE}{{{SEL}, {BREAKER_STATE}="half_open"}} * 1'
+        f' or {STATE}{{{SEL}, {BREAKER_STATE}="closed"}} * 0'
+        ")"
+    )
+    names = {"0": ("green", "closed"), "1": ("yellow", "half-open"), "2": ("red", "open")}
+    return (
+        statetimeline.Panel()
+        .id(ids())
+        .title("Breaker state per tool")
+        .description("Worst state per tool across processes and agents: closed, half-open or open.")
+        .datasource(DS)
+        .span(24)
+        .height(8)
+        .with_target(query(worst_state, legend="{{" + TOOL + "}}"))
+        .color_scheme(dash.FieldColor().mode("thresholds"))
+        .fill_opacity(80)
+        .line_width(0)
+        .mappings(
+            [
+                ValueMap(
+                    options={
+                        value: ValueMappingResult(color=color, index=index, text=text)
+                        for index, (value, (color, text)) in enumerate(names.items())
+                    },
+                )
+            ]
+        )
+        .thresholds(steps(("green", None), ("yellow", 1), ("red", 2)))
+        .align_value(common.TimelineValueAlignment.LEFT)
+        .merge_values(True)
+        .row_height(0.9)
+        .show_value(common.VisibilityMode.AUTO)
+        .legend(
+            common_builders.VizLegendOptions()
+            .display_mode(common.LegendDisplayMode.LIST)
+            .placement(common.LegendPlacement.BOTTOM)
+            .show_legend(True)
+        )
+        .tooltip(common_builders.VizTooltipOptions().mode(common.TooltipDisplayMode.SINGLE).sort(common.SortOrder.NONE))
+    )
+
+
+def top_tools(ids: Ids) -> table.Panel:
+    expr = f"topk(10, sum by (job, {TOOL}) (increase({REJECTED}{{{SEL}}}[$__range])))"
+    return (
+        table.Panel()
+        .id(ids())
+        .title("Top tools by rejections")
+        .description(
+            "Tools with the most rejected calls over the selected time range. "
+            "Open a tool's rejected calls in the trace view from the link."
+        )
+        .datasource(DS)
+        .span(12)
+        .height(8)
+        .with_target(query(expr, legend="").instant().format(PromQueryFormat.TABLE))
+        .decimals(0)
+        .unit("short")
+        .cell_height(common.TableCellHeight.SM)
+        .show_header(True)
+        .sort_by([common_builders.TableSortByFieldState().display_name("rejected calls").desc(True)])
+        .override_by_name(
+            "tool",
+            [
+                {
+                    "id": "links",
+                    "value": [
+                        {
+                            "title": "Rejected calls of ${__value.raw} in Jaeger",
+                            "url": JAEGER_REJECTED_OF_TOOL,
+                            "targetBlank": True,
+                        }
+                    ],
+                }
+            ],
+        )
+        .with_transformation(
+            DataTransformerConfig(
+                id_val="organize",
+                options={
+                    "excludeByName": {"Time": True},
+                    "indexByName": {TOOL: 0, "job": 1, "Value": 2},
+                    "renameByName": {"Value": "rejected calls", TOOL: "tool", "job": "service"},
+                },
+            )
+        )
+    )
+
+
+def variable(name: str, label: str, definition: str) -> dash.QueryVariable:
+    return (
+        dash.QueryVariable(name)
+        .label(label)
+        .datasource(DS)
+        .query({"qryType": 1, "query": definition, "refId": "PrometheusVariableQueryEditor-VariableQuery"})
+        .refresh(VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(VariableSort.ALPHABETICAL_ASC)
+        .multi(True)
+        .include_all(True)
+        .all_value(".*")
+        .hide(VariableHide.DONT_HIDE)
+        .regex("")
+    )
+
+
+def build() -> dash.Dashboard:
+    ids = Ids()
+    board = (
+        dash.Dashboard("otel-breaker: tool circuit breakers")
+        .uid("otel-breaker-overview")
+        .description(
+            "Circuit breakers on AI agent tool calls: state, openings, rejections, "
+            "outcomes, latency and estimated savings."
+        )
+        .tags(["otel-breaker", "circuit-breaker", "gen-ai"])
+        .editable()
+        .tooltip(DashboardCursorSync.CROSSHAIR)
+        .refresh("30s")
+        .time("now-6h", "now")
+        .timezone("browser")
+        .version(1)
+        .link(
+            dash.DashboardLink("Rejected calls in Jaeger")
+            .type("link")
+            .icon("external link")
+            .tooltip("Traces of rejected tool calls (the example stack's Jaeger)")
+            .url(JAEGER_REJECTED)
+            .target_blank(True)
+        )
+        .with_variable(
+            dash.DatasourceVariable("datasource").label("Data source").type("prometheus").multi(False).regex("")
+        )
+        .with_variable(variable("service", "Service", f"label_values({STATE}, job)"))
+        .with_variable(variable("agent", "Agent", f'label_values({STATE}{{job=~"$service"}}, {AGENT})'))
+        .with_variable(variable("tool", "Tool", f'label_values({STATE}{{job=~"$service", {AGENT}=~"$agent"}}, {TOOL})'))
+        .annotation(
+            dash.AnnotationQuery()
+            .name("Breaker openings")
+            .datasource(DS)
+            .enable(True)
+            .hide(False)
+            .icon_color("red")
+            .expr(f'sum by (job, {TOOL}) (increase({TRANSITIONS}{{{SEL}, {TO_STATE}="open"}}[$__interval])) > 0')
+        )
+    )
 
     # ---- Overview -------------------------------------------------------------------------
-    panels.append(row(layout, "Overview"))
-    panels.append(
-        stat(
-            layout,
+    board = board.with_row(dash.Row("Overview").id(ids()))
+    board = board.with_panel(
+        stat_panel(
+            ids,
             "Breakers open now",
             "Number of breakers currently open (rejecting calls). Each breaker is one tool "
             "(optionally per agent) in one process.",
-            f'sum({STATE}{{{SEL}, otel_breaker_state="open"}})',
-            thresholds=[{"color": "green", "value": None}, {"color": "red", "value": 1}],
+            f'sum({STATE}{{{SEL}, {BREAKER_STATE}="open"}})',
+            warn="red",
         )
     )
-    panels.append(
-        stat(
-            layout,
+    board = board.with_panel(
+        stat_panel(
+            ids,
             "Breakers half-open now",
             "Breakers admitting a probe call after their cooldown.",
-            f'sum({STATE}{{{SEL}, otel_breaker_state="half_open"}})',
-            thresholds=[{"color": "green", "value": None}, {"color": "yellow", "value": 1}],
+            f'sum({STATE}{{{SEL}, {BREAKER_STATE}="half_open"}})',
+            warn="yellow",
         )
     )
-    panels.append(
-        stat(
-            layout,
+    board = board.with_panel(
+        stat_panel(
+            ids,
             "Openings in range",
             "Transitions into the open state over the selected time range.",
-            f'sum(increase({TRANSITIONS}{{{SEL}, otel_breaker_to_state="open"}}[$__range]))',
-            thresholds=[{"color": "green", "value": None}, {"color": "orange", "value": 1}],
+            f'sum(increase({TRANSITIONS}{{{SEL}, {TO_STATE}="open"}}[$__range]))',
+            warn="orange",
             decimals=0,
         )
     )
-    panels.append(
-        stat(
-            layout,
+    board = board.with_panel(
+        stat_panel(
+            ids,
             "Rejected calls in range",
             "Tool calls the breakers rejected (enforce mode) or would have rejected (observe mode) "
             "over the selected time range.",
             f"sum(increase({REJECTED}{{{SEL}}}[$__range]))",
-            thresholds=[{"color": "green", "value": None}, {"color": "orange", "value": 1}],
+            warn="orange",
             decimals=0,
         )
     )
-    panels.append(
-        stat(
-            layout,
+    board = board.with_panel(
+        stat_panel(
+            ids,
             "Estimated tokens saved in range",
             "Estimated LLM tokens not spent because rejected tool calls were not executed and their "
             "results not fed back to the model.",
@@ -223,9 +394,9 @@ def build():
             decimals=0,
         )
     )
-    panels.append(
-        stat(
-            layout,
+    board = board.with_panel(
+        stat_panel(
+            ids,
             "Estimated cost saved in range",
             "Estimated USD saved by rejected calls; shown only when a price per token is configured.",
             f"sum(increase({COST_SAVED}{{{SEL_NO_AGENT}}}[$__range]))",
@@ -235,87 +406,34 @@ def build():
     )
 
     # ---- Breaker state ----------------------------------------------------------------------
-    panels.append(row(layout, "Breaker state"))
-    timeline = base_panel(
-        layout,
-        "state-timeline",
-        "Breaker state per tool",
-        "Worst state per tool across processes and agents: closed, half-open or open.",
-        24,
-        8,
-        [
-            target(
-                "max by (gen_ai_tool_name) ("
-                f'{STATE}{{{SEL}, otel_breaker_state="open"}} * 2'
-                f' or {STATE}{{{SEL}, otel_breaker_state="half_open"}} * 1'
-                f' or {STATE}{{{SEL}, otel_breaker_state="closed"}} * 0'
-                ")",
-                legend="{{gen_ai_tool_name}}",
-            )
-        ],
-    )
-    timeline["fieldConfig"] = {
-        "defaults": {
-            "color": {"mode": "thresholds"},
-            "custom": {"fillOpacity": 80, "lineWidth": 0},
-            "mappings": [
-                {
-                    "options": {
-                        "0": {"color": STATE_COLORS["closed"], "index": 0, "text": "closed"},
-                        "1": {"color": STATE_COLORS["half_open"], "index": 1, "text": "half-open"},
-                        "2": {"color": STATE_COLORS["open"], "index": 2, "text": "open"},
-                    },
-                    "type": "value",
-                },
-            ],
-            "thresholds": {
-                "mode": "absolute",
-                "steps": [
-                    {"color": "green", "value": None},
-                    {"color": "yellow", "value": 1},
-                    {"color": "red", "value": 2},
-                ],
-            },
-        },
-        "overrides": [],
-    }
-    timeline["options"] = {
-        "alignValue": "left",
-        "legend": {"displayMode": "list", "placement": "bottom", "showLegend": True},
-        "mergeValues": True,
-        "rowHeight": 0.9,
-        "showValue": "auto",
-        "tooltip": {"mode": "single", "sort": "none"},
-    }
-    panels.append(timeline)
-    layout.newline()
-
-    panels.append(
-        timeseries(
-            layout,
+    board = board.with_row(dash.Row("Breaker state").id(ids()))
+    board = board.with_panel(state_timeline(ids))
+    board = board.with_panel(
+        series_panel(
+            ids,
             "Openings per tool",
             "Transitions into the open state, per tool (from closed after failures, or from "
             "half-open after a failed probe).",
             [
-                target(
-                    "sum by (gen_ai_tool_name) (increase("
-                    f'{TRANSITIONS}{{{SEL}, otel_breaker_to_state="open"}}[$__rate_interval]))',
-                    legend="{{gen_ai_tool_name}}",
+                query(
+                    f'sum by ({TOOL}) (increase({TRANSITIONS}{{{SEL}, {TO_STATE}="open"}}[$__rate_interval]))',
+                    legend="{{" + TOOL + "}}",
                 )
             ],
             bars=True,
         )
     )
-    panels.append(
-        timeseries(
-            layout,
+    board = board.with_panel(
+        series_panel(
+            ids,
             "Rejected calls per second per tool",
             "Calls rejected by an open or half-open breaker. Mode observe = would have been "
-            "rejected (shadow mode, the call still ran).",
+            "rejected (shadow mode, the call still ran). Their traces: the dashboard link "
+            "'Rejected calls in Jaeger'.",
             [
-                target(
-                    f"sum by (gen_ai_tool_name, otel_breaker_mode) (rate({REJECTED}{{{SEL}}}[$__rate_interval]))",
-                    legend="{{gen_ai_tool_name}} ({{otel_breaker_mode}})",
+                query(
+                    f"sum by ({TOOL}, {MODE}) (rate({REJECTED}{{{SEL}}}[$__rate_interval]))",
+                    legend="{{" + TOOL + "}} ({{" + MODE + "}})",
                 )
             ],
             unit="reqps",
@@ -323,257 +441,113 @@ def build():
     )
 
     # ---- Calls --------------------------------------------------------------------------------
-    panels.append(row(layout, "Tool calls"))
-    panels.append(
-        timeseries(
-            layout,
+    board = board.with_row(dash.Row("Tool calls").id(ids()))
+    board = board.with_panel(
+        series_panel(
+            ids,
             "Call outcomes per tool",
             "Calls the breakers admitted, by outcome: success, failure (counts towards opening) "
             "or ignored (excluded errors such as cancellations or permission denials).",
             [
-                target(
-                    f"sum by (gen_ai_tool_name, otel_breaker_outcome) (rate({CALLS}{{{SEL}}}[$__rate_interval]))",
-                    legend="{{gen_ai_tool_name}} {{otel_breaker_outcome}}",
+                query(
+                    f"sum by ({TOOL}, {OUTCOME}) (rate({CALLS}{{{SEL}}}[$__rate_interval]))",
+                    legend="{{" + TOOL + "}} {{" + OUTCOME + "}}",
                 )
             ],
             unit="reqps",
             stack=True,
         )
     )
-    panels.append(
-        timeseries(
-            layout,
+    board = board.with_panel(
+        series_panel(
+            ids,
             "Failure ratio per tool",
             "failure / (success + failure) of admitted calls; ignored outcomes are left out.",
             [
-                target(
-                    "(sum by (gen_ai_tool_name) (rate("
-                    f'{CALLS}{{{SEL}, otel_breaker_outcome="failure"}}[$__rate_interval]))'
-                    " or sum by (gen_ai_tool_name) (rate("
+                query(
+                    f"(sum by ({TOOL}) (rate("
+                    f'{CALLS}{{{SEL}, {OUTCOME}="failure"}}[$__rate_interval]))'
+                    f" or sum by ({TOOL}) (rate("
                     f"{CALLS}{{{SEL}}}[$__rate_interval])) * 0)"
-                    " / sum by (gen_ai_tool_name) (rate("
-                    f'{CALLS}{{{SEL}, otel_breaker_outcome=~"success|failure"}}[$__rate_interval]))',
-                    legend="{{gen_ai_tool_name}}",
+                    f" / sum by ({TOOL}) (rate("
+                    f'{CALLS}{{{SEL}, {OUTCOME}=~"success|failure"}}[$__rate_interval]))',
+                    legend="{{" + TOOL + "}}",
                 )
             ],
             unit="percentunit",
             max_value=1,
         )
     )
-    panels.append(
-        timeseries(
-            layout,
+    board = board.with_panel(
+        series_panel(
+            ids,
             "Tool latency p50 / p95",
-            "Duration of executed tool calls (gen_ai.execute_tool.duration), from histogram buckets.",
+            f"Duration of executed tool calls ({semconv.DURATION.name}), from histogram buckets.",
             [
-                target(
-                    "histogram_quantile(0.5, sum by (le, gen_ai_tool_name) (rate("
+                query(
+                    f"histogram_quantile({quantile}, sum by (le, {TOOL}) (rate("
                     f"{DURATION_BUCKET}{{{SEL}}}[$__rate_interval])))",
-                    legend="{{gen_ai_tool_name}} p50",
-                    ref="A",
-                ),
-                target(
-                    "histogram_quantile(0.95, sum by (le, gen_ai_tool_name) (rate("
-                    f"{DURATION_BUCKET}{{{SEL}}}[$__rate_interval])))",
-                    legend="{{gen_ai_tool_name}} p95",
-                    ref="B",
-                ),
+                    legend="{{" + TOOL + "}} p" + label,
+                    ref=ref,
+                )
+                for quantile, label, ref in (("0.5", "50", "A"), ("0.95", "95", "B"))
             ],
             unit="s",
         )
     )
-    top = base_panel(
-        layout,
-        "table",
-        "Top tools by rejections",
-        "Tools with the most rejected calls over the selected time range.",
-        12,
-        8,
-        [
-            target(
-                f"topk(10, sum by (job, gen_ai_tool_name) (increase({REJECTED}{{{SEL}}}[$__range])))",
-                legend="",
-                instant=True,
-                fmt="table",
-            )
-        ],
-    )
-    top["fieldConfig"] = {
-        "defaults": {"custom": {"align": "auto", "cellOptions": {"type": "auto"}}, "decimals": 0, "unit": "short"},
-        "overrides": [],
-    }
-    top["options"] = {
-        "cellHeight": "sm",
-        "showHeader": True,
-        "sortBy": [{"desc": True, "displayName": "rejected calls"}],
-    }
-    top["transformations"] = [
-        {
-            "id": "organize",
-            "options": {
-                "excludeByName": {"Time": True},
-                "indexByName": {"gen_ai_tool_name": 0, "job": 1, "Value": 2},
-                "renameByName": {"Value": "rejected calls", "gen_ai_tool_name": "tool", "job": "service"},
-            },
-        }
-    ]
-    panels.append(top)
+    board = board.with_panel(top_tools(ids))
 
     # ---- Savings and store --------------------------------------------------------------------
-    panels.append(row(layout, "Savings and shared store"))
-    panels.append(
-        timeseries(
-            layout,
+    board = board.with_row(dash.Row("Savings and shared store").id(ids()))
+    board = board.with_panel(
+        series_panel(
+            ids,
             "Estimated tokens saved per second",
             "Rate of estimated tokens saved, per tool and estimate source (observed = learned from "
             "gen_ai.usage.* of earlier calls, configured = a fixed estimate).",
             [
-                target(
-                    "sum by (gen_ai_tool_name, otel_breaker_estimate_source) (rate("
-                    f"{TOKENS_SAVED}{{{SEL_NO_AGENT}}}[$__rate_interval]))",
-                    legend="{{gen_ai_tool_name}} ({{otel_breaker_estimate_source}})",
+                query(
+                    f"sum by ({TOOL}, {SOURCE}) (rate({TOKENS_SAVED}{{{SEL_NO_AGENT}}}[$__rate_interval]))",
+                    legend="{{" + TOOL + "}} ({{" + SOURCE + "}})",
                 )
             ],
             w=8,
         )
     )
-    panels.append(
-        timeseries(
-            layout,
+    board = board.with_panel(
+        series_panel(
+            ids,
             "Estimated cost saved (USD per hour)",
             "Estimated USD saved per hour by rejected calls; empty when no price is configured.",
             [
-                target(
-                    f"sum by (gen_ai_tool_name) (rate({COST_SAVED}{{{SEL_NO_AGENT}}}[$__rate_interval])) * 3600",
-                    legend="{{gen_ai_tool_name}}",
+                query(
+                    f"sum by ({TOOL}) (rate({COST_SAVED}{{{SEL_NO_AGENT}}}[$__rate_interval])) * 3600",
+                    legend="{{" + TOOL + "}}",
                 )
             ],
             unit="currencyUSD",
             w=8,
         )
     )
-    panels.append(
-        timeseries(
-            layout,
+    board = board.with_panel(
+        series_panel(
+            ids,
             "Shared store errors per second",
             "Errors talking to the shared breaker store (e.g. Redis). Breakers fall back to local "
             "state while the store is unavailable.",
-            [
-                target(
-                    f"sum by (job) (rate({STORE_ERRORS}{{{SEL_SERVICE}}}[$__rate_interval]))",
-                    legend="{{job}}",
-                )
-            ],
+            [query(f"sum by (job) (rate({STORE_ERRORS}{{{SEL_SERVICE}}}[$__rate_interval]))", legend="{{job}}")],
             unit="reqps",
             w=8,
         )
     )
-
-    templating = [
-        {
-            "current": {},
-            "hide": 0,
-            "includeAll": False,
-            "label": "Data source",
-            "multi": False,
-            "name": "datasource",
-            "options": [],
-            "query": "prometheus",
-            "refresh": 1,
-            "regex": "",
-            "skipUrlSync": False,
-            "type": "datasource",
-        },
-        query_variable("service", "Service", f"label_values({STATE}, job)"),
-        query_variable("agent", "Agent", f'label_values({STATE}{{job=~"$service"}}, gen_ai_agent_name)'),
-        query_variable(
-            "tool",
-            "Tool",
-            f'label_values({STATE}{{job=~"$service", gen_ai_agent_name=~"$agent"}}, gen_ai_tool_name)',
-        ),
-    ]
-
-    annotations = [
-        {
-            "builtIn": 1,
-            "datasource": {"type": "grafana", "uid": "-- Grafana --"},
-            "enable": True,
-            "hide": True,
-            "iconColor": "rgba(0, 211, 255, 1)",
-            "name": "Annotations & Alerts",
-            "type": "dashboard",
-        },
-        {
-            "datasource": DS,
-            "enable": True,
-            "expr": (
-                "sum by (job, gen_ai_tool_name) (increase("
-                f'{TRANSITIONS}{{{SEL}, otel_breaker_to_state="open"}}[$__interval])) > 0'
-            ),
-            "hide": False,
-            "iconColor": "red",
-            "name": "Breaker openings",
-            "step": "1m",
-            "tagKeys": "job,gen_ai_tool_name",
-            "textFormat": "breaker for tool {{gen_ai_tool_name}} opened ({{job}})",
-            "titleFormat": "Breaker opened",
-            "useValueForTime": False,
-        },
-    ]
-
-    return {
-        "annotations": {"list": annotations},
-        "description": "Circuit breakers on AI agent tool calls: state, openings, rejections, "
-        "outcomes, latency and estimated savings.",
-        "editable": True,
-        "fiscalYearStartMonth": 0,
-        "graphTooltip": 1,
-        "links": [],
-        "panels": panels,
-        "refresh": "30s",
-        "schemaVersion": 39,
-        "tags": ["otel-breaker", "circuit-breaker", "gen-ai"],
-        "templating": {"list": templating},
-        "time": {"from": "now-6h", "to": "now"},
-        "timepicker": {},
-        "timezone": "browser",
-        "title": "otel-breaker: tool circuit breakers",
-        "uid": "otel-breaker-overview",
-        "version": 1,
-        "weekStart": "",
-    }
+    return board
 
 
-def query_variable(name, label, query):
-    return {
-        "allValue": ".*",
-        "current": {},
-        "datasource": DS,
-        "definition": query,
-        "hide": 0,
-        "includeAll": True,
-        "label": label,
-        "multi": True,
-        "name": name,
-        "options": [],
-        "query": {
-            "qryType": 1,
-            "query": query,
-            "refId": "PrometheusVariableQueryEditor-VariableQuery",
-        },
-        "refresh": 2,
-        "regex": "",
-        "skipUrlSync": False,
-        "sort": 1,
-        "type": "query",
-    }
+def render() -> str:
+    return json.dumps(build().build(), cls=JSONEncoder, indent=2, sort_keys=True) + "\n"
 
 
-def render():
-    return json.dumps(build(), indent=2, sort_keys=True) + "\n"
-
-
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--output", type=Path, default=OUTPUT)
     parser.add_argument(

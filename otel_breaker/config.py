@@ -369,6 +369,7 @@ class Settings:
     frameworks: tuple[str, ...] | None = None
     capture_content: bool = False
     duration_metric: bool = True
+    span_events: bool = True
     tokens_per_call: int = 1500
     prices: str | None = None
     status_in_prompt: bool = False
@@ -378,6 +379,10 @@ class Settings:
     store: str | None = None
     redis_prefix: str = "otel_breaker"
     redis_password: str | None = None
+    status_addr: str | None = None
+    status_allow_remote: bool = False
+    status_control: bool = False
+    status_token: str | None = None
     sources: Mapping[str, str] = field(default_factory=dict)
 
     def config_for(self, tool: str, base: CircuitBreakerConfig | None = None) -> CircuitBreakerConfig:
@@ -404,6 +409,9 @@ _PLAIN_SETTINGS: dict[str, tuple[str, str]] = {
     "SCOPE": ("scope", "scope"),
     "CAPTURE_CONTENT": ("capture_content", "bool"),
     "DURATION_METRIC": ("duration_metric", "bool"),
+    "SPAN_EVENTS": ("span_events", "bool"),
+    "STATUS_ALLOW_REMOTE": ("status_allow_remote", "bool"),
+    "STATUS_CONTROL": ("status_control", "bool"),
     "TOKENS_PER_CALL": ("tokens_per_call", "int"),
     "STATUS_IN_PROMPT": ("status_in_prompt", "bool"),
     "MAX_BREAKERS": ("max_breakers", "int"),
@@ -415,6 +423,8 @@ _TEXT_SETTINGS = {
     "REDIS_PREFIX": "redis_prefix",
     "REDIS_PASSWORD": "redis_password",
     "PRICES": "prices",
+    "STATUS_ADDR": "status_addr",
+    "STATUS_TOKEN": "status_token",
 }
 
 
@@ -571,7 +581,7 @@ def describe_sources(settings: Settings) -> list[tuple[str, str, str]]:
     for suffix, name in {**structured, **_TEXT_SETTINGS}.items():
         var = PREFIX + suffix
         value = getattr(settings, name)
-        if name == "redis_password" and value:
+        if name in ("redis_password", "status_token") and value:
             value = "***"
         shown = str(dict(value) if isinstance(value, Mapping) else value)
         rows.append((var, shown, settings.sources.get(var, "default")))

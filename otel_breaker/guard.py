@@ -87,7 +87,13 @@ def _default_call(breaker: CircuitBreaker) -> ToolCall:
 def _reject(breaker: CircuitBreaker, call: ToolCall | None, adapter: Adapter | None, span: Any) -> tuple[bool, Any]:
     """Handle a rejected call. Returns (run_anyway, value)."""
     config = breaker._config
-    if span is None and adapter is None and config.graceful_degradation and not config.high_stakes:
+    if (
+        span is None
+        and adapter is None
+        and config.graceful_degradation
+        and not config.high_stakes
+        and not _TELEMETRY.logs_on()
+    ):
         return False, _rejection_result(breaker, call)
     if call is None:
         call = _default_call(breaker)
@@ -504,6 +510,9 @@ def guard(
         return guard()(tool)
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        from otel_breaker.status_server import start_from_settings
+
+        start_from_settings()  # OTEL_BREAKER_STATUS_ADDR, if set: once, never raises
         name = tool or getattr(fn, "__name__", "tool")
         if clock is not None:
             settings = (registry or default_registry()).settings

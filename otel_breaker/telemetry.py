@@ -1,8 +1,11 @@
-"""Every OpenTelemetry name, span, event and instrument of otel-breaker.
+"""Spans, log-based events and metrics of otel-breaker.
 
-Spans follow the GenAI semantic conventions (``execute_tool {tool}``); state
-changes and rejections are span events; metrics are the instruments below.
-Prometheus names after the exporter's translation are in the README.
+Spans follow the GenAI semantic conventions (``execute_tool {tool}``). State
+changes and rejections are log-based events (``otel_breaker.state_change``,
+``otel_breaker.rejected``) emitted through the OpenTelemetry Logs API when a
+logger provider exists, correlated with the current span; span events of the
+same names stay on by default behind ``OTEL_BREAKER_SPAN_EVENTS``. Every name,
+unit and description comes from :mod:`otel_breaker.semconv`.
 
 Speed: an SDK ``Counter.add`` costs several microseconds, more than a breaker
 decision. So per-call work is at most a span and one duration record; every
@@ -13,19 +16,24 @@ time. With no SDK configured nothing here runs beyond two attribute checks.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import threading
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from opentelemetry import _logs as logs_api
 from opentelemetry import context as context_api
 from opentelemetry import metrics as metrics_api
 from opentelemetry import trace as trace_api
+from opentelemetry._logs import SeverityNumber
 from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from otel_breaker import breaker as breaker_module
+from otel_breaker import semconv
 from otel_breaker.breaker import SHADOW, CircuitBreaker, State, StateChange, all_breakers
 from otel_breaker.config import get_settings
 from otel_breaker.registry import BreakerRegistry, counts_key, default_registry
@@ -34,6 +42,41 @@ from otel_breaker.sanitize import (  # noqa: F401 - MAX_ATTRIBUTE_CHARS and boun
     bounded,
     exception_message,
     exception_stacktrace,
+)
+from otel_breaker.semconv import (  # noqa: F401 - re-exported: the names other modules and users import from here
+    ATTR_AGENT,
+    ATTR_ERROR_TYPE,
+    ATTR_ESCALATED,
+    ATTR_ESTIMATE_SOURCE,
+    ATTR_EXCEPTION_TYPE,
+    ATTR_FRAMEWORK,
+    ATTR_FROM_STATE,
+    ATTR_GUARDED,
+    ATTR_MODE,
+    ATTR_MODEL,
+    ATTR_OPERATION,
+    ATTR_OUTCOME,
+    ATTR_REASON,
+    ATTR_REJECTED,
+    ATTR_RETRY_AFTER,
+    ATTR_SOURCE,
+    ATTR_STATE,
+    ATTR_STORE,
+    ATTR_TO_STATE,
+    ATTR_TOOL,
+    ATTR_TOOL_ARGUMENTS,
+    ATTR_TOOL_CALL_ID,
+    ATTR_TOOL_TYPE,
+    ATTR_WOULD_REJECT,
+    DURATION_BUCKETS,
+    ERROR_CIRCUIT_OPEN,
+    EVENT_EXCEPTION,
+    EVENT_REJECTED,
+    EVENT_STATE_CHANGE,
+    OPERATION,
+    SCOPE_NAME,
+    SPAN_NAME,
+    span_name,
 )
 from otel_breaker.tokens import TokenEstimator, parse_prices
 
@@ -48,57 +91,33 @@ try:
 except ImportError:  # pragma: no cover
     __version__ = "0.0.0"
 
-SCOPE_NAME = "otel_breaker"
-
-# -- span names and attributes (GenAI semantic conventions + our own) -------------
-SPAN_NAME = "execute_tool {tool}"
-OPERATION = "execute_tool"
-ATTR_OPERATION = "gen_ai.operation.name"
-ATTR_TOOL = "gen_ai.tool.name"
-ATTR_TOOL_CALL_ID = "gen_ai.tool.call.id"
-ATTR_TOOL_TYPE = "gen_ai.tool.type"
-ATTR_TOOL_ARGUMENTS = "gen_ai.tool.call.arguments"
-ATTR_AGENT = "gen_ai.agent.name"
-#: Where the tool runs when its name alone does not say it (an MCP server's ``name@version``).
-ATTR_SOURCE = "otel_breaker.tool.source"
-ATTR_ERROR_TYPE = "error.type"
-ATTR_STATE = "otel_breaker.state"
-ATTR_REJECTED = "otel_breaker.rejected"
-ATTR_GUARDED = "otel_breaker.guarded"
-ATTR_FRAMEWORK = "otel_breaker.framework"
-ATTR_MODE = "otel_breaker.mode"
-ATTR_WOULD_REJECT = "otel_breaker.would_reject"
-ATTR_ESCALATED = "otel_breaker.escalated"
-ATTR_FROM_STATE = "otel_breaker.from_state"
-ATTR_TO_STATE = "otel_breaker.to_state"
-ATTR_REASON = "otel_breaker.reason"
-ATTR_RETRY_AFTER = "otel_breaker.retry_after_s"
-ATTR_OUTCOME = "otel_breaker.outcome"
-ATTR_ESTIMATE_SOURCE = "otel_breaker.estimate.source"
-ATTR_MODEL = "gen_ai.request.model"
-
-EVENT_STATE_CHANGE = "otel_breaker.state_change"
-EVENT_REJECTED = "otel_breaker.rejected"
-
-ERROR_CIRCUIT_OPEN = "circuit_open"
-
-# -- instruments --------------------------------------------------------------------
-METRIC_STATE = "otel_breaker.state"
-METRIC_TRANSITIONS = "otel_breaker.transitions"
-METRIC_CALLS = "otel_breaker.calls"
-METRIC_REJECTED = "otel_breaker.calls.rejected"
-METRIC_TOKENS_SAVED = "otel_breaker.tokens.saved"
-METRIC_COST_SAVED = "otel_breaker.cost.saved"
-METRIC_DURATION = "gen_ai.execute_tool.duration"
-METRIC_STORE_ERRORS = "otel_breaker.store.errors"
-
-#: GenAI semantic-convention bucket boundaries for operation durations (seconds).
-DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
+# Instrument names, kept for code that imported them from here.
+METRIC_STATE = semconv.STATE.name
+METRIC_TRANSITIONS = semconv.TRANSITIONS.name
+METRIC_CALLS = semconv.CALLS.name
+METRIC_REJECTED = semconv.REJECTED.name
+METRIC_TOKENS_SAVED = semconv.TOKENS_SAVED.name
+METRIC_COST_SAVED = semconv.COST_SAVED.name
+METRIC_DURATION = semconv.DURATION.name
+METRIC_STORE_ERRORS = semconv.STORE_ERRORS.name
 
 OUTCOMES = ("success", "failure", "ignored")
 STATES = (State.CLOSED, State.OPEN, State.HALF_OPEN)
 #: The OpenTelemetry SDK's default limit of series (attribute sets) per instrument.
 SDK_CARDINALITY_LIMIT = 2000
+
+#: Severity of each log-based event: an opening is a warning (a tool is cut off),
+#: a recovery or probe is information, a rejection is information too (it is the
+#: breaker doing its job; the opening already warned).
+_TRANSITION_SEVERITY = {
+    State.OPEN: (SeverityNumber.WARN, "WARN"),
+    State.HALF_OPEN: (SeverityNumber.INFO, "INFO"),
+    State.CLOSED: (SeverityNumber.INFO, "INFO"),
+}
+_REJECTED_SEVERITY = (SeverityNumber.INFO, "INFO")
+#: ``otel_breaker.reason`` of a change this process followed from a shared store.
+REASON_SHARED_STORE = "shared_store"
+
 
 
 def _labels(breaker: CircuitBreaker) -> dict[str, str]:
@@ -117,6 +136,46 @@ def _key_labels(tool: str, agent: str | None) -> dict[str, str]:
     return labels
 
 
+def _call_labels(call: ToolCall) -> dict[str, Any]:
+    labels: dict[str, Any] = {ATTR_TOOL: bounded(call.tool)}
+    if call.agent_name:
+        labels[ATTR_AGENT] = bounded(call.agent_name)
+    if call.call_id is not None:
+        labels[ATTR_TOOL_CALL_ID] = bounded(call.call_id)
+    return labels
+
+
+def _make_log_record() -> Callable[..., Any]:
+    """The API's LogRecord, named by ``event_name`` where the API has that field
+    (1.35 and later); older APIs get the name as an ``event.name`` attribute."""
+    record_type = logs_api.LogRecord
+    if "event_name" in inspect.signature(record_type.__init__).parameters:
+        return record_type
+
+    def legacy(*, event_name: str, attributes: dict[str, Any], **fields: Any) -> Any:
+        return record_type(attributes={"event.name": event_name, **attributes}, **fields)
+
+    return legacy
+
+
+_LOG_RECORD: Callable[..., Any] | None = None
+
+
+def _log_record(name: str, severity: tuple[SeverityNumber, str], attributes: dict[str, Any], context: Any) -> Any:
+    """A log-based event; trace and span ids come from the current context."""
+    global _LOG_RECORD
+    if _LOG_RECORD is None:
+        _LOG_RECORD = _make_log_record()
+    return _LOG_RECORD(
+        timestamp=time.time_ns(),
+        context=context,
+        severity_number=severity[0],
+        severity_text=severity[1],
+        event_name=name,
+        attributes=attributes,
+    )
+
+
 def _admitted_state(permit: Any) -> str:
     if isinstance(permit, tuple):
         return State.HALF_OPEN.value
@@ -125,21 +184,50 @@ def _admitted_state(permit: Any) -> str:
     return State.CLOSED.value
 
 
-# The API keeps the global providers in module globals that stay None until an
-# SDK sets them; reading them is the cheapest "is anything configured?" test.
-# Should a future API rename them, fall back to "always observe".
-_TRACE_GLOBALS = vars(trace_api) if "_TRACER_PROVIDER" in vars(trace_api) else {"_TRACER_PROVIDER": True}
-_METRICS_GLOBALS = (
-    vars(metrics_api._internal) if "_METER_PROVIDER" in vars(metrics_api._internal) else {"_METER_PROVIDER": True}
-)
+def _global_provider_slots() -> tuple[Mapping[str, Any], Mapping[str, Any], Mapping[str, Any]]:
+    """The OpenTelemetry API's global tracer, meter and logger provider slots.
+
+    The one place that reads private OpenTelemetry state. The API has no public
+    "has a provider been set?" test that costs nothing: ``get_tracer_provider()``
+    answers with a proxy and reads the environment on every call, too slow for a
+    check made on every tool call. The slots are module globals that stay None
+    until an SDK sets a provider (set once, never unset), so a dict lookup
+    answers. Should a future API rename them, each falls back to "always
+    observe", and ``tests/test_telemetry.py`` fails loudly.
+    """
+    from opentelemetry._logs import _internal as logs_internal
+
+    found = []
+    for module, slot in (
+        (trace_api, "_TRACER_PROVIDER"),
+        (metrics_api._internal, "_METER_PROVIDER"),
+        (logs_internal, "_LOGGER_PROVIDER"),
+    ):
+        names = vars(module)
+        if slot in names:
+            found.append(names)
+        else:  # pragma: no cover - an API that moved its globals
+            logger.debug("otel-breaker: %s.%s not found; assuming a provider is set", module.__name__, slot)
+            found.append({slot: True})
+    return found[0], found[1], found[2]
 
 
-_SUPPRESS_KEY = context_api._SUPPRESS_INSTRUMENTATION_KEY
+_TRACE_GLOBALS, _METRICS_GLOBALS, _LOGS_GLOBALS = _global_provider_slots()
 
 
-def _instrumentation_suppressed() -> bool:
-    current = context_api.get_current()
-    return bool(current.get(_SUPPRESS_KEY) or current.get("suppress_instrumentation"))
+def _suppression_check() -> Callable[[], bool]:
+    """``is_instrumentation_enabled`` of opentelemetry-instrumentation (the public
+    test every contrib instrumentation honours), imported on first use: it is not
+    installed with the API alone, and importing it costs tens of milliseconds."""
+    try:
+        from opentelemetry.instrumentation.utils import is_instrumentation_enabled
+    except ImportError:  # the API alone: only the API's own key can suppress
+        key = context_api._SUPPRESS_INSTRUMENTATION_KEY
+
+        def is_instrumentation_enabled() -> bool:
+            return not context_api.get_value(key)
+
+    return is_instrumentation_enabled
 
 
 class Telemetry:
@@ -151,10 +239,15 @@ class Telemetry:
         self._tracer: Any = None
         self._meter_provider: Any = None
         self._meter_ready = False
+        self._logger_provider: Any = None
+        self._event_logger: Any = None
+        self._instrumentation_enabled: Callable[[], bool] = self._first_instrumentation_check
         self._duration: Any = None
         self._registry: BreakerRegistry | None = None
         self.capture_content = False
         self.duration_metric = True
+        #: Span events next to the log-based events (``OTEL_BREAKER_SPAN_EVENTS``).
+        self.span_events = True
         self.estimator = TokenEstimator()
         self._transitions: dict[tuple[str, str | None, str, str], int] = {}
         self._settings_read = False
@@ -163,12 +256,17 @@ class Telemetry:
         self.explicit = False
         breaker_module.add_global_listener(self._on_transition)
 
+    def _first_instrumentation_check(self) -> bool:
+        self._instrumentation_enabled = _suppression_check()
+        return self._instrumentation_enabled()
+
     def observing(self) -> bool:
-        """Whether any tracer or meter provider exists (explicit or global)."""
+        """Whether any tracer, meter or logger provider exists (explicit or global)."""
         return (
             self.explicit
             or _TRACE_GLOBALS.get("_TRACER_PROVIDER") is not None
             or _METRICS_GLOBALS.get("_METER_PROVIDER") is not None
+            or _LOGS_GLOBALS.get("_LOGGER_PROVIDER") is not None
         )
 
     # -- configuration ---------------------------------------------------------------
@@ -182,8 +280,13 @@ class Telemetry:
         capture_content: bool | None = None,
         duration_metric: bool | None = None,
         estimator: TokenEstimator | None = None,
+        logger_provider: Any = None,
+        span_events: bool | None = None,
     ) -> None:
-        """Use these providers instead of the global ones (and other options)."""
+        """Use these providers instead of the global ones (and other options).
+
+        ``logger_provider`` receives the log-based events; ``span_events=False``
+        keeps state changes and rejections off the spans."""
         self._read_settings()
         with self._lock:
             if tracer_provider is not None:
@@ -195,6 +298,12 @@ class Telemetry:
                 self._meter_ready = False
                 self._duration = None
                 self.explicit = True
+            if logger_provider is not None:
+                self._logger_provider = logger_provider
+                self._event_logger = None
+                self.explicit = True
+            if span_events is not None:
+                self.span_events = span_events
             if registry is not None:
                 self._registry = registry
             if capture_content is not None:
@@ -224,6 +333,8 @@ class Telemetry:
             self._meter_provider = None
             self._meter_ready = False
             self._duration = None
+            self._logger_provider = None
+            self._event_logger = None
             self.explicit = False
 
     def _read_settings(self) -> None:
@@ -233,6 +344,7 @@ class Telemetry:
         settings = get_settings()
         self.capture_content = settings.capture_content
         self.duration_metric = settings.duration_metric
+        self.span_events = settings.span_events
         prices = {}
         try:
             prices = parse_prices(settings.prices)
@@ -279,59 +391,31 @@ class Telemetry:
 
     def _create_instruments(self, meter: Any) -> None:
         meter.create_observable_gauge(
-            METRIC_STATE,
-            callbacks=[self._within_cardinality(METRIC_STATE, self._observe_state)],
-            unit="{breaker}",
-            description="Circuit breaker state per tool: 1 for the current state, 0 for the others.",
+            semconv.STATE.name,
+            callbacks=[self._within_cardinality(semconv.STATE.name, self._observe_state)],
+            unit=semconv.STATE.unit,
+            description=semconv.STATE.description,
         )
         counters = (
-            (
-                METRIC_TRANSITIONS,
-                self._observe_transitions,
-                "{transition}",
-                "State transitions of tool circuit breakers.",
-            ),
-            (
-                METRIC_CALLS,
-                self._observe_calls,
-                "{call}",
-                "Tool calls that ran through a breaker, by outcome (success, failure, ignored).",
-            ),
-            (
-                METRIC_REJECTED,
-                self._observe_rejected,
-                "{call}",
-                "Tool calls rejected by an open or half-open breaker without running the tool "
-                "(in observe mode: calls that would have been rejected).",
-            ),
-            (
-                METRIC_TOKENS_SAVED,
-                self._observe_tokens,
-                "{token}",
-                "Estimated LLM tokens saved by rejected tool calls.",
-            ),
-            (
-                METRIC_COST_SAVED,
-                self._observe_cost,
-                "USD",
-                "Estimated LLM cost saved by rejected tool calls, from the configured price table.",
-            ),
-            (
-                METRIC_STORE_ERRORS,
-                self._observe_store_errors,
-                "{error}",
-                "Errors talking to the shared breaker store (calls fell back to local breakers).",
-            ),
+            (semconv.TRANSITIONS, self._observe_transitions),
+            (semconv.CALLS, self._observe_calls),
+            (semconv.REJECTED, self._observe_rejected),
+            (semconv.TOKENS_SAVED, self._observe_tokens),
+            (semconv.COST_SAVED, self._observe_cost),
+            (semconv.STORE_ERRORS, self._observe_store_errors),
         )
-        for name, callback, unit, description in counters:
+        for instrument, callback in counters:
             meter.create_observable_counter(
-                name, callbacks=[self._within_cardinality(name, callback)], unit=unit, description=description
+                instrument.name,
+                callbacks=[self._within_cardinality(instrument.name, callback)],
+                unit=instrument.unit,
+                description=instrument.description,
             )
         if self.duration_metric:
             self._duration = meter.create_histogram(
-                METRIC_DURATION,
-                unit="s",
-                description="Duration of tool executions.",
+                semconv.DURATION.name,
+                unit=semconv.DURATION.unit,
+                description=semconv.DURATION.description,
                 explicit_bucket_boundaries_advisory=list(DURATION_BUCKETS),
             )
 
@@ -367,7 +451,7 @@ class Telemetry:
             if self._tracer_provider is None and _TRACE_GLOBALS.get("_TRACER_PROVIDER", True) is None:
                 return None  # metrics only: no tracer anywhere
             tracer = self.tracer()
-        if _instrumentation_suppressed():
+        if not self._instrumentation_enabled():
             return None
         # The state before admission is nearly always the admitted one: set it now, in
         # one go with the rest, and correct it in finish() in the rare other case.
@@ -391,7 +475,7 @@ class Telemetry:
             attributes[ATTR_FRAMEWORK] = call.framework
         if self.capture_content and call.arguments is not None:
             attributes[ATTR_TOOL_ARGUMENTS] = bounded(call.arguments)
-        span = tracer.start_span(f"execute_tool {attributes[ATTR_TOOL]}", kind=SpanKind.INTERNAL, attributes=attributes)
+        span = tracer.start_span(span_name(attributes[ATTR_TOOL]), kind=SpanKind.INTERNAL, attributes=attributes)
         token = context_api.attach(trace_api.set_span_in_context(span))
         return (span, token, state)
 
@@ -461,24 +545,27 @@ class Telemetry:
                 },
             )
         else:
-            span.add_event("exception", {"exception.type": type(exc).__qualname__})
+            span.add_event(EVENT_EXCEPTION, {ATTR_EXCEPTION_TYPE: type(exc).__qualname__})
 
     def rejected(self, handle: Any, call: ToolCall, breaker: CircuitBreaker, info: Rejection) -> None:
-        """A call was rejected: finish its short span. (Counting is the breaker's.)"""
+        """A call was rejected: one log-based event, and its short span finished.
+        (Counting is the breaker's.)"""
+        retry_after = -1.0 if info.retry_after is None else info.retry_after
+        event = {ATTR_STATE: info.state.value, ATTR_RETRY_AFTER: retry_after}
         if handle is None:
+            self._emit_event(EVENT_REJECTED, _REJECTED_SEVERITY, {**_call_labels(call), **event}, None)
             return
         span = handle[0]
         try:
             if span.is_recording():
-                retry_after = info.retry_after
                 span.set_attributes(
                     {ATTR_STATE: info.state.value, ATTR_REJECTED: True, ATTR_ERROR_TYPE: ERROR_CIRCUIT_OPEN}
                 )
-                span.add_event(
-                    EVENT_REJECTED,
-                    {ATTR_STATE: info.state.value, ATTR_RETRY_AFTER: -1.0 if retry_after is None else retry_after},
-                )
+                if self.span_events:
+                    span.add_event(EVENT_REJECTED, event)
                 span.set_status(Status(StatusCode.ERROR, "circuit open"))
+            # The span is still current: the event carries its trace and span ids.
+            self._emit_event(EVENT_REJECTED, _REJECTED_SEVERITY, {**_call_labels(call), **event}, None)
         finally:
             span.end()
 
@@ -494,16 +581,64 @@ class Telemetry:
         key = (breaker.name, breaker.agent_name, change.from_state.value, change.to_state.value)
         with self._lock:
             self._transitions[key] = self._transitions.get(key, 0) + 1
+        event = {
+            ATTR_FROM_STATE: change.from_state.value,
+            ATTR_TO_STATE: change.to_state.value,
+            ATTR_REASON: change.reason,
+        }
+        self._read_settings()
         span = trace_api.get_current_span()
-        if span.is_recording() and getattr(span, "attributes", {}).get(ATTR_GUARDED):
-            span.add_event(
-                EVENT_STATE_CHANGE,
-                {
-                    ATTR_FROM_STATE: change.from_state.value,
-                    ATTR_TO_STATE: change.to_state.value,
-                    ATTR_REASON: change.reason,
-                },
-            )
+        in_call = span.is_recording() and bool(getattr(span, "attributes", {}).get(ATTR_GUARDED))
+        if in_call and self.span_events:
+            span.add_event(EVENT_STATE_CHANGE, event)
+        # Every transition, with or without a span around it (a cooldown that ends on
+        # a state read, a health check, a manual open, a change another worker made):
+        # inside a tool call's span the event carries its trace context.
+        severity = _TRANSITION_SEVERITY[change.to_state]
+        self._emit_event(EVENT_STATE_CHANGE, severity, {**_labels(breaker), **event}, None)
+
+    def followed(self, breaker: CircuitBreaker, from_state: State, to_state: State) -> None:
+        """A breaker followed a change another process made in a shared store (that
+        process counted the transition; this one only tells its own log, so the change
+        is seen where the breaker lives, also when it came from the command line)."""
+        if from_state is to_state:
+            return
+        event = {
+            ATTR_FROM_STATE: from_state.value,
+            ATTR_TO_STATE: to_state.value,
+            ATTR_REASON: REASON_SHARED_STORE,
+        }
+        self._emit_event(EVENT_STATE_CHANGE, _TRANSITION_SEVERITY[to_state], {**_labels(breaker), **event}, None)
+
+    # -- log-based events -------------------------------------------------------------------------
+
+    def logs_on(self) -> bool:
+        """Whether log-based events have somewhere to go (cheap: two lookups)."""
+        return self._logger_provider is not None or _LOGS_GLOBALS.get("_LOGGER_PROVIDER") is not None
+
+    def event_logger(self) -> Any:
+        """The logger log-based events go to, or None while no logger provider exists."""
+        logger_ = self._event_logger
+        if logger_ is not None:
+            return logger_
+        provider = self._logger_provider
+        if provider is None:
+            if _LOGS_GLOBALS.get("_LOGGER_PROVIDER", True) is None:
+                return None
+            provider = logs_api.get_logger_provider()
+        self._event_logger = provider.get_logger(SCOPE_NAME, __version__)
+        return self._event_logger
+
+    def _emit_event(
+        self, name: str, severity: tuple[SeverityNumber, str], attributes: dict[str, Any], context: Any
+    ) -> None:
+        try:
+            event_logger = self.event_logger()
+            if event_logger is None:
+                return
+            event_logger.emit(_log_record(name, severity, attributes, context))
+        except Exception:  # telemetry never fails a call or a transition
+            logger.debug("otel-breaker: emitting %s failed", name, exc_info=True)
 
     # -- observable instruments ------------------------------------------------------------------
 
@@ -582,7 +717,7 @@ class Telemetry:
     def _observe_store_errors(self, options: CallbackOptions) -> Iterable[Observation]:
         errors = getattr(self.registry.store, "error_count", None)
         if errors is not None:
-            yield Observation(int(errors), {"otel_breaker.store": getattr(self.registry.store, "name", "store")})
+            yield Observation(int(errors), {ATTR_STORE: getattr(self.registry.store, "name", "store")})
 
 
 _CARDINALITY_WARNED: set[str] = set()
@@ -607,6 +742,8 @@ def configure(
     capture_content: bool | None = None,
     duration_metric: bool | None = None,
     estimator: TokenEstimator | None = None,
+    logger_provider: Any = None,
+    span_events: bool | None = None,
 ) -> Telemetry:
     """Send breaker telemetry to these providers (default: the global ones)."""
     TELEMETRY.configure(
@@ -616,5 +753,7 @@ def configure(
         capture_content=capture_content,
         duration_metric=duration_metric,
         estimator=estimator,
+        logger_provider=logger_provider,
+        span_events=span_events,
     )
     return TELEMETRY

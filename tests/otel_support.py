@@ -102,7 +102,7 @@ class Receiver:
             "--otlp-grpc-endpoint", f"127.0.0.1:{self.grpc_port}",
             "--otlp-http-endpoint", f"127.0.0.1:{self.http_port}",
             "--exporter", "blackhole",
-            "--debug-log", "traces", "--debug-log", "metrics",
+            "--debug-log", "traces", "--debug-log", "metrics", "--debug-log", "logs",
             "--debug-log-verbosity", "detailed",
             "--pid-file", str(self.log.with_suffix(".pid")),
         ]  # fmt: skip

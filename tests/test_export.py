@@ -20,29 +20,41 @@ def receiver(tmp_path):
     receiver.stop()
 
 
-def providers(protocol: str, grpc_port: int, http_port: int):
+def providers(protocol: str, grpc_port: int, http_port: int, logs: bool = False):
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
     if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc._log_exporter import OTLPLogExporter
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 
         spans = OTLPSpanExporter(endpoint=f"127.0.0.1:{grpc_port}", insecure=True, timeout=2)
         metrics = OTLPMetricExporter(endpoint=f"127.0.0.1:{grpc_port}", insecure=True, timeout=2)
+        log_records = OTLPLogExporter(endpoint=f"127.0.0.1:{grpc_port}", insecure=True, timeout=2)
     else:
+        from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
         spans = OTLPSpanExporter(endpoint=f"http://127.0.0.1:{http_port}/v1/traces", timeout=2)
         metrics = OTLPMetricExporter(endpoint=f"http://127.0.0.1:{http_port}/v1/metrics", timeout=2)
+        log_records = OTLPLogExporter(endpoint=f"http://127.0.0.1:{http_port}/v1/logs", timeout=2)
     tracer_provider = TracerProvider()
     tracer_provider.add_span_processor(BatchSpanProcessor(spans, schedule_delay_millis=200))
     reader = PeriodicExportingMetricReader(metrics, export_interval_millis=60_000)
     meter_provider = MeterProvider(metric_readers=[reader])
-    telemetry.configure(tracer_provider, meter_provider)
+    logger_provider = None
+    if logs:
+        logger_provider = LoggerProvider()
+        logger_provider.add_log_record_processor(BatchLogRecordProcessor(log_records, schedule_delay_millis=200))
+    telemetry.configure(tracer_provider, meter_provider, logger_provider=logger_provider)
+    if logs:
+        return tracer_provider, meter_provider, logger_provider
     return tracer_provider, meter_provider
 
 
@@ -85,6 +97,33 @@ def test_spans_and_metrics_arrive_at_a_real_otlp_receiver(receiver, protocol):
         telemetry.TELEMETRY.reset()
     assert results[0]["circuit_open"] is True and results[1] == 42
     assert "circuit_open" in text  # error.type of the rejected call
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_log_based_events_arrive_at_a_real_otlp_receiver(receiver, protocol):
+    tracer_provider, meter_provider, logger_provider = providers(
+        protocol, receiver.grpc_port, receiver.http_port, logs=True
+    )
+    try:
+        workload()
+        get_circuit_breaker("web_search").force_close()  # a change with no span around it
+        tracer_provider.force_flush()
+        logger_provider.force_flush()
+        text = receiver.wait_for(
+            "EventName: otel_breaker.state_change",
+            "EventName: otel_breaker.rejected",
+            "SeverityText: WARN",
+            "otel_breaker.to_state: Str(closed)",
+        )
+    finally:
+        tracer_provider.shutdown()
+        meter_provider.shutdown()
+        logger_provider.shutdown()
+        telemetry.TELEMETRY.reset()
+    logs = text[text.find("ResourceLog") :]
+    assert "InstrumentationScope otel_breaker" in logs
+    rejected = logs[logs.find("EventName: otel_breaker.rejected") :]
+    assert "otel_breaker.retry_after_s: Int(60)" in rejected.split("LogRecord #", 1)[0]
 
 
 def test_every_tool_call_completes_with_the_receiver_stopped(tmp_path):

@@ -135,6 +135,16 @@ def test_suppressed_instrumentation_makes_no_span_but_still_guards(otel):
     assert get_circuit_breaker("search").stats.success_count == 1
 
 
+def test_the_public_suppression_context_is_honoured(otel):
+    from opentelemetry.instrumentation.utils import suppress_instrumentation
+
+    with suppress_instrumentation():
+        assert call() == "ok"
+    assert otel.tool_spans() == []
+    assert call() == "ok"
+    assert len(otel.tool_spans()) == 1
+
+
 def test_attribute_values_are_bounded(otel):
     long_name = "t" * 5000
     Guard().call(ToolCall(long_name, call_id="c" * 5000), lambda: 1)
@@ -311,7 +321,7 @@ def test_cost_saved_from_a_price_table(otel):
             pass
         call()
     metric = otel.metric_objects()["otel_breaker.cost.saved"]
-    assert metric.unit == "USD"
+    assert metric.unit == "{USD}"
     assert otel.value("otel_breaker.cost.saved", gen_ai_tool_name="search") == pytest.approx(0.0028)
 
 

@@ -3,7 +3,9 @@
 They read the store ``OTEL_BREAKER_STORE`` names (or ``--store URL``: one node,
 any Cluster node, ``redis+cluster://`` or ``redis+sentinel://``) and the prefix
 ``OTEL_BREAKER_REDIS_PREFIX`` (or ``--prefix``). On a Cluster, ``status`` scans
-every primary. Manual changes are published, so running workers follow them at once.
+every primary. Manual changes are published, so running workers follow them at
+once. With ``--url`` they talk to one process's status endpoint instead
+(:mod:`otel_breaker.cli.remote`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ def register(subparsers: Any) -> None:
         "redis+sentinel://host:26379/service (default: $OTEL_BREAKER_STORE)",
     )
     common.add_argument("--prefix", help="key prefix (default: $OTEL_BREAKER_REDIS_PREFIX or otel_breaker)")
+    common.add_argument("--url", help="a process's status endpoint, http://127.0.0.1:PORT ($OTEL_BREAKER_STATUS_ADDR)")
 
     status = subparsers.add_parser(
         "status",
@@ -54,6 +57,7 @@ def register(subparsers: Any) -> None:
     )
     opener.add_argument("tool", metavar="TOOL")
     opener.add_argument("--for", dest="duration", type=float, metavar="SECONDS", help="then allow probes again")
+    opener.add_argument("--create", action="store_true", help="also open a tool no worker has used yet")
     opener.set_defaults(handler=_open)
 
     closer = subparsers.add_parser(
@@ -98,6 +102,18 @@ def _run(store: Any, action: Any) -> Any:
 
 
 def _status(args: argparse.Namespace) -> int:
+    if args.url:
+        from otel_breaker.cli import remote
+
+        document = remote.status(args)
+        if args.json:
+            json.dump(document, sys.stdout, indent=2)
+            sys.stdout.write("\n")
+        elif not document["breakers"]:
+            print(f"no breakers in process {document.get('pid')} at {args.url}")
+        else:
+            _print_table(document["breakers"])
+        return 0
     store = _connect(args)
     rows = _run(store, store.snapshot)
     if args.json:
@@ -107,6 +123,11 @@ def _status(args: argparse.Namespace) -> int:
     if not rows:
         print(f"no breakers in {_masked(store)} under prefix {store.prefix!r}")
         return 0
+    _print_table(rows)
+    return 0
+
+
+def _print_table(rows: list[dict[str, Any]]) -> None:
     header = ("TOOL", "SCOPE", "STATE", "FAILURES", "RETRY-AFTER", "LAST CHANGE")
     table = [header]
     for row in rows:
@@ -124,7 +145,6 @@ def _status(args: argparse.Namespace) -> int:
     widths = [max(len(line[i]) for line in table) for i in range(len(header))]
     for line in table:
         print("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip())
-    return 0
 
 
 def _scope(row: dict[str, Any]) -> str:
@@ -176,14 +196,23 @@ def _targets(store: Any, tool: str | None, create: bool) -> list[dict[str, Any]]
     return chosen
 
 
-def _apply(args: argparse.Namespace, op: str, tool: str | None, *extra: Any, create: bool) -> int:
+def _apply(args: argparse.Namespace, op: str, tool: str | None, *extra: Any, create: bool = False) -> int:
+    done = {"reset": "reset", "open": "opened", "close": "closed"}[op]
+    if args.url:
+        from otel_breaker.cli import remote
+
+        count = remote.control(args, op, tool)
+        print(f"{done} {count} breaker{'s' if count != 1 else ''}" + (f" of tool {tool!r}" if tool else ""))
+        return 0
     store = _connect(args)
 
     def action() -> int:
         rows = _targets(store, tool, create)
         if not rows:
+            # The same answer from every verb: an unknown name never makes a breaker.
             what = f"tool {tool!r}" if tool else "any tool"
-            raise UsageError(f"no breaker for {what} in the store under prefix {store.prefix!r}")
+            hint = " (pass --create to open a tool no worker has used yet)" if op == "open" and tool else ""
+            raise UsageError(f"no breaker for {what} in the store under prefix {store.prefix!r}{hint}")
         for row in rows:
             store.control(
                 row["key"], op, *extra, tool=row["tool"], agent=row["agent"] or "", session=row["session"] or ""
@@ -191,7 +220,6 @@ def _apply(args: argparse.Namespace, op: str, tool: str | None, *extra: Any, cre
         return len(rows)
 
     count = _run(store, action)
-    done = {"reset": "reset", "open": "opened", "close": "closed"}[op]
     print(f"{done} {count} breaker{'s' if count != 1 else ''}" + (f" of tool {tool!r}" if tool else ""))
     return 0
 
@@ -206,8 +234,8 @@ def _open(args: argparse.Namespace) -> int:
     if args.duration is not None and not args.duration >= 0:
         raise UsageError("--for takes a number of seconds >= 0")
     duration = -1 if args.duration is None else int(args.duration * 1000)
-    return _apply(args, "open", args.tool, duration, create=True)
+    return _apply(args, "open", args.tool, duration, create=args.create)
 
 
 def _close(args: argparse.Namespace) -> int:
-    return _apply(args, "close", args.tool, create=True)
+    return _apply(args, "close", args.tool)

@@ -81,9 +81,10 @@ class BreakerInstrumentor(BaseInstrumentor):
         """Options: ``tracer_provider``, ``meter_provider``, ``frameworks`` (names;
         asking for a missing one raises), ``lazy`` (patch on import, the default
         when started from the environment)."""
-        from otel_breaker import telemetry
+        from otel_breaker import status_server, telemetry
         from otel_breaker.config import get_settings
 
+        status_server.start_from_settings()  # OTEL_BREAKER_STATUS_ADDR, if set; never raises
         tracer_provider = kwargs.get("tracer_provider")
         meter_provider = kwargs.get("meter_provider")
         if tracer_provider is not None or meter_provider is not None:

@@ -25,7 +25,7 @@ COUNTERS = {
     "otel_breaker_calls_total",
     "otel_breaker_calls_rejected_total",
     "otel_breaker_tokens_saved_total",
-    "otel_breaker_cost_saved_USD_total",
+    "otel_breaker_cost_saved_total",
     "otel_breaker_store_errors_total",
     "gen_ai_execute_tool_duration_seconds_bucket",
     "gen_ai_execute_tool_duration_seconds_sum",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import yaml
 from obs_helpers import COLLECTOR_CONFIG, PROMETHEUS_CONFIG, REPO
@@ -110,3 +112,57 @@ def test_compose_wires_configs():
     prom_volumes = dict(v.split(":")[:2] for v in services["prometheus"]["volumes"])
     assert prom_volumes["../collector/prometheus.yml"] == "/etc/prometheus/prometheus.yml"
     assert prom_volumes["../dashboards/prometheus/alerts.yaml"] == "/etc/dashboards/prometheus/alerts.yaml"
+
+
+def _compose() -> dict:
+    return yaml.safe_load((REPO / "examples" / "compose.yaml").read_text(encoding="utf-8"))
+
+
+def test_traces_reach_the_trace_backend_of_the_stack(config):
+    services = _compose()["services"]
+    traces = config["service"]["pipelines"]["traces"]
+    (exporter,) = traces["exporters"]
+    assert _kind(exporter) == "otlp"
+    host, port = config["exporters"][exporter]["endpoint"].rsplit(":", 1)
+    assert host in services, f"{exporter} sends to {host}, not a service of the stack"
+    assert services[host]["image"].startswith("jaegertracing/")
+    assert port == "4317"
+    assert "16686:16686" in services[host]["ports"]
+    assert host in services["otel-collector"].get("depends_on", [])
+
+
+def test_log_based_events_have_a_pipeline(config):
+    logs = config["service"]["pipelines"]["logs"]
+    assert logs["receivers"] == ["otlp"] and logs["exporters"]
+
+
+def _missing_references(compose: dict) -> tuple[list[str], list[str]]:
+    """(files the compose file references, those missing or not mounted)."""
+    examples = REPO / "examples"
+    referenced, problems = [], []
+    for service in compose["services"].values():
+        volumes = [v for v in service.get("volumes", []) if isinstance(v, str)]
+        mounted = {v.split(":")[1]: v.split(":")[0] for v in volumes}
+        referenced += [v.split(":", 1)[0] for v in volumes if v.startswith((".", "/"))]
+        referenced += list(service.get("env_file", []) or [])
+        for found in re.findall(r"--config(?:\.file)?=(\S+)", " ".join(map(str, service.get("command", [])))):
+            if found not in mounted:
+                problems.append(f"{found} is not mounted into the container")
+    for section in ("configs", "secrets"):
+        referenced += [item["file"] for item in (compose.get(section) or {}).values() if "file" in item]
+    problems += [path for path in referenced if not (examples / path).resolve().exists()]
+    return referenced, problems
+
+
+def test_compose_references_only_files_that_exist():
+    referenced, problems = _missing_references(_compose())
+    assert len(referenced) >= 5
+    assert problems == []
+
+
+def test_compose_check_catches_a_missing_file():
+    compose = _compose()
+    compose["services"]["otel-collector"]["volumes"] = ["../collector/no-such-file.yaml:/etc/otelcol-contrib/x.yaml"]
+    _referenced, problems = _missing_references(compose)
+    assert "../collector/no-such-file.yaml" in problems
+    assert "/etc/otelcol-contrib/config.yaml is not mounted into the container" in problems

@@ -6,6 +6,7 @@ import importlib.util
 import re
 import subprocess
 import sys
+import urllib.parse
 
 import pytest
 from obs_helpers import (
@@ -118,7 +119,7 @@ def test_template_variables(dashboard):
         assert var["allValue"] == ".*"
         _selector, var_label = parse_label_values(var["query"]["query"])
         assert var_label == label
-        assert var["definition"] == var["query"]["query"]
+        assert var.get("definition", var["query"]["query"]) == var["query"]["query"]
 
 
 def test_panel_kinds_present(dashboard):
@@ -161,6 +162,32 @@ def test_openings_annotation(dashboard):
     assert "otel_breaker_transitions_total" in expr
     assert 'otel_breaker_to_state="open"' in expr
     assert anns[0]["enable"] is True
+
+
+def test_no_upper_case_in_metric_names(dashboard):
+    for where, expr, _ in dashboard_queries(dashboard):
+        for name in metric_names(expr):
+            assert name == name.lower(), f"{where}: {name}"
+
+
+def test_rejected_calls_link_to_their_traces(dashboard):
+    (link,) = [link for link in dashboard["links"] if "Jaeger" in link["title"]]
+    assert link["url"].startswith("http://localhost:16686/search?")
+    assert "otel_breaker.rejected" in urllib.parse.unquote(link["url"])
+    table = next(p for p in dashboard["panels"] if p["title"] == "Top tools by rejections")
+    (override,) = table["fieldConfig"]["overrides"]
+    assert override["matcher"] == {"id": "byName", "options": "tool"}
+    assert "16686" in override["properties"][0]["value"][0]["url"]
+
+
+def test_the_generator_takes_its_names_from_semconv():
+    from otel_breaker import semconv
+
+    source = GENERATOR.read_text(encoding="utf-8")
+    assert "from otel_breaker import semconv" in source
+    assert "otel_breaker_" not in source and "gen_ai_" not in source, "metric names written by hand"
+    assert {i.prometheus for i in semconv.INSTRUMENTS if i.kind == "counter"} < COUNTERS
+    assert semconv.DURATION.prometheus + "_bucket" in COUNTERS
 
 
 def test_queries_use_only_contract_metrics(dashboard):

@@ -67,7 +67,7 @@ def test_open_and_close_reach_running_workers(make_store, cli):
 
 
 def test_open_for_a_duration_then_probes(cli, make_store):
-    assert cli("open", "later", "--for", "0")[0] == 0
+    assert cli("open", "later", "--for", "0", "--create")[0] == 0
     breaker = make_store().create("later", CircuitBreakerConfig())
     assert isinstance(breaker.acquire(), tuple)
 
@@ -94,10 +94,20 @@ def test_usage_errors(cli):
     assert code == 2 and "no breaker for tool 'nothing-here'" in err
 
 
+@pytest.mark.parametrize("verb", ["reset", "open", "close"])
+def test_an_unknown_tool_gets_the_same_answer_from_every_verb(make_store, cli, verb):
+    make_store().create("known", CircuitBreakerConfig()).call(lambda: "ok")
+    code, out, err = cli(verb, "nosuch_tool")
+    assert code == 2 and out == ""
+    assert "no breaker for tool 'nosuch_tool'" in err
+    tools = [row["tool"] for row in json.loads(cli("status", "--json")[1])["breakers"]]
+    assert tools == ["known"], "an unknown name made a phantom breaker"
+
+
 def test_store_from_environment(redis_server, prefix, capsys, monkeypatch):
     monkeypatch.setenv("OTEL_BREAKER_STORE", redis_server.url)
     monkeypatch.setenv("OTEL_BREAKER_REDIS_PREFIX", prefix)
-    assert main(["open", "env_tool"]) == 0
+    assert main(["open", "env_tool", "--create"]) == 0
     assert main(["status", "--json"]) == 0
     out = capsys.readouterr().out
     assert json.loads(out.split("\n", 1)[1])["breakers"][0]["tool"] == "env_tool"
