@@ -302,6 +302,30 @@ def remove_global_listener(listener: StateListener) -> None:
         _GLOBAL_LISTENERS.remove(listener)
 
 
+#: Called as ``listener(breaker, from_state, to_state)`` when a breaker follows a
+#: change another process made in a shared store. That process counted the
+#: transition; these listeners only tell this process's log where the breaker lives.
+FollowListener = Callable[["CircuitBreaker", State, State], None]
+_FOLLOW_LISTENERS: list[FollowListener] = []
+
+
+def add_follow_listener(listener: FollowListener) -> None:
+    """Subscribe to changes breakers follow from a shared store (telemetry does)."""
+    if listener not in _FOLLOW_LISTENERS:
+        _FOLLOW_LISTENERS.append(listener)
+
+
+def notify_followed(breaker: CircuitBreaker, from_state: State, to_state: State) -> None:
+    """Tell the follow listeners a shared store moved ``breaker``; a failing listener is logged."""
+    if from_state is to_state:
+        return
+    for listener in _FOLLOW_LISTENERS:
+        try:
+            listener(breaker, from_state, to_state)
+        except Exception:
+            logger.exception("otel-breaker: follow listener %r failed", listener)
+
+
 def all_breakers() -> list[CircuitBreaker]:
     """Every breaker alive in this process, registered or not."""
     return list(_ALL_BREAKERS)

@@ -119,7 +119,6 @@ _REJECTED_SEVERITY = (SeverityNumber.INFO, "INFO")
 REASON_SHARED_STORE = "shared_store"
 
 
-
 def _labels(breaker: CircuitBreaker) -> dict[str, str]:
     labels = {ATTR_TOOL: bounded(breaker.name)}
     if breaker.agent_name:
@@ -255,6 +254,7 @@ class Telemetry:
         #: (and no global SDK) the call path skips telemetry entirely.
         self.explicit = False
         breaker_module.add_global_listener(self._on_transition)
+        breaker_module.add_follow_listener(self.followed)
 
     def _first_instrumentation_check(self) -> bool:
         self._instrumentation_enabled = _suppression_check()

@@ -82,7 +82,7 @@ def test_status_lists_the_process_breakers_with_the_shared_store_fields(server, 
     assert search["last_change_age_s"] == 0 and isinstance(search["last_change_ms"], int)
     assert rows["calc"]["state"] == "closed" and rows["calc"]["successes"] == 1
     pytest.importorskip("redis")
-    from otel_breaker.store.redis import _row
+    from otel_breaker.store.redis_admin import row as _row
 
     assert set(search) == set(_row("k", {"st": "0"}, 0)), "fields differ from the shared store's status"
 

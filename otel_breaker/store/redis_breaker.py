@@ -18,6 +18,7 @@ from otel_breaker.breaker import (
     Clock,
     State,
     StateChange,
+    notify_followed,
 )
 from otel_breaker.classify import FAILURE, SUCCESS
 
@@ -175,13 +176,17 @@ class RedisCircuitBreaker(CircuitBreaker):
             self._open_until = _INF if retry_ms < 0 else now + retry_ms / 1000.0
 
     def _on_published(self, ver: int, gen: int, state: State, retry_ms: int, consecutive: int, free: bool) -> None:
-        """Another worker changed the shared state: follow it, report nothing."""
+        """Another worker changed the shared state: follow it. The transition is that
+        worker's to count; this process only logs what its breaker now shows."""
         with self._lock:
+            before = self._state
             if ver > self._ver:
                 self._mirror(ver, gen, state, retry_ms, consecutive, self._clock())
                 self._stale = False  # heard while subscribed: this is the current state
                 self._free = free and self._store.watching
                 self._probe_busy = False
+            after = self._state
+        notify_followed(self, before, after)
 
     def _retry_after_locked(self, now: float) -> float:
         if self._state is _HALF_OPEN and self._probe_busy:

@@ -468,3 +468,37 @@ def test_a_change_missed_while_the_feed_was_down_is_read_from_redis(make_store, 
     wait_watching(b_store)
     assert b.call(ok) == "ok"  # b asked Redis once instead of trusting what it saw before the gap
     assert b.state is State.CLOSED
+
+
+def test_a_followed_change_is_a_log_event_in_the_following_worker(make_store, otel):
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
+
+    from otel_breaker import semconv, telemetry
+
+    exporter = InMemoryLogRecordExporter()
+    provider = LoggerProvider()
+    provider.add_log_record_processor(SimpleLogRecordProcessor(exporter))
+    telemetry.configure(logger_provider=provider)
+    config = CircuitBreakerConfig(failure_threshold=1, recovery_timeout=60)
+    a_store, b_store = make_store(), make_store()
+    a = a_store.create("followed", config)
+    b = b_store.create("followed", config, agent_name="worker-b")
+    wait_watching(a_store, b_store)
+
+    def followed_events():
+        return [
+            data.log_record.attributes
+            for data in exporter.get_finished_logs()
+            if data.log_record.event_name == semconv.EVENT_STATE_CHANGE
+            and data.log_record.attributes.get(semconv.ATTR_REASON) == telemetry.REASON_SHARED_STORE
+        ]
+
+    run(a, boom)
+    wait_for(lambda: followed_events(), what="worker b to log the opening it followed")
+    (opened,) = followed_events()
+    assert opened[semconv.ATTR_TO_STATE] == "open" and opened[semconv.ATTR_FROM_STATE] == "closed"
+    a.force_close()  # as the command line does
+    wait_for(lambda: len(followed_events()) == 2, what="worker b to log the close it followed")
+    assert followed_events()[1][semconv.ATTR_TO_STATE] == "closed"
+    provider.shutdown()
