@@ -498,6 +498,7 @@ def test_a_followed_change_is_a_log_event_in_the_following_worker(make_store, ot
     wait_for(lambda: followed_events(), what="worker b to log the opening it followed")
     (opened,) = followed_events()
     assert opened[semconv.ATTR_TO_STATE] == "open" and opened[semconv.ATTR_FROM_STATE] == "closed"
+    assert b.state is State.OPEN
     a.force_close()  # as the command line does
     wait_for(lambda: len(followed_events()) == 2, what="worker b to log the close it followed")
     assert followed_events()[1][semconv.ATTR_TO_STATE] == "closed"
