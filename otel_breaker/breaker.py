@@ -696,6 +696,9 @@ class CircuitBreaker:
             nonlocal moved
             if self._state is not _OPEN or self._open_until == math.inf:
                 return None
+            if now >= self._open_until:
+                # the cooldown is already over (a read would have moved it): not the check's doing
+                return self._transition(_HALF_OPEN, "cooldown_elapsed", now)
             moved = True
             return self._transition(_HALF_OPEN, "health_check_passed", now)
 

@@ -231,7 +231,11 @@ elseif op == 'reset' then
   transition(0, 'reset')
   redis.call('HSET', H, 'successes', 0, 'failures', 0, 'opened', 0)
 elseif op == 'health' then
-  if st == 1 and ou >= 0 then
+  -- a cooldown already over makes the breaker half-open, as a read would: the
+  -- health check did not move it
+  if st == 1 and ou >= 0 and now >= ou then
+    transition(2, 'cooldown_elapsed')
+  elseif st == 1 and ou >= 0 then
     transition(2, 'health_check_passed')
     result = 1
   end

@@ -503,3 +503,15 @@ def test_a_followed_change_is_a_log_event_in_the_following_worker(make_store, ot
     wait_for(lambda: len(followed_events()) == 2, what="worker b to log the close it followed")
     assert followed_events()[1][semconv.ATTR_TO_STATE] == "closed"
     provider.shutdown()
+
+
+def test_a_health_check_after_the_cooldown_moves_nothing_read_or_not(make_store):
+    config = CircuitBreakerConfig(failure_threshold=1, recovery_timeout=60)
+    store = make_store(cautious=False, watch=False, socket_timeout=2.0)
+    shared = store.create("health_after_cooldown", config)
+    local = CircuitBreaker("health_after_cooldown", config)
+    for breaker in (shared, local):
+        breaker.force_open(duration=0)
+    local.state  # noqa: B018 - a dashboard read applies the elapsed cooldown on one side only
+    assert (shared.health_check_passed(), local.health_check_passed()) == (False, False)
+    assert shared.state is local.state is State.HALF_OPEN
