@@ -22,6 +22,7 @@ import sys
 FRAMEWORK_MODULES = frozenset(
     {
         "langchain_core",
+        "langgraph",
         "agents",
         "pydantic_ai",
         "llama_index",

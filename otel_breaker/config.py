@@ -65,14 +65,14 @@ FRAMEWORKS = (
     "autogen",
     "praisonai",
     "mcp",
-    "google_adk",
-    "strands",
-    "agent_framework",
-    "semantic_kernel",
     "agno",
     "dspy",
     "haystack",
     "fastmcp",
+    "google_adk",
+    "strands",
+    "agent_framework",
+    "semantic_kernel",
 )
 
 #: Other spellings users write for them (distribution names, the graph layer).
