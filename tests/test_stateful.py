@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from otel_breaker import CircuitBreaker, CircuitBreakerConfig, State
-from otel_breaker.breaker import REJECTED
+from otel_breaker.breaker import PROBE_LEASE_SECONDS, REJECTED
 from otel_breaker.classify import FAILURE, IGNORED, SUCCESS
 
 
@@ -22,7 +22,7 @@ class Model:
         self.consecutive = 0
         self.open_until = 0.0
         self.reopenings = 0
-        self.leases: set[int] = set()
+        self.leases: dict[int, float] = {}  # lease -> when it was handed out
         self.next_lease = 0
         self.probe_successes = 0
         self.counts = {SUCCESS: 0, FAILURE: 0, IGNORED: 0}
@@ -50,9 +50,13 @@ class Model:
         state = self.observe(now)
         if state == "closed":
             return ("closed", self.generation)
+        if state == "half_open":
+            # a probe that never answers frees its slot after the timeout (or the lease limit)
+            limit = PROBE_LEASE_SECONDS if self.config.timeout is None else self.config.timeout
+            self.leases = {lease: at for lease, at in self.leases.items() if now - at <= limit}
         if state == "half_open" and len(self.leases) < self.config.half_open_max_calls:
             self.next_lease += 1
-            self.leases.add(self.next_lease)
+            self.leases[self.next_lease] = now
             return ("probe", self.generation, self.next_lease)
         self.rejected += 1
         return None
@@ -63,7 +67,7 @@ class Model:
             _, generation, lease = permit
             if self.state != "half_open" or generation != self.generation or lease not in self.leases:
                 return
-            self.leases.discard(lease)
+            del self.leases[lease]
             if outcome == SUCCESS:
                 self.probe_successes += 1
                 if self.probe_successes >= self.config.success_threshold:
