@@ -721,5 +721,5 @@ def _as_json(steps: int, without: Ledger, with_: Ledger, timeline: list[Moment],
         "timeline": [
             {"at_s": m.at, "tool": m.tool, "from": m.from_state, "to": m.to_state, "reason": m.reason} for m in timeline
         ],
-        "openings": {tool: count for (tool, _agent, _from, to, _source), count in sorted(transitions.items(), key=str) if to == "open"},
+        "openings": {key[0]: count for key, count in sorted(transitions.items(), key=str) if key[3] == "open"},
     }

@@ -145,12 +145,12 @@ def test_arguments_the_schema_rejects_are_the_models_mistake(otel, instrument, t
     """Three calls with arguments the tool's schema rejects, then a good one: with and without
     otel-breaker the model reads the same validation errors and then the tool's answer."""
     bare = Counted()
-    crew, _, plain_task, plain_llm = make_crew(bare.healthy(), native, role="checker", bad_arguments=3)
+    crew, _, _, plain_llm = make_crew(bare.healthy(), native, role="checker", bad_arguments=3)
     plain_out = kickoff(crew, use_async)
 
     instrument("crewai")
     guarded = Counted()
-    crew, _, task, llm = make_crew(guarded.healthy(), native, role="checker", bad_arguments=3)
+    crew, _, _, llm = make_crew(guarded.healthy(), native, role="checker", bad_arguments=3)
     guarded_out = kickoff(crew, use_async)
 
     assert guarded_out.raw == plain_out.raw
