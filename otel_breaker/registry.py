@@ -62,8 +62,8 @@ SESSION_PRUNE_STEPS = 32
 
 _session: contextvars.ContextVar[str | None] = contextvars.ContextVar("otel_breaker_session", default=None)
 
-CountsKey = tuple[str, str | None, str]
-"""(tool, agent name, mode) of a breaker's exported counts."""
+CountsKey = tuple[str, str | None, str, str | None]
+"""(tool, agent name, mode, source) of a breaker's exported counts."""
 
 
 class BreakerRegistry:
@@ -415,7 +415,7 @@ class BreakerRegistry:
             breaker.retired = True
             key = counts_key(breaker)
             if key not in self._retired and len(self._retired) >= self.max_breakers:
-                key = (OTHER_TOOLS, None, key[2])
+                key = (OTHER_TOOLS, None, key[2], None)
             totals = self._retired.setdefault(key, [0, 0, 0, 0, 0])
             for index, value in enumerate(breaker.lifetime_counts()):
                 totals[index] += value
@@ -569,7 +569,7 @@ def tool_key(call: ToolCall) -> str:
 
 
 def counts_key(breaker: CircuitBreaker) -> CountsKey:
-    return (breaker.name, breaker.agent_name, breaker.config.mode)
+    return (breaker.name, breaker.agent_name, breaker.config.mode, breaker.source)
 
 
 _default = BreakerRegistry()

@@ -128,10 +128,13 @@ def _labels(breaker: CircuitBreaker) -> dict[str, str]:
     return labels
 
 
-def _key_labels(tool: str, agent: str | None) -> dict[str, str]:
+def _key_labels(tool: str, agent: str | None, source: str | None = None) -> dict[str, str]:
+    """Series labels: two same-named tools of different sources are two series."""
     labels = {ATTR_TOOL: bounded(tool)}
     if agent:
         labels[ATTR_AGENT] = bounded(agent)
+    if source:
+        labels[ATTR_SOURCE] = bounded(source)
     return labels
 
 
@@ -248,7 +251,7 @@ class Telemetry:
         #: Span events next to the log-based events (``OTEL_BREAKER_SPAN_EVENTS``).
         self.span_events = True
         self.estimator = TokenEstimator()
-        self._transitions: dict[tuple[str, str | None, str, str], int] = {}
+        self._transitions: dict[tuple[str, str | None, str, str, str | None], int] = {}
         self._settings_read = False
         #: True once explicit providers are configured; with no providers at all
         #: (and no global SDK) the call path skips telemetry entirely.
@@ -578,7 +581,7 @@ class Telemetry:
 
     def _on_transition(self, change: StateChange) -> None:
         breaker = change.breaker
-        key = (breaker.name, breaker.agent_name, change.from_state.value, change.to_state.value)
+        key = (breaker.name, breaker.agent_name, change.from_state.value, change.to_state.value, breaker.source)
         with self._lock:
             self._transitions[key] = self._transitions.get(key, 0) + 1
         event = {
@@ -646,8 +649,8 @@ class Telemetry:
         """Breakers whose counts are not yet folded into a registry's totals."""
         return [b for b in all_breakers() if not b.retired]
 
-    def counts(self) -> dict[tuple[str, str | None, str], list[int]]:
-        """Lifetime counts per (tool, agent, mode), live and pruned breakers together."""
+    def counts(self) -> dict[tuple[str, str | None, str, str | None], list[int]]:
+        """Lifetime counts per (tool, agent, mode, source), live and pruned breakers together."""
         totals = self.registry.retired_counts()
         for breaker in self.live_breakers():
             values = totals.setdefault(counts_key(breaker), [0, 0, 0, 0, 0])
@@ -655,17 +658,18 @@ class Telemetry:
                 values[index] += value
         return totals
 
-    def transitions(self) -> dict[tuple[str, str | None, str, str], int]:
+    def transitions(self) -> dict[tuple[str, str | None, str, str, str | None], int]:
         with self._lock:
             return dict(self._transitions)
 
     def _observe_state(self, options: CallbackOptions) -> Iterable[Observation]:
-        states: dict[tuple[str, str | None], dict[State, int]] = {}
+        states: dict[tuple[str, str | None, str | None], dict[State, int]] = {}
         for breaker in self.live_breakers():
-            per_state = states.setdefault((breaker.name, breaker.agent_name), dict.fromkeys(STATES, 0))
+            key = (breaker.name, breaker.agent_name, breaker.source)
+            per_state = states.setdefault(key, dict.fromkeys(STATES, 0))
             per_state[breaker.state] += 1
-        for (tool, agent), per_state in states.items():
-            labels = _key_labels(tool, agent)
+        for (tool, agent, source), per_state in states.items():
+            labels = _key_labels(tool, agent, source)
             for state, value in per_state.items():
                 yield Observation(value, {**labels, ATTR_STATE: state.value})
 
@@ -676,24 +680,26 @@ class Telemetry:
         # would otherwise never count on dashboards and in alerts.
         for breaker in self.live_breakers():
             for from_state in (State.CLOSED.value, State.HALF_OPEN.value):
-                transitions.setdefault((breaker.name, breaker.agent_name, from_state, State.OPEN.value), 0)
-        for (tool, agent, from_state, to_state), value in transitions.items():
-            yield Observation(value, {**_key_labels(tool, agent), ATTR_FROM_STATE: from_state, ATTR_TO_STATE: to_state})
+                key = (breaker.name, breaker.agent_name, from_state, State.OPEN.value, breaker.source)
+                transitions.setdefault(key, 0)
+        for (tool, agent, from_state, to_state, source), value in transitions.items():
+            labels = _key_labels(tool, agent, source)
+            yield Observation(value, {**labels, ATTR_FROM_STATE: from_state, ATTR_TO_STATE: to_state})
 
     def _observe_calls(self, options: CallbackOptions) -> Iterable[Observation]:
-        per_tool: dict[tuple[str, str | None], list[int]] = {}
-        for (tool, agent, _mode), values in self.counts().items():
-            totals = per_tool.setdefault((tool, agent), [0, 0, 0])
+        per_tool: dict[tuple[str, str | None, str | None], list[int]] = {}
+        for (tool, agent, _mode, source), values in self.counts().items():
+            totals = per_tool.setdefault((tool, agent, source), [0, 0, 0])
             for index in range(3):
                 totals[index] += values[index]
-        for (tool, agent), totals in per_tool.items():
-            labels = _key_labels(tool, agent)
+        for (tool, agent, source), totals in per_tool.items():
+            labels = _key_labels(tool, agent, source)
             for outcome, value in zip(OUTCOMES, totals, strict=True):
                 yield Observation(value, {**labels, ATTR_OUTCOME: outcome})
 
     def _observe_rejected(self, options: CallbackOptions) -> Iterable[Observation]:
-        for (tool, agent, mode), values in self.counts().items():
-            labels = {**_key_labels(tool, agent), ATTR_MODE: mode}
+        for (tool, agent, mode, source), values in self.counts().items():
+            labels = {**_key_labels(tool, agent, source), ATTR_MODE: mode}
             if values[3] or not values[4]:
                 yield Observation(values[3], {**labels, ATTR_STATE: State.OPEN.value})
             if values[4]:

@@ -213,6 +213,28 @@ def test_the_state_gauge_is_one_hot_after_every_transition(otel, clock):
     assert gauge() == {"closed": 1, "open": 0, "half_open": 0}
 
 
+def test_same_named_tools_of_two_sources_are_two_metric_series(otel):
+    guard = Guard()
+    guard.call(ToolCall("search", source="docs@1"), lambda: 1)
+    for _ in range(5):  # the default failure threshold
+        with pytest.raises(Down):
+            guard.call(ToolCall("search", source="web@2"), fail)
+    points = otel.metrics()["otel_breaker.calls"]
+    assert {p.attributes.get("otel_breaker.tool.source") for p in points} == {"docs@1", "web@2"}
+    assert otel.value("otel_breaker.calls", otel_breaker_tool_source="docs@1", otel_breaker_outcome="success") == 1
+    assert otel.value("otel_breaker.calls", otel_breaker_tool_source="docs@1", otel_breaker_outcome="failure") == 0
+    assert otel.value("otel_breaker.calls", otel_breaker_tool_source="web@2", otel_breaker_outcome="failure") == 5
+    state = {"otel_breaker_state": "open"}
+    assert otel.value("otel_breaker.state", otel_breaker_tool_source="web@2", **state) == 1
+    assert otel.value("otel_breaker.state", otel_breaker_tool_source="docs@1", **state) == 0
+    opened = {"otel_breaker_to_state": "open", "otel_breaker_from_state": "closed"}
+    assert otel.value("otel_breaker.transitions", otel_breaker_tool_source="web@2", **opened) == 1
+    # A tool without a source has no source attribute at all.
+    guard.call(ToolCall("lookup"), lambda: 1)
+    lookup = [p for p in otel.metrics()["otel_breaker.calls"] if p.attributes["gen_ai.tool.name"] == "lookup"]
+    assert lookup and all("otel_breaker.tool.source" not in p.attributes for p in lookup)
+
+
 def test_the_duration_histogram_can_be_switched_off():
     from otel_support import Otel
 

@@ -528,7 +528,7 @@ def render(
     if not timeline:
         lines.append("  (none)")
     openings: dict[str, int] = {}
-    for (tool, _agent, _from, to), count in transitions.items():
+    for (tool, _agent, _from, to, _source), count in transitions.items():
         if to == "open":
             openings[tool] = openings.get(tool, 0) + count
     if openings:
@@ -721,5 +721,5 @@ def _as_json(steps: int, without: Ledger, with_: Ledger, timeline: list[Moment],
         "timeline": [
             {"at_s": m.at, "tool": m.tool, "from": m.from_state, "to": m.to_state, "reason": m.reason} for m in timeline
         ],
-        "openings": {tool: count for (tool, _agent, _from, to), count in sorted(transitions.items()) if to == "open"},
+        "openings": {key[0]: count for key, count in sorted(transitions.items(), key=str) if key[3] == "open"},
     }

@@ -10,7 +10,9 @@ Failures: ``execute`` catches what the tool raises and returns a
 ``RunCancelledException`` are control flow: neither failure nor success. Model
 mistakes pass through uncounted: an unknown tool never reaches ``execute``,
 arguments that did not decode leave ``FunctionCall.error`` set, and argument
-names the tool does not take are caught before the body runs.
+names the tool does not take are caught before the body runs, and arguments of a
+wrong type that pydantic's ``validate_call`` rejects (the failure text "N
+validation error(s) for <function>") count neither way.
 
 Rejection: a ``FunctionExecutionResult`` with ``status="failure"`` and the
 rejection text as the call's error, which the loop sends to the model as a tool
@@ -25,6 +27,7 @@ and are not counted again.
 from __future__ import annotations
 
 import contextvars
+import re
 from typing import Any
 
 from otel_breaker.degrade import Rejection
@@ -38,6 +41,22 @@ _MODEL = "agno.models.base"
 
 # The rejection value last built in this context, told apart from a failure the tool returned.
 _rejected: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_breaker_agno_rejected", default=None)
+
+# The FunctionCall being guarded in this context (its entrypoint names pydantic's argument errors).
+_current: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_breaker_agno_call", default=None)
+
+
+def _is_argument_error(function_call: Any, error: Any) -> bool:
+    """True when ``error`` is the text of pydantic's ``validate_call`` rejecting the model's
+    arguments: "N validation error(s) for <entrypoint name>" as its first line."""
+    entrypoint = getattr(getattr(function_call, "function", None), "entrypoint", None)
+    if not isinstance(error, str):
+        return False
+    for name in {getattr(entrypoint, "__qualname__", None), getattr(entrypoint, "__name__", None)}:
+        if isinstance(name, str) and re.match(rf"\d+ validation errors? for {re.escape(name)}\n", error):
+            return True
+    return False
+
 
 _DIALECT = MessageDialect(
     is_system=lambda m: m.role in ("system", "developer"),
@@ -113,15 +132,27 @@ class AgnoAdapter(SpecAdapter):
         )
 
     def _tool_sync(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        return _settle(instance, super()._tool_sync(_catching(wrapped, False), instance, args, kwargs))
+        token = _current.set(instance)
+        try:
+            return _settle(instance, super()._tool_sync(_catching(wrapped, False), instance, args, kwargs))
+        finally:
+            _current.reset(token)
 
     async def _tool_async(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        return _settle(instance, await super()._tool_async(_catching(wrapped, True), instance, args, kwargs))
+        token = _current.set(instance)
+        try:
+            return _settle(instance, await super()._tool_async(_catching(wrapped, True), instance, args, kwargs))
+        finally:
+            _current.reset(token)
 
     def result_error(self, call: ToolCall, result: Any) -> str | None:
         if isinstance(result, _Signal):
             return IGNORED_RESULT
-        return "tool_error" if getattr(result, "status", None) == "failure" else None
+        if getattr(result, "status", None) != "failure":
+            return None
+        if _is_argument_error(_current.get(), getattr(result, "error", None)):
+            return IGNORED_RESULT  # pydantic rejected the model's arguments before the body ran
+        return "tool_error"
 
     def rejection(self, call: ToolCall, info: Rejection) -> Any:
         from agno.tools.function import FunctionExecutionResult

@@ -21,6 +21,9 @@ Failures: CrewAI swallows a tool's exception into "Error executing tool" text
 (native) or an observation (ReAct); the exception still passes our wrapper on
 the native path, and ``last_failure`` tells on the ReAct path. A tool that
 returns a ``ToolFailure`` is a failure too; a spent usage limit is not.
+Arguments the tool's schema rejects (``BaseTool._validate_kwargs``,
+``CrewStructuredTool._parse_args``, both raising ``ValueError``) are the model's
+mistake: neither failure nor success.
 
 Rejection: ``crewai.tools.ToolFailure(message=..., code="circuit_open",
 retryable=True)``, the public value a tool returns to report a failure: the
@@ -56,7 +59,9 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from otel_breaker.classify import MISTAKE
 from otel_breaker.degrade import Rejection, augment_instructions, status_in_prompt_enabled
+from otel_breaker.guard import IGNORED_RESULT
 from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget, agent_display_name
 from otel_breaker.toolcall import ToolCall
 
@@ -71,6 +76,10 @@ _native: contextvars.ContextVar[tuple[Any, Any, Any, str | None] | None] = conte
 # The ReAct logical call in progress (one outermost ToolUsage.use).
 _react: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
     "otel_breaker_crewai_react", default=None
+)
+# The last error CrewAI's argument validation raised in this context: the model's mistake.
+_argument_error: contextvars.ContextVar[BaseException | None] = contextvars.ContextVar(
+    "otel_breaker_crewai_argument_error", default=None
 )
 # The tool object of the native or direct call being guarded (for its tool_failure_policy).
 _tool: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_breaker_crewai_tool", default=None)
@@ -117,7 +126,23 @@ class CrewAIAdapter(FrameworkAdapter):
             PatchTarget("crewai.tools.structured_tool", "CrewStructuredTool.invoke", self._invoke),
             PatchTarget("crewai.tools.structured_tool", "CrewStructuredTool.ainvoke", self._ainvoke),
             PatchTarget("crewai.utilities.agent_utils", "_prepare_llm_call", self._prepare_llm_call),
+            PatchTarget("crewai.tools.base_tool", "BaseTool._validate_kwargs", self._validating),
+            PatchTarget("crewai.tools.structured_tool", "CrewStructuredTool._parse_args", self._validating),
         ]
+
+    # -- argument validation: the model's mistake -----------------------------------------
+
+    def _validating(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """CrewAI checking the model's arguments against the tool's schema: what it raises
+        is remembered, so the guard and the ReAct outcome read it as the model's mistake."""
+        try:
+            return wrapped(*args, **kwargs)
+        except ValueError as exc:
+            _argument_error.set(exc)
+            frame = _react.get()
+            if frame is not None:
+                frame["argument_error"] = True
+            raise
 
     # -- native path -------------------------------------------------------------------
 
@@ -294,11 +319,18 @@ class CrewAIAdapter(FrameworkAdapter):
 
     # -- the adapter protocol ------------------------------------------------------------
 
+    def exception_hint(self, call: ToolCall, exc: BaseException) -> str | None:
+        return MISTAKE if exc is _argument_error.get() else None
+
     def result_error(self, call: ToolCall, result: Any) -> str | None:
         frame = _react.get()
         if frame is not None and frame["call"] is call:
             failure = getattr(frame["usage"], "last_failure", None)
-            return None if failure is frame["before"] else _failure_type(failure)
+            if failure is frame["before"]:
+                return None
+            if frame.get("argument_error"):
+                return IGNORED_RESULT  # the schema rejected the model's arguments; the tool never ran
+            return _failure_type(failure)
         from crewai.tools import ToolFailure
 
         return _failure_type(result) if isinstance(result, ToolFailure) else None

@@ -64,16 +64,32 @@ _MAX_SOURCE_CHARS = 128
 _MAX_CONFIRMED = 4096
 
 
+def _bounded_source(text: str) -> str | None:
+    text = "".join(ch for ch in text if ch.isprintable())
+    return text[:_MAX_SOURCE_CHARS] or None
+
+
+def _transport_identity(client: Any) -> str | None:
+    """The URL, or stdio command and arguments, a ``Client`` was made with; None when unknown."""
+    server = getattr(client, "server", None)
+    if isinstance(server, str):
+        return _bounded_source(server.split("?", 1)[0])  # no query string: it may carry a token
+    command = getattr(server, "command", None)
+    if isinstance(command, str) and command:
+        args = getattr(server, "args", None) or ()
+        return _bounded_source(" ".join([command, *(str(a) for a in args)]))
+    return None
+
+
 def server_identity(session: Any) -> str | None:
-    """``name@version`` of the server behind a ``ClientSession`` or ``Client``, from ``initialize``."""
+    """``name@version`` of the server behind a ``ClientSession`` or ``Client``, from
+    ``initialize``; without ``serverInfo``, the transport a ``Client`` was made with."""
     info = getattr(session, "server_info", None)
     name = getattr(info, "name", None)
     if not isinstance(name, str) or not name:
-        return None
+        return _transport_identity(session)
     version = getattr(info, "version", None)
-    text = f"{name}@{version}" if isinstance(version, str) and version else name
-    text = "".join(ch for ch in text if ch.isprintable())
-    return text[:_MAX_SOURCE_CHARS] or None
+    return _bounded_source(f"{name}@{version}" if isinstance(version, str) and version else name)
 
 
 def _listed_tools(instance: Any) -> dict | None:
@@ -138,6 +154,9 @@ class MCPAdapter(FrameworkAdapter):
             # MCP has no agent and never sees the model's call id; when another
             # framework's guarded call is in progress, the MCP call is made for its agent.
             outer = active_call()
+            source = server_identity(instance)
+            if source is None and outer is not None and outer.framework == self.name and outer.tool == name:
+                source = outer.source  # a send of the Client's logical call: its server
             return ToolCall(
                 tool=name,
                 framework=self.name,
@@ -146,7 +165,7 @@ class MCPAdapter(FrameworkAdapter):
                 session_id=outer.session_id if outer is not None else None,
                 tool_type="extension",
                 arguments=arguments,
-                source=server_identity(instance),
+                source=source,
             )
 
         return self.safe_tool_call(build)
@@ -217,9 +236,9 @@ class MCPAdapter(FrameworkAdapter):
 
     def result_error(self, call: ToolCall, result: Any) -> str | None:
         # InputRequiredResult and other non-final results are neither success nor failure
-        # of the tool; only a CallToolResult flagged as an error is a failure.
+        # of the tool (the logical call goes on); only a CallToolResult flagged as an error is a failure.
         if type(result).__name__ != "CallToolResult":
-            return None
+            return IGNORED_RESULT
         flagged = getattr(result, "is_error", None)
         if flagged is None:
             flagged = getattr(result, "isError", False)

@@ -72,3 +72,22 @@ def test_arguments_the_tool_does_not_take_are_not_counted(instrument):
     assert DRIVER.run(agent) == "done"
     assert DRIVER.sent(agent)[-1].tool_results[-1] == "echo ok 2"
     assert (stats("echo").failure_count, stats("echo").success_count) == (0, 1)
+
+
+def test_arguments_of_a_wrong_type_are_the_models_mistake(instrument):
+    """pydantic rejecting the model's arguments is not the tool failing: with and without
+    otel-breaker the model gets the same validation errors and then the healthy answer."""
+    script = [("echo", {"x": "not a number"})] * 3 + [call("echo", 2), "done"]
+
+    def run() -> list[str]:
+        agent = DRIVER.build([Tool.healthy("echo")], list(script))
+        assert DRIVER.run(agent) == "done"
+        return DRIVER.sent(agent)[-1].tool_results
+
+    breaker_settings(failure_threshold="1")
+    off = run()
+    instrument("agno")
+    on = run()
+    assert on == off
+    assert on[-1] == "echo ok 2" and "validation error" in on[0]
+    assert (stats("echo").failure_count, stats("echo").success_count) == (0, 1)

@@ -18,6 +18,8 @@ class ScriptedLLM(BaseLLM):
     native: bool = True
     tool_name: str = "lookup"
     calls: int = 4
+    # The first ``bad_arguments`` tool calls send arguments the tool's schema rejects.
+    bad_arguments: int = 0
     _step: int = PrivateAttr(default=0)
     _seen: list[str] = PrivateAttr(default_factory=list)
 
@@ -55,7 +57,9 @@ class ScriptedLLM(BaseLLM):
                 text = text[text.find("Observation:") :]
             self._seen.append(text)
         self._step += 1
-        arguments = {"q": f"x{self._step}"}
+        arguments: dict[str, Any] = {"q": f"x{self._step}"}
+        if self._step <= self.bad_arguments:
+            arguments = {"q": ["not", "text"]}
         if self._step <= self.calls:
             if self.native:
                 function = {"name": self.tool_name, "arguments": json.dumps(arguments)}

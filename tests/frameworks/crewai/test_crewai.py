@@ -56,8 +56,8 @@ class Counted:
         return lookup
 
 
-def make_crew(tool_obj, native: bool, calls: int = 4, role: str | None = None, **crew_options):
-    llm = ScriptedLLM(model="scripted", native=native, calls=calls)
+def make_crew(tool_obj, native: bool, calls: int = 4, role: str | None = None, bad_arguments: int = 0, **crew_options):
+    llm = ScriptedLLM(model="scripted", native=native, calls=calls, bad_arguments=bad_arguments)
     agent = Agent(
         role=role or f"researcher {next(_roles)}",
         goal="answer questions",
@@ -137,6 +137,29 @@ def test_healthy_tool_result_unchanged(otel, instrument, native, use_async):
     spans = otel.tool_spans("lookup")
     assert len(spans) == 4 and not any(s.attributes.get("otel_breaker.rejected") for s in spans)
     assert all(s.attributes.get("gen_ai.agent.name") == agent.role for s in spans)
+
+
+@pytest.mark.parametrize("use_async", ENTRIES)
+@pytest.mark.parametrize("native", PATHS)
+def test_arguments_the_schema_rejects_are_the_models_mistake(otel, instrument, threshold_two, native, use_async):
+    """Three calls with arguments the tool's schema rejects, then a good one: with and without
+    otel-breaker the model reads the same validation errors and then the tool's answer."""
+    bare = Counted()
+    crew, _, _, plain_llm = make_crew(bare.healthy(), native, role="checker", bad_arguments=3)
+    plain_out = kickoff(crew, use_async)
+
+    instrument("crewai")
+    guarded = Counted()
+    crew, _, _, llm = make_crew(guarded.healthy(), native, role="checker", bad_arguments=3)
+    guarded_out = kickoff(crew, use_async)
+
+    assert guarded_out.raw == plain_out.raw
+    assert llm.seen == plain_llm.seen
+    assert "result for x4" in llm.seen[-1] and UNAVAILABLE not in " ".join(llm.seen)
+    assert guarded.runs == bare.runs == 1
+    (breaker,) = default_registry().find("lookup")
+    assert breaker.state is State.CLOSED
+    assert (breaker.stats.failure_count, breaker.stats.success_count) == (0, 1)
 
 
 @pytest.mark.parametrize("native", PATHS)

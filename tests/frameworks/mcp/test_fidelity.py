@@ -148,6 +148,57 @@ def test_invalid_params_error_is_not_counted(instrument, otel):
     assert all(r[:2] == ("raised", -32602) for r in on[:-1])
 
 
+def input_required_server() -> Server:
+    """A low-level server whose tool asks the client for input before it answers."""
+    from mcp.types import InputRequiredResult, ListToolsResult
+
+    async def list_tools(ctx, params):
+        return ListToolsResult(tools=[Tool(name="confirm", input_schema={"type": "object"})])
+
+    async def call_tool(ctx, params):
+        return InputRequiredResult(request_state="waiting")
+
+    return Server("asker", version="1.0", on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+def test_a_non_final_result_is_neither_success_nor_failure(instrument, otel):
+    """``ClientSession.call_tool`` alone returning ``InputRequiredResult``: the logical call is
+    not over, so it counts neither way, and the session gets the same result as without us."""
+
+    async def run():
+        async with Client(input_required_server()) as client:
+            await client.list_tools()
+            out = []
+            for _ in range(CALLS):
+                result = await client.session.call_tool("confirm", {}, allow_input_required=True)
+                out.append((type(result).__name__, result.request_state))
+            return out
+
+    off, on = off_then_on(instrument, run)
+    assert on == off == [("InputRequiredResult", "waiting")] * CALLS
+    for outcome in ("success", "failure"):
+        assert otel.metric_value("otel_breaker.calls", gen_ai_tool_name="confirm", otel_breaker_outcome=outcome) == 0
+    assert otel.metric_value("otel_breaker.calls", gen_ai_tool_name="confirm", otel_breaker_outcome="ignored") == CALLS
+
+
+def test_without_server_info_the_transport_is_the_source():
+    from mcp.client.stdio import StdioServerParameters
+
+    from otel_breaker.instrumentation.mcp import server_identity
+
+    class NoInfo:
+        server_info = None
+
+        def __init__(self, server):
+            self.server = server
+
+    url = NoInfo("http://127.0.0.1:9/mcp?token=secret")
+    assert server_identity(url) == "http://127.0.0.1:9/mcp"
+    stdio = NoInfo(StdioServerParameters(command="python", args=["-m", "search_server"]))
+    assert server_identity(stdio) == "python -m search_server"
+    assert server_identity(NoInfo(object())) is None
+
+
 def test_same_tool_name_on_two_servers_has_two_breakers(instrument, otel):
     """A ``search`` that is down on one server never rejects another server's ``search``."""
 
