@@ -445,8 +445,10 @@ class Telemetry:
 
     # -- the per-call hooks the guard calls --------------------------------------------------
 
-    def start(self, call: ToolCall, breaker: CircuitBreaker) -> Any:
-        """Start the tool span (made current). None when tracing is off or suppressed."""
+    def start(self, call: ToolCall, breaker: CircuitBreaker, start_time: int | None = None) -> Any:
+        """Start the tool span (made current). None when tracing is off or suppressed.
+
+        ``start_time`` (ns since the epoch) is for a call whose span is made after it ran."""
         if not self._meter_ready:
             self._ensure_meter()
         tracer = self._tracer
@@ -478,7 +480,9 @@ class Telemetry:
             attributes[ATTR_FRAMEWORK] = call.framework
         if self.capture_content and call.arguments is not None:
             attributes[ATTR_TOOL_ARGUMENTS] = bounded(call.arguments)
-        span = tracer.start_span(span_name(attributes[ATTR_TOOL]), kind=SpanKind.INTERNAL, attributes=attributes)
+        span = tracer.start_span(
+            span_name(attributes[ATTR_TOOL]), kind=SpanKind.INTERNAL, attributes=attributes, start_time=start_time
+        )
         token = context_api.attach(trace_api.set_span_in_context(span))
         return (span, token, state)
 
@@ -497,6 +501,7 @@ class Telemetry:
         err: str | None,
         exc: BaseException | None,
         permit: Any = None,
+        end_time: int | None = None,
     ) -> None:
         """Record the duration and end the span of a call that ran."""
         duration = self._duration
@@ -529,7 +534,25 @@ class Telemetry:
                 if exc is not None:
                     self._exception_event(span, exc)
         finally:
-            span.end()
+            span.end(end_time=end_time)
+
+    def past_call(
+        self,
+        call: ToolCall,
+        breaker: CircuitBreaker,
+        start_ns: int,
+        end_ns: int,
+        err: str | None,
+        exc: BaseException | None,
+        permit: Any,
+    ) -> None:
+        """The span and duration point of a call that could only be judged a tool call
+        once it had run (an MCP name its server first had to confirm), with the call's
+        own start and end times: every real tool call is seen, none twice."""
+        handle = self.start(call, breaker, start_time=start_ns)
+        if handle is not None:
+            self.detach(handle)
+        self.finish(handle, call, breaker, max(0, end_ns - start_ns) / 1e9, err, exc, permit, end_time=end_ns)
 
     def exception(self, handle: Any, exc: BaseException) -> None:
         """Add an exception event to a call's span (already ended spans ignore it)."""

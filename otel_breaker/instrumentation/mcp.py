@@ -38,12 +38,24 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 from typing import Any
 
-from otel_breaker.classify import CONTROL, FAILURE, IGNORED, MISTAKE, SUCCESS, classify_exception, is_excluded
+from otel_breaker.breaker import REJECTED
+from otel_breaker.classify import (
+    CONTROL,
+    FAILURE,
+    IGNORED,
+    MISTAKE,
+    SUCCESS,
+    classify_exception,
+    error_type,
+    is_excluded,
+)
 from otel_breaker.degrade import Rejection
 from otel_breaker.guard import IGNORED_RESULT
-from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget, active_call
+from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget, _active_call, active_call
+from otel_breaker.telemetry import TELEMETRY
 from otel_breaker.toolcall import ToolCall
 
 logger = logging.getLogger("otel_breaker")
@@ -198,20 +210,26 @@ class MCPAdapter(FrameworkAdapter):
             return True
 
     async def _first_call(self, call: ToolCall, wrapped: Any, args: tuple, kwargs: dict) -> Any:
-        """A name neither listed nor answered yet: run it as without us; count it once
-        the server has shown it is a real tool."""
+        """A name neither listed nor answered yet: run it as without us; once the server
+        has shown it is a real tool, count it and give it its span after the fact."""
+        start_ns = time.time_ns()
+        token = _active_call.set(call)  # an inner layer of the same call (the session's send) passes through
         try:
             result = await wrapped(*args, **kwargs)
         except BaseException as exc:
             if self.exception_hint(call, exc) is None and not is_excluded(exc):
-                self._count_first(call, FAILURE, exc)
+                self._count_first(call, start_ns, exc=exc)
             raise
+        finally:
+            _active_call.reset(token)
         if not _is_unknown_tool_result(result):
-            err = self.result_error(call, result)
-            self._count_first(call, SUCCESS if err is None else (IGNORED if err == IGNORED_RESULT else FAILURE))
+            self._count_first(call, start_ns, err=self.result_error(call, result))
         return result
 
-    def _count_first(self, call: ToolCall, outcome: int, exc: BaseException | None = None) -> None:
+    def _count_first(
+        self, call: ToolCall, start_ns: int, err: str | None = None, exc: BaseException | None = None
+    ) -> None:
+        end_ns = time.time_ns()
         try:
             if not self._confirm(call):
                 return
@@ -220,7 +238,15 @@ class MCPAdapter(FrameworkAdapter):
                 return
             if exc is not None:
                 outcome = classify_exception(exc, breaker.config)
-            breaker.record(breaker.acquire(), outcome)
+                err = error_type(exc) if outcome == FAILURE else None
+            elif err == IGNORED_RESULT:
+                outcome, err = IGNORED, None
+            else:
+                outcome = SUCCESS if err is None else FAILURE
+            permit = breaker.acquire()
+            if permit != REJECTED:
+                breaker.record(permit, outcome)
+            TELEMETRY.past_call(call, breaker, start_ns, end_ns, err, exc, permit)
         except Exception:
             logger.debug("otel-breaker: mcp: could not count a first call", exc_info=True)
 

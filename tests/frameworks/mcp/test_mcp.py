@@ -200,3 +200,24 @@ async def test_uninstrument_restores_originals(instrument, threshold_two):
     server, runs = make_server()
     await run_loop(server, "flaky", False)
     assert runs["flaky"] == N_CALLS
+
+
+@pytest.mark.parametrize("low_level", [False, True], ids=["Client.call_tool", "ClientSession.call_tool"])
+async def test_a_tool_called_before_any_listing_still_gets_its_span_and_points(instrument, otel, low_level):
+    """The server must first show a name is a real tool (no breaker or series for names it
+    does not have); the first call then gets its span after the fact, with its own times."""
+    instrument("mcp")
+    server, runs = make_server()
+    async with Client(server) as client:  # no list_tools(): the name is unknown to the client
+        call = client.session.call_tool if low_level else client.call_tool
+        first = await call("healthy", {"x": 1})
+        second = await call("healthy", {"x": 2})
+        unknown = await call("nope", {"x": 3})
+    assert [first.content[0].text, second.content[0].text] == ["ok 1", "ok 2"] and runs["healthy"] == 2
+    assert unknown.is_error
+    spans = otel.tool_spans("healthy")
+    assert len(spans) == 2, "every call of a real tool has its span"
+    assert all(s.end_time >= s.start_time for s in spans) and spans[0].start_time <= spans[1].start_time
+    assert spans[0].attributes.get("otel_breaker.tool.source") == "demo-server@1.0.0"
+    assert otel.tool_spans("nope") == []
+    assert otel.metric_value("otel_breaker.calls", gen_ai_tool_name="healthy") == 2
