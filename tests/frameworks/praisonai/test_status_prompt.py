@@ -83,7 +83,8 @@ def test_async_loop_lists_the_breaker_from_the_request_after_it_opened(model, in
     breaker_settings(status_in_prompt="true", failure_threshold="2")
     model.reset(calls=4)
 
-    out = chat(make_agent(failing), "async", stream)
+    agent = make_agent(failing)  # held: per-agent breakers go when their agent does
+    out = chat(agent, "async", stream)
 
     assert str(out).startswith("done:")
     prompts = system_prompts(model)
@@ -183,7 +184,8 @@ def test_block_disappears_once_the_breaker_closes(registry_clock, model, instrum
 
     monkeypatch.setattr(model, "reply", reply_and_recover)
 
-    chat(make_agent(backend), "async", False)
+    agent = make_agent(backend)  # held: per-agent breakers go when their agent does
+    chat(agent, "async", False)
 
     assert [STATUS_HEADER in p for p in system_prompts(model)] == [False, False, True, False, False]
     (breaker,) = default_registry().find("lookup")
