@@ -76,7 +76,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 class CircuitBreakerConfig:
     """How one breaker decides. Defaults are the ones agent users already know.
 
-    Every option is documented in the README with its default. ``timeout`` is
+    Every option is documented in docs/python-api.md with its default. ``timeout`` is
     None by default: a healthy tool that takes long (a 45 s compile or scrape)
     must never count as a failure unless the user asked for a per-call timeout.
     """

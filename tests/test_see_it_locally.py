@@ -1,4 +1,4 @@
-"""The README's "see it locally in one minute" recipe: its commands, run as written."""
+"""The docs' "see it locally in one minute" recipe: its commands, run as written."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def recipe_commands() -> list[str]:
-    readme = ROOT.joinpath("README.md").read_text(encoding="utf-8")
+    readme = ROOT.joinpath("docs", "dashboards.md").read_text(encoding="utf-8")
     section = readme.split("### See it locally in one minute", 1)[1].split("\n#", 1)[0]
     (block,) = re.findall(r"```bash\n(.*?)```", section, re.DOTALL)
     return [line for line in block.splitlines() if line.strip() and not line.startswith("#")]

@@ -15,7 +15,7 @@ DASHBOARD_JSON = REPO / "dashboards" / "grafana" / "otel-breaker.json"
 GENERATOR = REPO / "dashboards" / "generate_dashboard.py"
 ALERTS = REPO / "dashboards" / "prometheus" / "alerts.yaml"
 ALERTS_TEST = REPO / "dashboards" / "prometheus" / "alerts.test.yaml"
-RUNBOOK = REPO / "README.md"  # the alerts link to the runbooks in the README
+RUNBOOK = REPO / "docs" / "dashboards.md"  # the alerts link to the runbooks on the dashboards page
 COLLECTOR_CONFIG = REPO / "collector" / "otelcol-config.yaml"
 PROMETHEUS_CONFIG = REPO / "collector" / "prometheus.yml"
 

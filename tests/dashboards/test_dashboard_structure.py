@@ -238,7 +238,9 @@ def test_alert_rules_conventions():
         ann = rule["annotations"]
         assert ann["summary"].strip() and ann["description"].strip(), name
         url = ann["runbook_url"]
-        assert url == f"https://github.com/otel-breaker/otel-breaker#runbook-{name.lower()}"
+        assert (
+            url == f"https://github.com/otel-breaker/otel-breaker/blob/main/docs/dashboards.md#runbook-{name.lower()}"
+        )
         assert url.split("#", 1)[1] in anchors, f"{ALERTS.name}: no runbook section for {name}"
         assert rule["labels"]["severity"] in {"warning", "critical"}
     assert 'otel_breaker_to_state="open"' in rules["OtelBreakerFrequentOpenings"]["expr"]
