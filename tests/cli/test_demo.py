@@ -213,6 +213,7 @@ def test_demo_exports_over_otlp():
         env = clean_env(
             OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{server.server_port}",
             OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
+            OTEL_EXPORTER_OTLP_TIMEOUT="10",  # seconds, as the Python exporters read it: busy is not dead
             OTEL_SERVICE_NAME="demo-under-test",
         )
         result = run_cli("demo", "--otlp", "--steps", "20", env=env)
