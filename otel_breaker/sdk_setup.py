@@ -260,7 +260,9 @@ class WatchedExporter:
             detail = ""
         finally:
             _quiet.active = False
-        if result == self._success:
+        # by name too: the OTLP log exporters answer with their own result enum
+        # (LogRecordExportResult), not the SDK's LogExportResult
+        if result == self._success or getattr(result, "name", None) == "SUCCESS":
             self._watch.succeeded()
         else:
             self._watch.failed(self._where, detail)
