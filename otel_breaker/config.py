@@ -373,6 +373,7 @@ class Settings:
     tokens_per_call: int = 1500
     prices: str | None = None
     status_in_prompt: bool = False
+    hide_open_tools: bool = False
     fallbacks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     high_stakes: tuple[str, ...] = ()
     max_breakers: int = 10_000
@@ -414,6 +415,7 @@ _PLAIN_SETTINGS: dict[str, tuple[str, str]] = {
     "STATUS_CONTROL": ("status_control", "bool"),
     "TOKENS_PER_CALL": ("tokens_per_call", "int"),
     "STATUS_IN_PROMPT": ("status_in_prompt", "bool"),
+    "HIDE_OPEN_TOOLS": ("hide_open_tools", "bool"),
     "MAX_BREAKERS": ("max_breakers", "int"),
 }
 
