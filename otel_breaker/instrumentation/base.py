@@ -10,6 +10,7 @@ the hand-off to the one guarded call path.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import importlib
 import logging
@@ -102,6 +103,20 @@ class _OuterCall:
 def active_call() -> ToolCall | None:
     """The tool call being guarded in this context, if any."""
     return _active_call.get()
+
+
+@contextlib.contextmanager
+def not_a_tool_call(name: str, framework: str | None = None) -> Iterator[None]:
+    """Within the block, what runs is not a tool call of ours, though the framework
+    may present it as one (a prompt function run as a plugin function, a model
+    call behind a tool interface): patched tool wrappers of the same name pass
+    through unguarded and the span processor leaves its ``execute_tool`` spans
+    alone, exactly as for the inner layers of a call already being guarded."""
+    token = _active_call.set(ToolCall(name, framework=framework))
+    try:
+        yield
+    finally:
+        _active_call.reset(token)
 
 
 @dataclass(frozen=True)
