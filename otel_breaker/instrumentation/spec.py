@@ -78,6 +78,18 @@ def menu_patch(module: str, qualname: str, kind: Kind = "sync") -> Patch:
     return Patch(module, qualname, kind, "menu")
 
 
+def argument(args: tuple, kwargs: dict, index: int, name: str, default: Any = None) -> Any:
+    """A wrapped call's argument given by position ``index`` or keyword ``name``."""
+    return args[index] if len(args) > index else kwargs.get(name, default)
+
+
+def with_argument(args: tuple, kwargs: dict, index: int, name: str, value: Any) -> tuple[tuple, dict]:
+    """``(args, kwargs)`` with that argument replaced (copies; the caller's are untouched)."""
+    if len(args) > index:
+        return (*args[:index], value, *args[index + 1 :]), kwargs
+    return args, {**kwargs, name: value}
+
+
 # -- the one status-block inserter -----------------------------------------------------
 
 
