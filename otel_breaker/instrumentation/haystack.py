@@ -23,6 +23,14 @@ set around each step. Status block: appended to the run's system message for
 the step's model call, and the original message restored after the step.
 Haystack's ``haystack.agent.step.tool`` spans are not GenAI tool spans, so
 nothing is counted twice.
+
+Open tools: a step lists its tools once (``flatten_tools_or_toolsets``) and
+passes that list both to the chat generator and to the tool runner. With
+``OTEL_BREAKER_HIDE_OPEN_TOOLS=true`` the step's list (the generator's ``tools``
+and the state hooks read) loses the agent's open tools, and the tool runner
+(``_run_tool`` / ``_run_tool_async``) gets the whole list back, so a call the
+model makes anyway gets the rejection. When every tool is open none is hidden:
+a step with no tools ends the run.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from typing import Any
 from otel_breaker.degrade import Rejection
 from otel_breaker.instrumentation.base import PatchTarget, agent_display_name
 from otel_breaker.instrumentation.spec import MessageDialect, SpecAdapter, insert_status_block
+from otel_breaker.menu import hide_open_tools_enabled, visible_tools
 from otel_breaker.toolcall import ToolCall
 
 _CALLING = "haystack.components.agents.tool_calling"
@@ -40,6 +49,8 @@ _AGENT = "haystack.components.agents.agent"
 
 # The Agent whose step is running in this context.
 _agent: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_breaker_haystack_agent", default=None)
+# The step's whole tool list while some are off the model's menu (the tool runner still gets them all).
+_all_tools: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_breaker_haystack_tools", default=None)
 
 
 def _system(text: str) -> Any:
@@ -81,6 +92,9 @@ class HaystackAdapter(SpecAdapter):
             PatchTarget(_CALLING, "_make_bounded_invoke_async", self._arunner),
             PatchTarget(_AGENT, "Agent._run_step", self._step),
             PatchTarget(_AGENT, "Agent._run_step_async", self._astep),
+            PatchTarget(_AGENT, "flatten_tools_or_toolsets", self._menu),
+            PatchTarget(_AGENT, "_run_tool", self._every_tool),
+            PatchTarget(_AGENT, "_run_tool_async", self._every_tool),
         ]
 
     def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
@@ -128,20 +142,38 @@ class HaystackAdapter(SpecAdapter):
         return ToolInvocationError(info.message, tool_name=call.tool)
 
     def _step(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        token, restore = _agent.set(instance), self._add_status(instance, args, kwargs)
+        token, tools, restore = _agent.set(instance), _all_tools.set(None), self._add_status(instance, args, kwargs)
         try:
             return wrapped(*args, **kwargs)
         finally:
             restore()
+            _all_tools.reset(tools)
             _agent.reset(token)
 
     async def _astep(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        token, restore = _agent.set(instance), self._add_status(instance, args, kwargs)
+        token, tools, restore = _agent.set(instance), _all_tools.set(None), self._add_status(instance, args, kwargs)
         try:
             return await wrapped(*args, **kwargs)
         finally:
             restore()
+            _all_tools.reset(tools)
             _agent.reset(token)
+
+    def _menu(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """A step's tools without the open ones (outside a step, unchanged)."""
+        tools = wrapped(*args, **kwargs)
+        agent = _agent.get()
+        if agent is None or not hide_open_tools_enabled():
+            return tools
+        kept = visible_tools(tools, lambda t: t.name, agent=agent)
+        if kept is tools or not kept:
+            return tools
+        _all_tools.set(tools)
+        return kept
+
+    def _every_tool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        every = _all_tools.get()
+        return wrapped(*args, **(kwargs if every is None else {**kwargs, "tools": every}))
 
     def _add_status(self, agent: Any, args: tuple, kwargs: dict) -> Any:
         """The run's messages with the status block for this step's model call; returns the undo."""
