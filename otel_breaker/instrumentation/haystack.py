@@ -35,12 +35,14 @@ a step with no tools ends the run.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
+from collections.abc import Iterator
 from typing import Any
 
 from otel_breaker.degrade import Rejection
 from otel_breaker.instrumentation.base import PatchTarget, agent_display_name
-from otel_breaker.instrumentation.spec import MessageDialect, SpecAdapter, insert_status_block
+from otel_breaker.instrumentation.spec import MessageDialect, SpecAdapter, argument, insert_status_block
 from otel_breaker.menu import hide_open_tools_enabled, visible_tools
 from otel_breaker.toolcall import ToolCall
 
@@ -65,10 +67,6 @@ _DIALECT = MessageDialect(
     with_text=lambda m, text: _system(text),
     system=_system,
 )
-
-
-def _argument(args: tuple, kwargs: dict, index: int, name: str) -> Any:
-    return args[index] if len(args) > index else kwargs[name]
 
 
 def _agent_name(agent: Any) -> str | None:
@@ -98,7 +96,7 @@ class HaystackAdapter(SpecAdapter):
         ]
 
     def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
-        tool, tool_call = _argument(args, kwargs, 0, "tool"), kwargs["tool_call"]
+        tool, tool_call = argument(args, kwargs, 0, "tool"), kwargs["tool_call"]
         arguments = tool_call.arguments or {}
         schema = tool.parameters or {}
         properties = schema.get("properties") or {}
@@ -141,23 +139,24 @@ class HaystackAdapter(SpecAdapter):
 
         return ToolInvocationError(info.message, tool_name=call.tool)
 
-    def _step(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        token, tools, restore = _agent.set(instance), _all_tools.set(None), self._add_status(instance, args, kwargs)
+    @contextlib.contextmanager
+    def _stepping(self, agent: Any, args: tuple, kwargs: dict) -> Iterator[None]:
+        """One Agent step: who runs it, its status block (undone after), its tool menu."""
+        token, tools, restore = _agent.set(agent), _all_tools.set(None), self._add_status(agent, args, kwargs)
         try:
-            return wrapped(*args, **kwargs)
+            yield
         finally:
             restore()
             _all_tools.reset(tools)
             _agent.reset(token)
 
+    def _step(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        with self._stepping(instance, args, kwargs):
+            return wrapped(*args, **kwargs)
+
     async def _astep(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        token, tools, restore = _agent.set(instance), _all_tools.set(None), self._add_status(instance, args, kwargs)
-        try:
+        with self._stepping(instance, args, kwargs):
             return await wrapped(*args, **kwargs)
-        finally:
-            restore()
-            _all_tools.reset(tools)
-            _agent.reset(token)
 
     def _menu(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         """A step's tools without the open ones (outside a step, unchanged)."""
@@ -178,7 +177,7 @@ class HaystackAdapter(SpecAdapter):
     def _add_status(self, agent: Any, args: tuple, kwargs: dict) -> Any:
         """The run's messages with the status block for this step's model call; returns the undo."""
         try:
-            data = _argument(args, kwargs, 0, "exe_context").state.data
+            data = argument(args, kwargs, 0, "exe_context").state.data
             original = data["messages"]
             amended = insert_status_block(original, _DIALECT, agent)
         except Exception:
