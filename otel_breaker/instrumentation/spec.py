@@ -187,6 +187,8 @@ class SpecAdapter(FrameworkAdapter):
         return False
 
     def exception_hint(self, call: ToolCall, exc: BaseException) -> str | None:
+        """``CONTROL`` for what :meth:`is_neutral` accepts (an override that reads
+        other exceptions returns ``super().exception_hint(...)`` for the rest)."""
         try:
             return CONTROL if self.is_neutral(exc) else None
         except Exception:
