@@ -16,6 +16,10 @@ which leave ``run`` and which LangGraph's ``ToolNode`` turns into an error
 message for the model; ``_to_args_and_kwargs``, where arguments are parsed,
 is wrapped to tell them apart from a validation error raised by the tool body.
 
+MCP tools (langchain-mcp-adapters): a tool made from an MCP server's tool
+carries that server's identity as ``ToolCall.source`` (see ``langchain_mcp``),
+so two servers' ``search`` tools never share a breaker.
+
 Agents: ``langchain.agents.create_agent(name=...)`` puts ``lc_agent_name`` in
 the run's metadata. A LangGraph graph compiled with a name
 (``create_react_agent(name=...)``, ``StateGraph.compile(name=...)``) marks the
@@ -49,6 +53,7 @@ from typing import Any
 from otel_breaker.classify import MISTAKE
 from otel_breaker.degrade import STATUS_HEADER, Rejection, augment_instructions, status_in_prompt_enabled
 from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget
+from otel_breaker.instrumentation.langchain_mcp import SESSION_MODULE, TOOLS_MODULE, MCPToolSources
 from otel_breaker.toolcall import ToolCall
 
 _MODULE = "langchain_core.tools.base"
@@ -94,10 +99,16 @@ class LangChainAdapter(FrameworkAdapter):
     name = "langchain"
     distribution = "langchain-core"
     version_range = ">=1.0,<2"
-    modules = (_MODULE, _CHAT_MODULE, _GRAPH_MODULE)
+    modules = (_MODULE, _CHAT_MODULE, _GRAPH_MODULE, TOOLS_MODULE, SESSION_MODULE)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._mcp = MCPToolSources()
 
     def targets(self) -> list[PatchTarget]:
         return [
+            # The MCP server of tools made by langchain-mcp-adapters: ToolCall.source.
+            *self._mcp.targets(),
             PatchTarget(_MODULE, "BaseTool.run", self._run),
             PatchTarget(_MODULE, "BaseTool.arun", self._arun),
             PatchTarget(_MODULE, "_handle_tool_error", self._note_tool_error),
@@ -138,6 +149,7 @@ class LangChainAdapter(FrameworkAdapter):
                 session_id=str(session) if session is not None else None,
                 call_id=str(call_id) if call_id is not None else None,
                 arguments=args[0] if args else kwargs.get("tool_input"),
+                source=self._mcp.source_of(instance),
             )
 
         return self.safe_tool_call(build)

@@ -39,6 +39,8 @@ import logging
 import re
 import threading
 import time
+import weakref
+from collections.abc import Mapping
 from typing import Any
 
 from otel_breaker.breaker import REJECTED
@@ -93,10 +95,46 @@ def _transport_identity(client: Any) -> str | None:
     return None
 
 
+def connection_identity(connection: Any) -> str | None:
+    """The URL, or stdio command and arguments, of a connection described as a mapping
+    (``{"transport": "stdio", "command": ..., "args": [...]}`` or ``{"url": ...}``,
+    as langchain-mcp-adapters takes them); None when it names neither."""
+    if not isinstance(connection, Mapping):
+        return None
+    url = connection.get("url")
+    if isinstance(url, str) and url:
+        return _bounded_source(url.split("?", 1)[0])  # no query string: it may carry a token
+    command = connection.get("command")
+    if isinstance(command, str) and command:
+        args = connection.get("args") or ()
+        return _bounded_source(" ".join([command, *(str(a) for a in args)]))
+    return None
+
+
+# Server info from ``initialize`` for sessions that do not keep it (mcp 1.x), noted
+# by adapters that see the handshake; weak, so a closed session leaves no trace.
+_initialized: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+def note_initialized(session: Any, result: Any) -> None:
+    """Remember the ``serverInfo`` an ``initialize`` answered for ``session``."""
+    info = getattr(result, "server_info", None) or getattr(result, "serverInfo", None)
+    if info is not None:
+        try:
+            _initialized[session] = info
+        except TypeError:  # not weak-referenceable: the identity is simply unknown
+            pass
+
+
 def server_identity(session: Any) -> str | None:
     """``name@version`` of the server behind a ``ClientSession`` or ``Client``, from
     ``initialize``; without ``serverInfo``, the transport a ``Client`` was made with."""
     info = getattr(session, "server_info", None)
+    if info is None:
+        try:
+            info = _initialized.get(session)
+        except TypeError:
+            info = None
     name = getattr(info, "name", None)
     if not isinstance(name, str) or not name:
         return _transport_identity(session)
