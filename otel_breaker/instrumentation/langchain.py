@@ -42,6 +42,13 @@ half-open, the first ``SystemMessage`` gets the status block appended (a system
 message is put first when there is none). Only the messages passed to that one
 call change: the graph's state is left alone, so each call shows the state of
 that moment. With the setting off the messages pass through untouched.
+
+Open tools off the menu (``OTEL_BREAKER_HIDE_OPEN_TOOLS``): a model's bound
+tools (``bind_tools``, as LangGraph's agents bind them) reach those same entry
+points as the call's ``tools``; an open tool is dropped from that list for the
+one call, and is back once its breaker is half-open. A call to it anyway gets
+the usual rejection. Tools are matched by name (a bound definition carries no
+MCP server).
 """
 
 from __future__ import annotations
@@ -61,6 +68,7 @@ from otel_breaker.instrumentation.spec import (
     prompt_patch,
     tool_patch,
 )
+from otel_breaker.menu import hide_open_tools_enabled, visible_tools
 from otel_breaker.toolcall import ToolCall
 
 _MODULE = "langchain_core.tools.base"
@@ -225,6 +233,21 @@ class LangChainAdapter(SpecAdapter):
 
         return ToolMessage(info.message, tool_call_id=call.call_id, name=call.tool, status="error")
 
+    # -- the model's menu (OTEL_BREAKER_HIDE_OPEN_TOOLS) ---------------------------------------------
+
+    def _prompt_call(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """A chat model call: open tools taken out of the tools bound to it
+        (``bind_tools`` puts them in the call's ``tools``), then the status block."""
+        if kwargs.get("tools") and hide_open_tools_enabled():
+            try:
+                config = args[1] if len(args) > 1 else kwargs.get("config")
+                tools = visible_tools(kwargs["tools"], _definition_name, agent=_agent_of(config))
+                if tools is not kwargs["tools"]:
+                    kwargs = {**kwargs, "tools": tools}
+            except Exception:
+                logger.debug("otel-breaker: langchain: could not hide open tools", exc_info=True)
+        return super()._prompt_call(wrapped, instance, args, kwargs)
+
     # -- the tool-status block ----------------------------------------------------------------
 
     def with_status(self, instance: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
@@ -259,6 +282,25 @@ def _with_graph_name(graph: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict
     return args, {**kwargs, "config": config}
 
 
+def _agent_of(config: Any) -> str | None:
+    """The agent of a model call, from its config (and the runnable it runs inside)."""
+    from langchain_core.runnables.config import ensure_config
+
+    merged = ensure_config(config if isinstance(config, dict) else None)
+    return _agent_name(merged, merged.get("metadata") or {})
+
+
+def _definition_name(definition: Any) -> str | None:
+    """The name of a bound tool: a provider's tool dict (``{"function": {"name"}}``,
+    ``{"name"}``) or a LangChain tool."""
+    if isinstance(definition, dict):
+        function = definition.get("function")
+        name = function.get("name") if isinstance(function, dict) else definition.get("name")
+    else:
+        name = getattr(definition, "name", None)
+    return name if isinstance(name, str) else None
+
+
 def _dialect() -> MessageDialect:
     from langchain_core.messages import SystemMessage
 
@@ -273,11 +315,7 @@ def _dialect() -> MessageDialect:
 def _status_messages(model: Any, model_input: Any, config: Any) -> list | None:
     """The messages of ``model_input`` with the block in the first system message,
     or None when they would not change."""
-    from langchain_core.runnables.config import ensure_config
-
-    # ensure_config also reads the config of the runnable this call runs inside.
-    merged = ensure_config(config if isinstance(config, dict) else None)
-    agent = _agent_name(merged, merged.get("metadata") or {})
+    agent = _agent_of(config)
     messages = list(model._convert_input(model_input).to_messages())
     system = next((m for m in messages if getattr(m, "type", None) == "system"), None)
     if system is not None and isinstance(system.content, list):
