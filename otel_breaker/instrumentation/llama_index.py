@@ -20,6 +20,13 @@ flow, not an outcome, and is never counted.
 Rejection: ``ToolOutput(is_error=True)`` with the rejection text, the same
 shape a failing tool produces, so the loop goes on and the model reads it.
 
+Open tools off the menu (``OTEL_BREAKER_HIDE_OPEN_TOOLS``): the ``run_agent_step``
+workflow step asks ``get_tools`` for the tools it hands the model in
+``take_step``; within that step, an open tool is left out of the list (back once
+half-open). The ``call_tool`` step looks tools up through the same method,
+outside a model step, so a call to a hidden tool still finds it and gets the
+rejection.
+
 Tool status in the prompt (``OTEL_BREAKER_STATUS_IN_PROMPT``): before every
 model call of an agent loop, the ``setup_agent`` workflow step
 (``BaseWorkflowAgent`` on its own, ``AgentWorkflow`` for multi-agent workflows)
@@ -41,6 +48,7 @@ from otel_breaker.classify import MISTAKE
 from otel_breaker.degrade import STATUS_HEADER, Rejection, augment_instructions, status_in_prompt_enabled
 from otel_breaker.guard import IGNORED_RESULT
 from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget, agent_display_name
+from otel_breaker.menu import hide_open_tools_enabled, visible_tools
 from otel_breaker.toolcall import ToolCall
 
 _AGENT_MODULE = "llama_index.core.agent.workflow.base_agent"
@@ -48,6 +56,11 @@ _WORKFLOW_MODULE = "llama_index.core.agent.workflow.multi_agent_workflow"
 _CALLING_MODULE = "llama_index.core.tools.calling"
 
 logger = logging.getLogger("otel_breaker")
+
+# The agent whose model step is being prepared (``run_agent_step``); its tool list
+# leaves out open tools. Unset elsewhere: the ``call_tool`` step still finds a hidden tool.
+_NO_STEP = object()
+_menu_agent: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_breaker_llama_index_menu", default=_NO_STEP)
 
 # The model's id for the tool call being run, set by the step / selection helper
 # that knows it, read by the wrapper of the call that does not.
@@ -105,6 +118,11 @@ class LlamaIndexAdapter(FrameworkAdapter):
             PatchTarget(_CALLING_MODULE, "acall_tool_with_selection", self._awith_selection),
             PatchTarget(_CALLING_MODULE, "call_tool", self._call_tool),
             PatchTarget(_CALLING_MODULE, "acall_tool", self._acall_tool),
+            # Open tools off the menu: the tool list of each model step.
+            PatchTarget(_AGENT_MODULE, "BaseWorkflowAgent.run_agent_step", self._agent_step),
+            PatchTarget(_WORKFLOW_MODULE, "AgentWorkflow.run_agent_step", self._workflow_step),
+            PatchTarget(_AGENT_MODULE, "BaseWorkflowAgent.get_tools", self._get_tools),
+            PatchTarget(_WORKFLOW_MODULE, "AgentWorkflow.get_tools", self._get_tools),
             # The tool-status block, on the system prompt of every model call.
             PatchTarget(_AGENT_MODULE, "BaseWorkflowAgent.setup_agent", self._agent_setup),
             PatchTarget(_WORKFLOW_MODULE, "AgentWorkflow.setup_agent", self._workflow_setup),
@@ -212,6 +230,40 @@ class LlamaIndexAdapter(FrameworkAdapter):
         if call is None:
             return await wrapped(*args, **kwargs)
         return await self.run_async(call, wrapped, args, kwargs)
+
+    # -- open tools off the menu (OTEL_BREAKER_HIDE_OPEN_TOOLS) ---------------------------------
+
+    async def _agent_step(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        return await self._with_menu(instance, wrapped, args, kwargs)
+
+    async def _workflow_step(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        event = args[1] if len(args) > 1 else kwargs.get("ev")
+        agents = getattr(instance, "agents", None) or {}
+        # The breakers of the agent about to run (as _workflow_call_tool keys them).
+        return await self._with_menu(
+            agents.get(getattr(event, "current_agent_name", None), instance), wrapped, args, kwargs
+        )
+
+    async def _with_menu(self, agent: Any, wrapped: Any, args: tuple, kwargs: dict) -> Any:
+        if not hide_open_tools_enabled():
+            return await wrapped(*args, **kwargs)
+        token = _menu_agent.set(agent)
+        try:
+            return await wrapped(*args, **kwargs)
+        finally:
+            _menu_agent.reset(token)
+
+    async def _get_tools(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """Inside a model step: the agent's tools without the open ones."""
+        tools = await wrapped(*args, **kwargs)
+        agent = _menu_agent.get()
+        if agent is _NO_STEP or not isinstance(tools, list):
+            return tools
+        try:
+            return visible_tools(tools, _tool_name, agent=agent)
+        except Exception:
+            logger.debug("otel-breaker: llama_index: could not hide open tools", exc_info=True)
+            return tools
 
     # -- the tool-status block in the system prompt -------------------------------------------
 
