@@ -63,6 +63,15 @@ def _saving_note(with_: Ledger) -> str:
     return textwrap.fill(text, width=100, subsequent_indent="    ")
 
 
+def openings(transitions: dict) -> dict[str, int]:
+    """Openings per tool (from closed and from half-open), by tool name."""
+    counts: dict[str, int] = {}
+    for (tool, _agent, _from, to, _source), count in transitions.items():
+        if to == "open":
+            counts[tool] = counts.get(tool, 0) + count
+    return dict(sorted(counts.items()))
+
+
 def render(
     steps: int,
     without: Ledger,
@@ -99,12 +108,9 @@ def render(
         lines.append(f"  {clock_time(moment.at)}  {moment.tool:<14} {arrow:<22} {moment.reason}")
     if not timeline:
         lines.append("  (none)")
-    openings: dict[str, int] = {}
-    for (tool, _agent, _from, to, _source), count in transitions.items():
-        if to == "open":
-            openings[tool] = openings.get(tool, 0) + count
-    if openings:
-        summary = ", ".join(f"'{tool}' opened {count} times" for tool, count in sorted(openings.items()))
+    opened = openings(transitions)
+    if opened:
+        summary = ", ".join(f"'{tool}' opened {count} times" for tool, count in opened.items())
         lines.append(f"  ({summary}; the OtelBreakerFrequentOpenings alert fires at 3 openings in 15 minutes)")
     if prompt:
         lines += [
@@ -193,6 +199,6 @@ def as_json(
         "timeline": [
             {"at_s": m.at, "tool": m.tool, "from": m.from_state, "to": m.to_state, "reason": m.reason} for m in timeline
         ],
-        "openings": {key[0]: count for key, count in sorted(transitions.items(), key=str) if key[3] == "open"},
+        "openings": openings(transitions),
         "menu_cases": cases_json(cases or []),
     }

@@ -83,7 +83,8 @@ def run_with_breakers(
 ) -> Ledger:
     """The run with breakers. ``timeline`` receives every state change;
     ``prompt_sample`` the tool-status block and the rejection message at the
-    first rejection."""
+    first rejection. Its breakers stay in the default registry (for the
+    telemetry to export); the registry's store is put back afterwards."""
     from otel_breaker import breaker as breaker_module
     from otel_breaker import degrade
     from otel_breaker.guard import Guard
@@ -95,6 +96,7 @@ def run_with_breakers(
     clock = SimClock()
     world = World(clock)
     registry = default_registry()
+    store = registry.store
     registry.use_store(SimStore(clock))
     install_breakers(registry)
 
@@ -125,6 +127,7 @@ def run_with_breakers(
         agent.work(steps, step_done)
     finally:
         breaker_module.remove_global_listener(listener)
+        registry.use_store(store)  # breakers made later read the real clock again
     TELEMETRY.settle_savings()
     ledger.tokens_saved = TELEMETRY.estimator.total_saved()
     return ledger
