@@ -115,8 +115,9 @@ def register(subparsers: Any) -> None:
         "demo",
         help="show what breakers change: the same agent with and without them, offline",
         description="Run a scripted agent twice, without and with breakers, while one of its tools dies "
-        "mid-session, and compare what each run cost. Offline, no API key; simulated time, so it takes "
-        "seconds and always gives the same numbers.",
+        "mid-session, and compare what each run cost; then measure what the tool-status block and hiding "
+        "open tools save (four configurations, a scripted model). Offline, no API key; simulated time, so "
+        "it takes seconds and always gives the same numbers.",
     )
     parser.add_argument("--steps", type=_steps, default=DEFAULT_STEPS, help=f"questions (default {DEFAULT_STEPS})")
     parser.add_argument(
