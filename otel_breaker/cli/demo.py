@@ -167,17 +167,17 @@ def run(args: argparse.Namespace) -> int:
     # what the demo exports is the run with breakers alone.
     cases = [run_case(case, args.steps, lambda step, c=case: progress.advance(c.label)) for case in CASES]
     TELEMETRY.reset(counts=True)
+    record = None
     try:
         exporters = set_up_telemetry(args.serve_metrics, args.otlp)
+        if args.record:
+            try:
+                record = open(args.record, "w", encoding="utf-8")  # noqa: SIM115
+            except OSError as exc:
+                raise UsageError(f"--record: cannot write {args.record}: {exc.strerror or exc}") from None
     except UsageError:
-        progress.finish()
+        progress.finish()  # the error is the one line left on the terminal
         raise
-    record = None
-    if args.record:
-        try:
-            record = open(args.record, "w", encoding="utf-8")  # noqa: SIM115
-        except OSError as exc:
-            raise UsageError(f"--record: cannot write {args.record}: {exc.strerror or exc}") from None
 
     try:
         without = run_without_breakers(args.steps, lambda step: progress.advance("without breakers"))

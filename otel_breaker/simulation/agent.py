@@ -223,6 +223,7 @@ class Agent:
 
     @staticmethod
     def _observe(question: Question, tool: str, outcome: str, value: Any) -> None:
+        """What the model learns from a search call's result (rules 2 and 3)."""
         if outcome == "ok":
             question.found = True
             return
