@@ -54,7 +54,13 @@ from otel_breaker.classify import (
 )
 from otel_breaker.degrade import Rejection
 from otel_breaker.guard import IGNORED_RESULT
-from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget, _active_call, active_call
+from otel_breaker.instrumentation.base import (
+    FrameworkAdapter,
+    PatchTarget,
+    _active_call,
+    active_call,
+    same_logical_call,
+)
 from otel_breaker.telemetry import TELEMETRY
 from otel_breaker.toolcall import ToolCall
 
@@ -93,15 +99,23 @@ def _transport_identity(client: Any) -> str | None:
     return None
 
 
+def implementation_identity(info: Any) -> str | None:
+    """``name@version`` of an MCP ``Implementation`` (the ``serverInfo`` of ``initialize``),
+    bounded and printable; None when it has no name. Frameworks that hold the server's
+    info themselves (PydanticAI's MCP toolsets, OpenAI Agents' MCP servers) key their
+    MCP tools with it, so they agree with the session's own calls."""
+    name = getattr(info, "name", None)
+    if not isinstance(name, str) or not name:
+        return None
+    version = getattr(info, "version", None)
+    return _bounded_source(f"{name}@{version}" if isinstance(version, str) and version else name)
+
+
 def server_identity(session: Any) -> str | None:
     """``name@version`` of the server behind a ``ClientSession`` or ``Client``, from
     ``initialize``; without ``serverInfo``, the transport a ``Client`` was made with."""
-    info = getattr(session, "server_info", None)
-    name = getattr(info, "name", None)
-    if not isinstance(name, str) or not name:
-        return _transport_identity(session)
-    version = getattr(info, "version", None)
-    return _bounded_source(f"{name}@{version}" if isinstance(version, str) and version else name)
+    identity = implementation_identity(getattr(session, "server_info", None))
+    return identity if identity is not None else _transport_identity(session)
 
 
 def _listed_tools(instance: Any) -> dict | None:
@@ -186,8 +200,7 @@ class MCPAdapter(FrameworkAdapter):
         call = self._describe(args, kwargs, instance)
         if call is None:
             return await wrapped(*args, **kwargs)
-        active = active_call()
-        if (active is None or active.tool != call.tool) and not self._known(instance, call):
+        if not same_logical_call(active_call(), call) and not self._known(instance, call):
             return await self._first_call(call, wrapped, args, kwargs)
         return await self.run_async(call, wrapped, args, kwargs)
 

@@ -37,12 +37,15 @@ nothing changes.
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import logging
 from typing import Any
 
 from otel_breaker.classify import RETRY_REQUEST
 from otel_breaker.degrade import STATUS_HEADER, Rejection, augment_instructions, status_in_prompt_enabled
-from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget, agent_display_name
+from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget, agent_display_name, nested_failure
+from otel_breaker.instrumentation.mcp import implementation_identity
+from otel_breaker.menu import hide_open_tools_enabled, visible_tools
 from otel_breaker.toolcall import ToolCall
 
 # (ToolCallPart, wrap_validation_errors) of the call being guarded, so a rejection
@@ -53,6 +56,7 @@ _part: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_breaker_pydant
 _preparing: contextvars.ContextVar[bool] = contextvars.ContextVar("otel_breaker_pydantic_ai_request", default=False)
 
 _GRAPH = "pydantic_ai._agent_graph"
+_MAX_WRAPPERS = 16
 
 logger = logging.getLogger("otel_breaker")
 
@@ -69,7 +73,32 @@ class PydanticAIAdapter(FrameworkAdapter):
             # The tool-status block, in the instructions of every model request.
             PatchTarget(_GRAPH, "ModelRequestNode._prepare_request", self._prepare_request),
             PatchTarget(_GRAPH, "_get_instructions", self._instructions),
+            # The tool definitions of every model request: open tools leave it (opt-in).
+            PatchTarget(_GRAPH, "_prepare_request_parameters", self._request_parameters),
         ]
+
+    async def _request_parameters(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """``_prepare_request_parameters(ctx, ...)``: the request's ``function_tools`` without
+        the open ones when ``OTEL_BREAKER_HIDE_OPEN_TOOLS`` is on. The run's tool manager
+        keeps them, so a call the model makes anyway still reaches the guard."""
+        parameters = await wrapped(*args, **kwargs)
+        if not hide_open_tools_enabled():
+            return parameters
+        try:
+            manager = (args[0] if args else kwargs["ctx"]).deps.tool_manager
+            tools = manager.tools or {}
+            kept = visible_tools(
+                parameters.function_tools,
+                lambda tool_def: tool_def.name,
+                lambda tool_def: toolset_source(getattr(tools.get(tool_def.name), "toolset", None)),
+                agent=getattr(manager.ctx, "agent", None),
+            )
+            if kept is parameters.function_tools:
+                return parameters
+            return dataclasses.replace(parameters, function_tools=list(kept))
+        except Exception:
+            logger.debug("otel-breaker: pydantic_ai: could not hide open tools", exc_info=True)
+            return parameters
 
     async def _prepare_request(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         if not status_in_prompt_enabled():
@@ -130,10 +159,17 @@ class PydanticAIAdapter(FrameworkAdapter):
             call_id=part.tool_call_id,
             tool_type="function",
             arguments=part.args,
+            source=toolset_source(getattr(validated.tool, "toolset", None)),
         )
 
     def exception_hint(self, call: ToolCall, exc: BaseException) -> str | None:
-        return RETRY_REQUEST if type(exc).__name__ == "ToolRetryError" else None
+        if type(exc).__name__ != "ToolRetryError":
+            return None
+        if nested_failure():
+            # An MCP toolset's default ``tool_error_behavior="retry"`` turns the server's
+            # error result into ModelRetry: the MCP session below saw the tool fail.
+            return None
+        return RETRY_REQUEST
 
     def rejection(self, call: ToolCall, info: Rejection) -> Any:
         """Raise the run's own "tool failed" signal; returning a value would read as success."""
@@ -154,6 +190,20 @@ class PydanticAIAdapter(FrameworkAdapter):
             outcome="failed",
         )
         raise ToolFailedError(return_part)
+
+
+def toolset_source(toolset: Any) -> str | None:
+    """The MCP server behind a tool's toolset (``name@version`` from its ``initialize``),
+    looking through wrapper toolsets (prefixed, renamed, filtered...) by their
+    ``wrapped``; None for a toolset that is not an MCP server's."""
+    for _ in range(_MAX_WRAPPERS):
+        if toolset is None:
+            return None
+        info = getattr(toolset, "_server_info", None)
+        if info is not None:
+            return implementation_identity(info)
+        toolset = getattr(toolset, "wrapped", None)
+    return None
 
 
 def _block_in_force(ctx: Any) -> bool:
