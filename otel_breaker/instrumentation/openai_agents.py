@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,11 +39,14 @@ from otel_breaker.classify import MISTAKE
 from otel_breaker.degrade import Rejection, augment_instructions, status_in_prompt_enabled
 from otel_breaker.guard import IGNORED_RESULT
 from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget, agent_display_name
+from otel_breaker.instrumentation.mcp import _bounded_source, implementation_identity, server_identity
 from otel_breaker.toolcall import ToolCall
 
 _INVOKE = "_invoke_function_tool_with_metadata"
 _FAILURE_HOOK = "maybe_invoke_function_tool_failure_error_function"
 _INVALID_ARGUMENTS_PREFIX = "Invalid JSON input for tool"
+_MCP_UTIL = "agents.mcp.util"
+_SERVER_ATTRIBUTE = "_otel_breaker_mcp_server"
 
 logger = logging.getLogger("otel_breaker")
 
@@ -77,7 +81,7 @@ class OpenAIAgentsAdapter(FrameworkAdapter):
     name = "openai_agents"
     distribution = "openai-agents"
     version_range = ">=0.24,<0.25"
-    modules = ("agents.tool", "agents.run_internal.tool_execution", "agents.agent")
+    modules = ("agents.tool", "agents.run_internal.tool_execution", "agents.agent", _MCP_UTIL)
 
     def targets(self) -> list[PatchTarget]:
         return [
@@ -87,7 +91,19 @@ class OpenAIAgentsAdapter(FrameworkAdapter):
             PatchTarget("agents.tool", _FAILURE_HOOK, self._failure_hook),
             # The tool-status block, on the instructions of every model call.
             PatchTarget("agents.agent", "Agent.get_system_prompt", self._system_prompt),
+            # Which MCP server each MCP function tool calls (its breaker key's source).
+            PatchTarget(_MCP_UTIL, "MCPUtil.to_function_tool", self._mcp_tool),
         ]
+
+    def _mcp_tool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """Remember the server an MCP tool was built for, on the ``FunctionTool`` itself."""
+        function_tool = wrapped(*args, **kwargs)
+        try:
+            server = kwargs.get("server") or next(a for a in args if hasattr(a, "call_tool") and hasattr(a, "name"))
+            setattr(function_tool, _SERVER_ATTRIBUTE, weakref.ref(server))
+        except Exception:
+            logger.debug("otel-breaker: openai_agents: could not tell an MCP tool's server", exc_info=True)
+        return function_tool
 
     # -- wrappers ----------------------------------------------------------------------
 
@@ -153,6 +169,7 @@ class OpenAIAgentsAdapter(FrameworkAdapter):
             call_id=getattr(context, "tool_call_id", None),
             tool_type="function",
             arguments=kwargs.get("arguments"),
+            source=mcp_source(function_tool, agent),
         )
 
     # -- adapter protocol --------------------------------------------------------------------
@@ -188,6 +205,37 @@ def _invalid_arguments(error: Exception) -> bool:
     """The model sent arguments the tool's schema refuses: the tool never ran,
     so this says nothing about its health."""
     return type(error).__name__ == "ModelBehaviorError" and str(error).startswith(_INVALID_ARGUMENTS_PREFIX)
+
+
+def mcp_source(function_tool: Any, agent: Any = None) -> str | None:
+    """The MCP server an MCP function tool calls (``name@version`` from its ``initialize``),
+    or None for a tool that is not an MCP server's. The server is the one recorded when
+    the SDK built the tool; else the agent's ``mcp_servers`` entry the tool's binding names."""
+    binding = getattr(function_tool, "_mcp_tool_binding", None)
+    if binding is None:
+        return None
+    ref = getattr(function_tool, _SERVER_ATTRIBUTE, None)
+    server = ref() if ref is not None else None
+    if server is None:
+        named = [s for s in getattr(agent, "mcp_servers", None) or () if _log_name(s) == binding[0]]
+        server = named[0] if len(named) == 1 else None
+    if server is None:
+        return None
+    identity = server_identity(getattr(server, "session", None))
+    if identity is None:
+        identity = implementation_identity(
+            getattr(getattr(server, "server_initialize_result", None), "server_info", None)
+        )
+    return identity if identity is not None else _bounded_source(f"mcp:{binding[0]}")
+
+
+def _log_name(server: Any) -> str | None:
+    try:
+        from agents.mcp.util import get_mcp_server_log_name
+
+        return get_mcp_server_log_name(server.name)
+    except Exception:
+        return None
 
 
 def _public_agent(agent: Any) -> Any:
