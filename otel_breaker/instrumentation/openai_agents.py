@@ -40,12 +40,15 @@ from otel_breaker.degrade import Rejection, augment_instructions, status_in_prom
 from otel_breaker.guard import IGNORED_RESULT
 from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget, agent_display_name
 from otel_breaker.instrumentation.mcp import _bounded_source, implementation_identity, server_identity
+from otel_breaker.menu import hide_open_tools_enabled, visible_tools
 from otel_breaker.toolcall import ToolCall
 
 _INVOKE = "_invoke_function_tool_with_metadata"
 _FAILURE_HOOK = "maybe_invoke_function_tool_failure_error_function"
 _INVALID_ARGUMENTS_PREFIX = "Invalid JSON input for tool"
 _MCP_UTIL = "agents.mcp.util"
+_RUN_LOOP = "agents.run_internal.run_loop"
+_TOOLS_ARG = 4  # get_new_response's all_tools
 _SERVER_ATTRIBUTE = "_otel_breaker_mcp_server"
 
 logger = logging.getLogger("otel_breaker")
@@ -81,7 +84,7 @@ class OpenAIAgentsAdapter(FrameworkAdapter):
     name = "openai_agents"
     distribution = "openai-agents"
     version_range = ">=0.24,<0.25"
-    modules = ("agents.tool", "agents.run_internal.tool_execution", "agents.agent", _MCP_UTIL)
+    modules = ("agents.tool", "agents.run_internal.tool_execution", "agents.agent", _MCP_UTIL, _RUN_LOOP)
 
     def targets(self) -> list[PatchTarget]:
         return [
@@ -93,7 +96,22 @@ class OpenAIAgentsAdapter(FrameworkAdapter):
             PatchTarget("agents.agent", "Agent.get_system_prompt", self._system_prompt),
             # Which MCP server each MCP function tool calls (its breaker key's source).
             PatchTarget(_MCP_UTIL, "MCPUtil.to_function_tool", self._mcp_tool),
+            # The tools a (non-streamed) model call is sent: open ones leave it (opt-in).
+            PatchTarget(_RUN_LOOP, "get_new_response", self._new_response),
         ]
+
+    async def _new_response(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """``get_new_response(bindings, system_prompt, input, output_schema, all_tools, ...)``
+        with the open function tools left out of ``all_tools`` when
+        ``OTEL_BREAKER_HIDE_OPEN_TOOLS`` is on. Only the model's copy changes: the turn
+        still runs the model's calls against every tool, so a call to a hidden tool
+        reaches the guard and gets the rejection."""
+        if hide_open_tools_enabled():
+            try:
+                args, kwargs = _without_open_tools(args, kwargs)
+            except Exception:
+                logger.debug("otel-breaker: openai_agents: could not hide open tools", exc_info=True)
+        return await wrapped(*args, **kwargs)
 
     def _mcp_tool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         """Remember the server an MCP tool was built for, on the ``FunctionTool`` itself."""
@@ -205,6 +223,27 @@ def _invalid_arguments(error: Exception) -> bool:
     """The model sent arguments the tool's schema refuses: the tool never ran,
     so this says nothing about its health."""
     return type(error).__name__ == "ModelBehaviorError" and str(error).startswith(_INVALID_ARGUMENTS_PREFIX)
+
+
+def _without_open_tools(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    bindings = args[0] if args else kwargs["bindings"]
+    agent = getattr(bindings, "public_agent", None)
+    in_args = len(args) > _TOOLS_ARG
+    tools = args[_TOOLS_ARG] if in_args else kwargs["all_tools"]
+    kept = visible_tools(tools, _function_tool_name, lambda tool: mcp_source(tool, agent), agent=agent)
+    if kept is tools:
+        return args, kwargs
+    if in_args:
+        return (*args[:_TOOLS_ARG], list(kept), *args[_TOOLS_ARG + 1 :]), kwargs
+    return args, {**kwargs, "all_tools": list(kept)}
+
+
+def _function_tool_name(tool: Any) -> str | None:
+    """Only function tools are guarded, so only they can leave the menu."""
+    if type(tool).__name__ != "FunctionTool":
+        return None
+    name = getattr(tool, "name", None)
+    return name if isinstance(name, str) else None
 
 
 def mcp_source(function_tool: Any, agent: Any = None) -> str | None:
