@@ -29,6 +29,12 @@ loop goes on, whereas a returned string would read as a successful
 observation. The exception is :class:`~otel_breaker.CircuitOpenError` carrying
 the sanitized rejection text.
 
+Open tools leave the menu (``OTEL_BREAKER_HIDE_OPEN_TOOLS``): a
+``ToolCallingAgent`` sends the model ``tools_and_managed_agents`` on every step,
+a property read nowhere else; it is replaced by one that leaves the open tools out
+(restored by ``uninstrument``). A ``CodeAgent`` renders its tools into the system
+prompt once per run: it has no seam, and the status block is what tells it.
+
 Not covered: remote executors (e2b, docker, modal, blaxel) run tools in another
 process, and managed agents are called as agents, not through ``Tool.__call__``.
 """
@@ -44,7 +50,8 @@ from typing import Any
 
 from otel_breaker.classify import MISTAKE
 from otel_breaker.degrade import Rejection, augment_instructions, status_in_prompt_enabled
-from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget, agent_display_name
+from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget, _Patched, agent_display_name
+from otel_breaker.menu import visible_tools
 from otel_breaker.toolcall import ToolCall
 
 FRAMEWORK = "smolagents"
@@ -61,6 +68,8 @@ _call_ids: contextvars.ContextVar[tuple[dict[int, str], dict[str, str]] | None] 
 )
 
 _UNGUARDED_TOOLS = frozenset({"final_answer"})
+_AGENTS = "smolagents.agents"
+_MENU = "tools_and_managed_agents"
 
 
 def _scoped(gen: Generator, var: contextvars.ContextVar, value: Any) -> Generator:
@@ -112,6 +121,50 @@ class SmolagentsAdapter(FrameworkAdapter):
             PatchTarget("smolagents.local_python_executor", "timeout", self._timeout),
             PatchTarget("smolagents.agents", "MultiStepAgent.write_memory_to_messages", self._memory_messages),
         ]
+
+    # -- open tools leave the menu (ToolCallingAgent) ---------------------------------------------
+
+    def patch(self) -> list[str]:
+        skipped = super().patch()
+        reason = self._wrap_menu()
+        return [*skipped, f"{_AGENTS}:{_MENU}: {reason}"] if reason else skipped
+
+    def patch_module(self, module_name: str) -> list[str]:
+        skipped = super().patch_module(module_name)
+        reason = self._wrap_menu() if module_name == _AGENTS else None
+        return [*skipped, f"{_AGENTS}:{_MENU}: {reason}"] if reason else skipped
+
+    def _wrap_menu(self) -> str | None:
+        """``ToolCallingAgent.tools_and_managed_agents``, the property read for every model
+        call's ``tools_to_call_from`` and nowhere else, becomes one that leaves the open
+        tools out when ``OTEL_BREAKER_HIDE_OPEN_TOOLS`` is on. Tool calls run from
+        ``agent.tools``, so a call to a hidden tool still reaches the guard."""
+        try:
+            from smolagents.agents import ToolCallingAgent
+        except ImportError as exc:
+            return f"cannot import ({exc})"
+        original = ToolCallingAgent.__dict__.get(_MENU)
+        if not isinstance(original, property) or original.fget is None:
+            return "not found"
+        if any(p.owner is ToolCallingAgent and p.attribute == _MENU for p in self._patched):
+            return "already patched"
+        adapter = self
+        fget = original.fget
+
+        def tools_and_managed_agents(agent: Any) -> Any:
+            tools = fget(agent)
+            if not adapter.enabled:
+                return tools
+            try:
+                return visible_tools(tools, _menu_tool_name(agent), agent=agent)
+            except Exception:
+                logger.debug("otel-breaker: smolagents: could not hide open tools", exc_info=True)
+                return tools
+
+        wrapper = property(tools_and_managed_agents, doc=original.__doc__)
+        setattr(ToolCallingAgent, _MENU, wrapper)
+        self._patched.append(_Patched(ToolCallingAgent, _MENU, original, wrapper))
+        return None
 
     # -- the breaker point ---------------------------------------------------------------------
 
@@ -231,6 +284,19 @@ class SmolagentsAdapter(FrameworkAdapter):
         except Exception:
             logger.debug("otel-breaker: smolagents: tool status not added to the prompt", exc_info=True)
             return messages
+
+
+def _menu_tool_name(agent: Any) -> Any:
+    """The guarded name of a menu entry: tools only (managed agents are not tools here)."""
+    managed = tuple((getattr(agent, "managed_agents", None) or {}).values())
+
+    def name_of(entry: Any) -> str | None:
+        if any(entry is m for m in managed):
+            return None
+        name = getattr(entry, "name", None)
+        return name if isinstance(name, str) and name not in _UNGUARDED_TOOLS else None
+
+    return name_of
 
 
 # -- the tool-status block in the system prompt ------------------------------------------------------
