@@ -36,7 +36,9 @@ def threshold_two():
 
 def server(name: str, mode: str, *, prefix: str | None = None):
     command, args = stdio_command(name, mode)
-    toolset = MCPToolset(StdioTransport(command, args))
+    toolset = MCPToolset(
+        StdioTransport(command, args), init_timeout=120, read_timeout=120
+    )  # a busy machine starts slowly
     return toolset.prefixed(prefix) if prefix else toolset
 
 
