@@ -42,9 +42,10 @@ import logging
 from typing import Any
 
 from otel_breaker.classify import RETRY_REQUEST
-from otel_breaker.degrade import STATUS_HEADER, Rejection, augment_instructions, status_in_prompt_enabled
-from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget, agent_display_name, nested_failure
+from otel_breaker.degrade import STATUS_HEADER, Rejection, status_in_prompt_enabled
+from otel_breaker.instrumentation.base import PatchTarget, agent_display_name, nested_failure
 from otel_breaker.instrumentation.mcp import implementation_identity
+from otel_breaker.instrumentation.spec import SpecAdapter, status_text, tool_patch
 from otel_breaker.menu import hide_open_tools_enabled, visible_tools
 from otel_breaker.toolcall import ToolCall
 
@@ -61,15 +62,15 @@ _MAX_WRAPPERS = 16
 logger = logging.getLogger("otel_breaker")
 
 
-class PydanticAIAdapter(FrameworkAdapter):
+class PydanticAIAdapter(SpecAdapter):
     name = "pydantic_ai"
-    distribution = "pydantic-ai-slim"
-    version_range = ">=2.68,<3"
-    modules = ("pydantic_ai.tool_manager", _GRAPH)
+    requires = "pydantic-ai-slim>=2.68,<3"
+    patches = (tool_patch("pydantic_ai.tool_manager", "ToolManager.execute_tool_call", "async"),)
+    modules = ("pydantic_ai.tool_manager", _GRAPH)  # the extra targets below live in the graph module
 
     def targets(self) -> list[PatchTarget]:
         return [
-            PatchTarget("pydantic_ai.tool_manager", "ToolManager.execute_tool_call", self._execute),
+            *super().targets(),
             # The tool-status block, in the instructions of every model request.
             PatchTarget(_GRAPH, "ModelRequestNode._prepare_request", self._prepare_request),
             PatchTarget(_GRAPH, "_get_instructions", self._instructions),
@@ -116,7 +117,7 @@ class PydanticAIAdapter(FrameworkAdapter):
             return parts
         try:
             run_context = args[1] if len(args) > 1 else kwargs["run_context"]
-            block = augment_instructions(None, getattr(run_context, "agent", None))
+            block = status_text(None, getattr(run_context, "agent", None))
             if not block:
                 if parts is None and _block_in_force(args[0] if args else kwargs["ctx"]):
                     # None would let the model fall back to the history's instructions,
@@ -131,8 +132,9 @@ class PydanticAIAdapter(FrameworkAdapter):
             logger.debug("otel-breaker: pydantic_ai: could not add the tool-status block", exc_info=True)
             return parts
 
-    async def _execute(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        call = self.safe_tool_call(lambda: self._describe(args, kwargs))
+    async def _tool_async(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """The spec's async tool wrapper, with the call's part at hand for :meth:`rejection`."""
+        call = self._call_of(instance, args, kwargs)
         if call is None:
             return await wrapped(*args, **kwargs)
         validated = args[0] if args else kwargs["validated"]
@@ -142,7 +144,7 @@ class PydanticAIAdapter(FrameworkAdapter):
         finally:
             _part.reset(token)
 
-    def _describe(self, args: tuple, kwargs: dict) -> ToolCall | None:
+    def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
         validated = args[0] if args else kwargs["validated"]
         if validated.args_valid is False or getattr(validated, "deferral", None) is not None:
             return None  # the tool body will not run: nothing to guard or count
