@@ -36,10 +36,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from otel_breaker.classify import MISTAKE
-from otel_breaker.degrade import Rejection, augment_instructions, status_in_prompt_enabled
+from otel_breaker.degrade import Rejection, status_in_prompt_enabled
 from otel_breaker.guard import IGNORED_RESULT
-from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget, agent_display_name
+from otel_breaker.instrumentation.base import PatchTarget, agent_display_name
 from otel_breaker.instrumentation.mcp import _bounded_source, implementation_identity, server_identity
+from otel_breaker.instrumentation.spec import SpecAdapter, status_text, tool_patch
 from otel_breaker.menu import hide_open_tools_enabled, visible_tools
 from otel_breaker.toolcall import ToolCall
 
@@ -80,16 +81,18 @@ class _FallbackInvocationResult:
     is_sdk_generated_error: bool = True
 
 
-class OpenAIAgentsAdapter(FrameworkAdapter):
+class OpenAIAgentsAdapter(SpecAdapter):
     name = "openai_agents"
-    distribution = "openai-agents"
-    version_range = ">=0.24,<0.25"
+    requires = "openai-agents>=0.24,<0.25"
+    patches = (
+        tool_patch("agents.run_internal.tool_execution", _INVOKE, "async"),
+        tool_patch("agents.tool", _INVOKE, "async"),
+    )
     modules = ("agents.tool", "agents.run_internal.tool_execution", "agents.agent", _MCP_UTIL, _RUN_LOOP)
 
     def targets(self) -> list[PatchTarget]:
         return [
-            PatchTarget("agents.run_internal.tool_execution", _INVOKE, self._invoke),
-            PatchTarget("agents.tool", _INVOKE, self._invoke),
+            *super().targets(),
             # Looked up in agents.tool by the tool's own failure-handling invoker.
             PatchTarget("agents.tool", _FAILURE_HOOK, self._failure_hook),
             # The tool-status block, on the instructions of every model call.
@@ -125,8 +128,9 @@ class OpenAIAgentsAdapter(FrameworkAdapter):
 
     # -- wrappers ----------------------------------------------------------------------
 
-    async def _invoke(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        call = self.safe_tool_call(lambda: self._describe(kwargs))
+    async def _tool_async(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """The spec's async tool wrapper, with the attempt the failure hook fills in."""
+        call = self._call_of(instance, args, kwargs)
         if call is None:
             return await wrapped(*args, **kwargs)
         outer = _attempt.get()
@@ -167,14 +171,15 @@ class OpenAIAgentsAdapter(FrameworkAdapter):
             return prompt
         try:
             # Tools run with the agent the program created, not the Runner's execution copy.
-            return augment_instructions(prompt, _public_agent(instance))
+            amended = status_text(prompt, _public_agent(instance))
+            return prompt if amended is None else amended
         except Exception:
             logger.debug("otel-breaker: openai_agents: could not add the tool-status block", exc_info=True)
             return prompt
 
     # -- describing a call -----------------------------------------------------------------
 
-    def _describe(self, kwargs: dict) -> ToolCall | None:
+    def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
         function_tool = kwargs["function_tool"]
         context = kwargs.get("context")
         agent = getattr(context, "agent", None)
