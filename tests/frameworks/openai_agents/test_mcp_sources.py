@@ -97,3 +97,29 @@ def test_healthy_mcp_servers_answer_the_same_with_and_without_breakers(instrumen
     instrument("openai_agents", "mcp")
     assert outputs() == without
     assert all("3 results for 'lamps'" in text for text in without)
+
+
+def test_hidden_tools_are_hidden_per_server(instrument):
+    """With hiding on, the dead server's ``search`` leaves the menu; the other server's stays."""
+    set_settings(
+        load_settings(
+            {
+                "OTEL_BREAKER_FAILURE_THRESHOLD": "2",
+                "OTEL_BREAKER_RECOVERY_TIMEOUT": "600",
+                "OTEL_BREAKER_HIDE_OPEN_TOOLS": "true",
+            }
+        )
+    )
+    instrument("openai_agents", "mcp")
+    agent = Agent(name="researcher", instructions="Find products.")
+    run(agent, server("catalogue-a", "down"), 2)  # opens server A's search
+
+    async def menu(mcp_server: MCPServerStdio) -> list[str]:
+        async with mcp_server:
+            agent.mcp_servers = [mcp_server]
+            agent.model = ScriptedModel([[assistant_message("done")]])
+            await Runner.run(agent, "find lamps")
+            return [t.name for t in agent.model.calls[0].tools]
+
+    assert asyncio.run(menu(server("catalogue-a", "down"))) == []
+    assert asyncio.run(menu(server("catalogue-b", "up"))) == ["search"]

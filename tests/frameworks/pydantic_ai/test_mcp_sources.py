@@ -132,3 +132,33 @@ def test_healthy_mcp_servers_answer_the_same_with_and_without_breakers(instrumen
             "catalogue-b: 3 results for 'lamps'",
         ]
     )
+
+
+def test_hidden_tools_are_hidden_per_server(instrument):
+    """With hiding on, the dead server's ``search`` leaves the menu; the other server's stays."""
+    set_settings(
+        load_settings(
+            {
+                "OTEL_BREAKER_FAILURE_THRESHOLD": "2",
+                "OTEL_BREAKER_RECOVERY_TIMEOUT": "600",
+                "OTEL_BREAKER_HIDE_OPEN_TOOLS": "true",
+            }
+        )
+    )
+    instrument("pydantic_ai", "mcp")
+    agent = Agent(name="researcher")
+    offered: list[list[str]] = []
+
+    def respond(messages, info: AgentInfo) -> ModelResponse:
+        offered.append([t.name for t in info.function_tools])
+        return ModelResponse(parts=[TextPart("done")])
+
+    async def menu(toolset) -> list[str]:
+        async with toolset:
+            offered.clear()
+            await agent.run("find lamps", toolsets=[toolset], model=FunctionModel(respond))
+            return offered[0]
+
+    run(agent, server("catalogue-a", "down"), 2)  # opens server A's search
+    assert asyncio.run(menu(server("catalogue-a", "down"))) == []
+    assert asyncio.run(menu(server("catalogue-b", "up"))) == ["search"]
