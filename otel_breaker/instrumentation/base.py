@@ -100,6 +100,13 @@ class _OuterCall:
         return self.adapter.exception_hint(call, exc)
 
 
+def nested_failure() -> bool:
+    """Whether a nested layer of the guarded call in progress (the MCP session below a
+    framework's MCP tool) has seen the tool fail; for an adapter whose framework turns
+    that failure into something neutral, such as a request to retry."""
+    return bool(_nested_errors.get())
+
+
 def active_call() -> ToolCall | None:
     """The tool call being guarded in this context, if any."""
     return _active_call.get()
@@ -117,6 +124,15 @@ def not_a_tool_call(name: str, framework: str | None = None) -> Iterator[None]:
         yield
     finally:
         _active_call.reset(token)
+
+
+def same_logical_call(active: ToolCall | None, call: ToolCall) -> bool:
+    """Whether ``call`` is an inner layer of the guarded ``active`` call: the same tool
+    name, or the same known source (a framework's MCP tool, perhaps renamed or
+    prefixed there, reaching the MCP session that sends it to its server)."""
+    if active is None:
+        return False
+    return active.tool == call.tool or (active.source is not None and active.source == call.source)
 
 
 @dataclass(frozen=True)
@@ -313,7 +329,7 @@ class FrameworkAdapter:
         if _first_use_pending:
             _run_first_use()
         active = _active_call.get()
-        if active is not None and active.tool == call.tool:
+        if same_logical_call(active, call):
             result = wrapped(*args, **kwargs)
             self._report_nested(call, result)
             return result
@@ -331,7 +347,7 @@ class FrameworkAdapter:
         if _first_use_pending:
             _run_first_use()
         active = _active_call.get()
-        if active is not None and active.tool == call.tool:
+        if same_logical_call(active, call):
             result = await wrapped(*args, **kwargs)
             self._report_nested(call, result)
             return result

@@ -63,7 +63,7 @@ from otel_breaker.classify import (
 )
 from otel_breaker.degrade import Rejection
 from otel_breaker.guard import IGNORED_RESULT
-from otel_breaker.instrumentation.base import PatchTarget, _active_call, active_call
+from otel_breaker.instrumentation.base import PatchTarget, _active_call, active_call, same_logical_call
 from otel_breaker.instrumentation.spec import SpecAdapter, tool_patch
 from otel_breaker.menu import hide_open_tools_enabled, visible_tools
 from otel_breaker.telemetry import TELEMETRY
@@ -135,6 +135,18 @@ def note_initialized(session: Any, result: Any) -> None:
             pass
 
 
+def implementation_identity(info: Any) -> str | None:
+    """``name@version`` of an MCP ``Implementation`` (the ``serverInfo`` of ``initialize``),
+    bounded and printable; None when it has no name. Frameworks that hold the server's
+    info themselves (PydanticAI's MCP toolsets, OpenAI Agents' MCP servers) key their
+    MCP tools with it, so they agree with the session's own calls."""
+    name = getattr(info, "name", None)
+    if not isinstance(name, str) or not name:
+        return None
+    version = getattr(info, "version", None)
+    return _bounded_source(f"{name}@{version}" if isinstance(version, str) and version else name)
+
+
 def server_identity(session: Any) -> str | None:
     """``name@version`` of the server behind a ``ClientSession`` or ``Client``, from
     ``initialize``; without ``serverInfo``, the transport a ``Client`` was made with."""
@@ -144,11 +156,8 @@ def server_identity(session: Any) -> str | None:
             info = _initialized.get(session)
         except TypeError:
             info = None
-    name = getattr(info, "name", None)
-    if not isinstance(name, str) or not name:
-        return _transport_identity(session)
-    version = getattr(info, "version", None)
-    return _bounded_source(f"{name}@{version}" if isinstance(version, str) and version else name)
+    identity = implementation_identity(info)
+    return identity if identity is not None else _transport_identity(session)
 
 
 def _listed_tools(instance: Any) -> dict | None:
@@ -240,8 +249,7 @@ class MCPAdapter(SpecAdapter):
         call = self._call_of(instance, args, kwargs)
         if call is None:
             return await wrapped(*args, **kwargs)
-        active = active_call()
-        if (active is None or active.tool != call.tool) and not self._known(instance, call):
+        if not same_logical_call(active_call(), call) and not self._known(instance, call):
             return await self._first_call(call, wrapped, args, kwargs)
         return await self.run_async(call, wrapped, args, kwargs)
 
