@@ -19,7 +19,7 @@ from typing import Any, ClassVar, Protocol
 from contract import UNAVAILABLE, FrameworkDriver, Tool, call
 from status_prompt import COOLDOWN, quick_breaker_settings
 
-BOTH = ["weather", "backup"]
+BOTH = ["backup", "weather"]  # menus are compared sorted: some frameworks sort their tools
 
 
 class MenuDriver(FrameworkDriver, Protocol):
@@ -30,6 +30,9 @@ class MenuDriver(FrameworkDriver, Protocol):
 class HiddenToolsContract:
     driver: ClassVar[MenuDriver]
 
+    def _menus(self, agent: Any) -> list[list[str]]:
+        return [sorted(menu) for menu in self.driver.menus(agent)]
+
     def _run(self, weather: Tool, steps: list) -> tuple[Any, Tool]:
         backup = Tool.healthy("backup")
         agent = self.driver.build([weather, backup], steps)
@@ -39,7 +42,7 @@ class HiddenToolsContract:
     def _dead_then_backup(self) -> tuple[list[list[str]], list, tuple[int, int]]:
         weather = Tool.failing("weather")
         agent, backup = self._run(weather, [call("weather", 1), call("weather", 2), call("backup", 3), "done"])
-        return self.driver.menus(agent), self.driver.sent(agent), (weather.runs, backup.runs)
+        return self._menus(agent), self.driver.sent(agent), (weather.runs, backup.runs)
 
     def test_switch_off_offers_exactly_the_uninstrumented_tools(self, instrument):
         baseline = self._dead_then_backup()
@@ -51,7 +54,7 @@ class HiddenToolsContract:
     def test_switch_on_nothing_open_offers_the_same_tools(self, instrument):
         def healthy_run() -> tuple[list[list[str]], list]:
             agent, _ = self._run(Tool.healthy("weather"), [call("weather", 1), call("backup", 2), "done"])
-            return self.driver.menus(agent), self.driver.sent(agent)
+            return self._menus(agent), self.driver.sent(agent)
 
         baseline = healthy_run()
         instrument(self.driver.framework)
@@ -73,10 +76,10 @@ class HiddenToolsContract:
             [weather, backup], [call("weather", 1), call("weather", 2), "first", call("weather", 3), "done"]
         )
         assert self.driver.run(agent) == "first"
-        assert self.driver.menus(agent)[-1] == ["backup"]
+        assert self._menus(agent)[-1] == ["backup"]
         registry_clock.advance(COOLDOWN * 2)  # half-open: back on the menu for the probe
         assert self.driver.run(agent, "again") == "done"
-        assert self.driver.menus(agent)[3:] == [BOTH, BOTH]
+        assert self._menus(agent)[3:] == [BOTH, BOTH]
         assert weather.runs == 3 and "weather ok 3" in self.driver.sent(agent)[-1].tool_results[-1]
 
     def test_calling_a_hidden_tool_anyway_gets_the_rejection(self, instrument):
@@ -85,6 +88,6 @@ class HiddenToolsContract:
         weather = Tool.failing("weather")
         agent, _ = self._run(weather, [call("weather", 1), call("weather", 2), call("weather", 3), "done"])
         assert weather.runs == 2
-        assert self.driver.menus(agent)[2:] == [["backup"], ["backup"]]
+        assert self._menus(agent)[2:] == [["backup"], ["backup"]]
         results = self.driver.sent(agent)[-1].tool_results
         assert UNAVAILABLE in results[-1] and "Tool 'weather'" in results[-1]
