@@ -63,6 +63,7 @@ from otel_breaker.classify import MISTAKE
 from otel_breaker.degrade import Rejection, augment_instructions, status_in_prompt_enabled
 from otel_breaker.guard import IGNORED_RESULT
 from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget, agent_display_name
+from otel_breaker.menu import visible_tools
 from otel_breaker.toolcall import ToolCall
 
 FRAMEWORK = "crewai"
@@ -83,6 +84,25 @@ _argument_error: contextvars.ContextVar[BaseException | None] = contextvars.Cont
 )
 # The tool object of the native or direct call being guarded (for its tool_failure_policy).
 _tool: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_breaker_crewai_tool", default=None)
+
+
+def _schema_name(tool: Any) -> str | None:
+    """The name of one OpenAI-style tool schema of the native path."""
+    return (tool.get("function") or {}).get("name") if isinstance(tool, dict) else None
+
+
+def _breaker_name_of(agent: Any) -> Callable[[Any], str | None]:
+    """A schema's tool name as its breaker knows it: the schema carries CrewAI's
+    sanitised name (``weather_lookup``), the breaker the tool's own (``Weather Lookup``)."""
+    from crewai.utilities.string_utils import sanitize_tool_name
+
+    names = {sanitize_tool_name(t.name): t.name for t in getattr(agent, "tools", None) or ()}
+
+    def name_of(tool: Any) -> str | None:
+        name = _schema_name(tool)
+        return names.get(name, name) if name is not None else None
+
+    return name_of
 
 
 def _text_id(value: Any) -> str | None:
@@ -128,6 +148,7 @@ class CrewAIAdapter(FrameworkAdapter):
             PatchTarget("crewai.utilities.agent_utils", "_prepare_llm_call", self._prepare_llm_call),
             PatchTarget("crewai.tools.base_tool", "BaseTool._validate_kwargs", self._validating),
             PatchTarget("crewai.tools.structured_tool", "CrewStructuredTool._parse_args", self._validating),
+            PatchTarget("crewai.agents.agent_executor", "get_llm_response", self._menu),
         ]
 
     # -- argument validation: the model's mistake -----------------------------------------
@@ -316,6 +337,23 @@ class CrewAIAdapter(FrameworkAdapter):
         except Exception:
             return manager
         return _status_in_prompt(manager, agent)
+
+    # -- open tools leave the model's menu ---------------------------------------------
+
+    def _menu(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """A native model call of ``AgentExecutor`` (its ``get_llm_response``, tools passed
+        by keyword; ``akickoff`` runs the same executor) sent without the agent's open tools."""
+        tools = kwargs.get("tools")
+        if isinstance(tools, list) and tools:
+            try:
+                agent = kwargs.get("from_agent")
+                visible = visible_tools(tools, _breaker_name_of(agent), agent=agent)
+            except Exception:
+                visible = tools
+                logger.debug("otel-breaker: crewai: open tools left on the menu", exc_info=True)
+            if visible is not tools:
+                kwargs = {**kwargs, "tools": list(visible) or None}
+        return wrapped(*args, **kwargs)
 
     # -- the adapter protocol ------------------------------------------------------------
 
