@@ -20,7 +20,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from otel_breaker.breaker import CircuitOpenError, State, StateChange, add_global_listener
+from otel_breaker.breaker import CircuitOpenError, State, StateChange, add_follow_listener, add_global_listener
 from otel_breaker.classify import FAILURE
 from otel_breaker.sanitize import (  # noqa: F401 - re-exported: the sanitiser adapters use
     MAX_ALTERNATIVES,
@@ -186,7 +186,13 @@ def _on_transition(change: StateChange) -> None:
             breaker.rejection_cache = None
 
 
+def _on_followed(breaker: CircuitBreaker, from_state: State, to_state: State) -> None:
+    """A shared store moved a fallback's breaker (another process's transition): the same."""
+    _on_transition(StateChange(breaker, from_state, to_state, "followed", 0.0))
+
+
 add_global_listener(_on_transition)
+add_follow_listener(_on_followed)
 
 
 def healthy_alternatives(names: tuple[str, ...]) -> tuple[str, ...]:
