@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from otel_breaker import breaker as _breaker_module
-from otel_breaker import deadline, degrade, health  # noqa: F401 - health checks listen for openings
+from otel_breaker import deadline, rejection
 from otel_breaker.breaker import REJECTED, SHADOW, CircuitBreaker, CircuitBreakerConfig, Clock
 from otel_breaker.classify import FAILURE, IGNORED, SUCCESS, classify_exception, error_type, result_failed
 from otel_breaker.registry import BreakerRegistry, default_registry
@@ -31,7 +31,7 @@ from otel_breaker.toolcall import ToolCall
 
 _TELEMETRY = TELEMETRY
 _observing = observing
-_rejection_result = degrade.rejection_result
+_rejection_result = rejection.rejection_result
 _deadline_start = deadline.start
 
 logger = logging.getLogger("otel_breaker")
@@ -59,7 +59,7 @@ class Adapter(Protocol):
         """``error.type`` when the framework turned a failure into a returned value,
         ``IGNORED_RESULT`` for a value that must not count either way, else None."""
 
-    def rejection(self, call: ToolCall, info: degrade.Rejection) -> Any:
+    def rejection(self, call: ToolCall, info: rejection.Rejection) -> Any:
         """The framework-native value for a rejected call (or raise)."""
 
     # Optional: ``exception_hint(call, exc)`` -> ``classify.MISTAKE``, ``RETRY_REQUEST``,
@@ -101,8 +101,8 @@ def _reject(
         return False, _rejection_result(breaker, call)
     if call is None:
         call = _default_call(breaker)
-    info = degrade.Rejection(breaker, call)
-    if config.high_stakes and degrade.escalation_approves(call, info):
+    info = rejection.Rejection(breaker, call)
+    if config.high_stakes and rejection.escalation_approves(call, info):
         TELEMETRY.escalated(span, call, breaker)
         return True, None
     try:

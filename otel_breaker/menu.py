@@ -108,7 +108,9 @@ def unavailable_description(description: str | None) -> str:
     return f"{text} {UNAVAILABLE_NOTE}".strip()
 
 
-def _hidden(tool: T, name_of: Callable[[T], str | None], source_of: Callable[[T], str | None] | None, opened: frozenset) -> bool:
+def _hidden(
+    tool: T, name_of: Callable[[T], str | None], source_of: Callable[[T], str | None] | None, opened: frozenset
+) -> bool:
     name = name_of(tool)
     if name is None:
         return False

@@ -81,7 +81,7 @@ from otel_breaker.semconv import (  # noqa: F401 - re-exported: the names other 
 from otel_breaker.tokens import TokenEstimator, parse_prices
 
 if TYPE_CHECKING:
-    from otel_breaker.degrade import Rejection
+    from otel_breaker.rejection import Rejection
     from otel_breaker.toolcall import ToolCall
 
 logger = logging.getLogger("otel_breaker")
