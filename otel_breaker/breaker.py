@@ -371,6 +371,7 @@ class CircuitBreaker:
         self._probe_successes = 0
         self._window = _FailureWindow(self._config.monitor_window) if self._config.failure_rate_threshold else None
         self._simple = self._quick_path_allowed()
+        self._quiet_rejection = self._quiet_rejection_allowed()
         # Lifetime counters: monotonic, read by telemetry at collection time.
         # Requests and successes are counted on the lock-free closed-state path
         # with itertools.count, whose next() is atomic; the rest under the lock.
@@ -500,6 +501,13 @@ class CircuitBreaker:
             elif not config.failure_rate_threshold:
                 self._window = None
             self._simple = self._quick_path_allowed()
+        self._quiet_rejection = self._quiet_rejection_allowed()
+
+    def _quiet_rejection_allowed(self) -> bool:
+        """Whether :meth:`call` may answer a rejection itself: a graceful result, no
+        escalation gate, enforce mode (observe mode runs the call)."""
+        c = self._config
+        return self.quick_path and c.graceful_degradation and not c.high_stakes and c.mode == "enforce"
 
     def _quick_path_allowed(self) -> bool:
         """Whether :meth:`call`'s quick path may decide for this breaker's configuration."""
@@ -744,6 +752,19 @@ class CircuitBreaker:
             else:
                 self.record(permit, SUCCESS)
             return result
+        if (
+            self._state is _OPEN
+            and self._quiet_rejection
+            and _w1.get(_k1) is None
+            and _w2.get(_k2) is None
+            and _w3.get(_k3) is None
+            and _w4.get(_k4) is None
+            and self._clock() < self._open_until
+        ):
+            # acquire's open branch; the graceful result comes from the guard's one cache.
+            next(self._request_counter)
+            next(self._rejected_open_counter)
+            return _rejection(self)
         return _run_sync(self, fn, args, kwargs)
 
     async def acall(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
@@ -784,6 +805,8 @@ _run_async: Callable[..., Any] = _not_loaded
 _decorate: Callable[..., Any] = _not_loaded
 #: ``_after_raise(breaker, permit, exc)``: classify and record a call that raised.
 _after_raise: Callable[[CircuitBreaker, Any, BaseException], None] = _not_loaded
+#: ``_rejection(breaker)``: the graceful result of a call the open breaker rejected.
+_rejection: Callable[[CircuitBreaker], Any] = _not_loaded
 
 
 def install_runner(
@@ -791,9 +814,10 @@ def install_runner(
     run_async: Callable[..., Any],
     decorate: Callable[..., Any],
     after_raise: Callable[[CircuitBreaker, Any, BaseException], None],
+    rejection: Callable[[CircuitBreaker], Any],
 ) -> None:
-    global _run_sync, _run_async, _decorate, _after_raise
-    _run_sync, _run_async, _decorate, _after_raise = run_sync, run_async, decorate, after_raise
+    global _run_sync, _run_async, _decorate, _after_raise, _rejection
+    _run_sync, _run_async, _decorate, _after_raise, _rejection = run_sync, run_async, decorate, after_raise, rejection
 
 
 # -- who watches calls -------------------------------------------------------------

@@ -382,7 +382,12 @@ def _after_raise(breaker: CircuitBreaker, permit: Any, exc: BaseException) -> No
     _record(breaker, permit, _raised(breaker, None, None, exc)[0])
 
 
-_breaker_module.install_runner(run_sync, run_async, _decorate, _after_raise)
+def _quiet_rejection(breaker: CircuitBreaker) -> Any:
+    """The rejection :func:`_reject` answers when nothing watches and no adapter is involved."""
+    return _rejection_result(breaker, None)
+
+
+_breaker_module.install_runner(run_sync, run_async, _decorate, _after_raise, _quiet_rejection)
 
 
 class Guard:
