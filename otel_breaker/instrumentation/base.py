@@ -24,7 +24,7 @@ import wrapt
 
 from otel_breaker.degrade import Rejection
 from otel_breaker.guard import IGNORED_RESULT, Guard, default_guard
-from otel_breaker.toolcall import ToolCall
+from otel_breaker.toolcall import ToolCall, _active_call, active_call, agent_display_name  # noqa: F401 - adapters import them from here
 
 logger = logging.getLogger("otel_breaker")
 
@@ -37,7 +37,7 @@ class DidNotEnable(Exception):
 # of the same tool is already guarded passes straight through: one logical call
 # is counted once even when frameworks nest (an MCP tool inside an agent SDK,
 # a tool runner that calls another patched layer).
-_active_call: contextvars.ContextVar[ToolCall | None] = contextvars.ContextVar("otel_breaker_active_call", default=None)
+# (The variable lives in toolcall, so the span processor reads it without importing adapters.)
 
 
 # Set-up deferred until the first guarded framework call (the SDK from OTEL_*
@@ -105,11 +105,6 @@ def nested_failure() -> bool:
     framework's MCP tool) has seen the tool fail; for an adapter whose framework turns
     that failure into something neutral, such as a request to retry."""
     return bool(_nested_errors.get())
-
-
-def active_call() -> ToolCall | None:
-    """The tool call being guarded in this context, if any."""
-    return _active_call.get()
 
 
 @contextlib.contextmanager
@@ -382,12 +377,3 @@ class FrameworkAdapter:
                 "otel-breaker: %s: could not describe a tool call; running it unguarded", self.name, exc_info=True
             )
             return None
-
-
-def agent_display_name(agent: Any) -> str | None:
-    """A readable name for an agent object, if it has one."""
-    for attribute in ("name", "role", "agent_name"):
-        value = getattr(agent, attribute, None)
-        if isinstance(value, str) and value:
-            return value
-    return None
