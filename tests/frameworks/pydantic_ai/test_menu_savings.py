@@ -49,3 +49,20 @@ def test_the_dead_tool_runs_only_until_its_breaker_opens(costs):
     runs = {case: cost.primary_runs for case, cost in costs.items()}
     assert runs["no breaker"] == 2 * 6  # a call and its retry, every turn
     assert runs["breaker only"] == runs["breaker + status block"] == runs["breaker + hidden tools"] == 3
+
+
+def test_the_readme_quotes_what_the_example_measures():
+    """The README's PydanticAI figures (10 user turns) are what the example computes now."""
+    import re
+
+    spec = importlib.util.spec_from_file_location("menu_savings_readme", EXAMPLE)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    measured = [module.measure(case, turns=10) for case in module.CASES]
+    readme = (EXAMPLE.parents[1] / "README.md").read_text()
+    paragraph = readme[readme.index("examples/menu_savings.py") :].split("\n\n", 1)[0]
+    quoted = [int(n.replace(",", "")) for n in re.findall(r"\d[\d,]*", paragraph.split("took", 1)[1])]
+    turns, tokens = quoted[:4], quoted[4:8]
+    assert turns == [cost.model_turns for cost in measured]
+    assert tokens == [cost.tokens for cost in measured]
