@@ -22,6 +22,8 @@ from typing import Any, Protocol
 
 from otel_breaker import breaker as _breaker_module
 from otel_breaker import deadline, degrade, health  # noqa: F401 - health checks listen for openings
+from otel_breaker import upstream as _upstream
+from otel_breaker import upstream_gate as _upstream_gate
 from otel_breaker.breaker import _CLOSED, _OPEN, REJECTED, SHADOW, CircuitBreaker, CircuitBreakerConfig, Clock
 from otel_breaker.classify import FAILURE, IGNORED, SUCCESS, classify_exception, error_type, result_failed
 from otel_breaker.registry import BreakerRegistry, default_registry
@@ -464,6 +466,10 @@ class Guard:
         breaker = self.breaker_for(call, config)
         if breaker is None:
             return fn(*args, **(kwargs or {}))
+        # Upstream breaker (upstream_gate.py): admitted first, counts transport failures.
+        upstream = _upstream.breaker_for_call(self.registry, call)
+        if upstream is not None:
+            return _upstream_gate.run_sync(upstream, breaker, run_sync, fn, args, kwargs or {}, call, adapter)
         return run_sync(breaker, fn, args, kwargs or {}, call, adapter)
 
     async def acall(
@@ -480,6 +486,10 @@ class Guard:
         if breaker is None:
             result = fn(*args, **(kwargs or {}))
             return await result if inspect.isawaitable(result) else result
+        # Upstream breaker (upstream_gate.py): admitted first, counts transport failures.
+        upstream = _upstream.breaker_for_call(self.registry, call)
+        if upstream is not None:
+            return await _upstream_gate.run_async(upstream, breaker, run_async, fn, args, kwargs or {}, call, adapter)
         return await run_async(breaker, fn, args, kwargs or {}, call, adapter)
 
 
