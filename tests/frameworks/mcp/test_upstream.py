@@ -148,3 +148,19 @@ async def test_healthy_server_behaves_the_same_with_and_without(instrument, upst
         await client.list_tools()
         guarded = await agent_loop(client, calls)
     assert guarded == plain
+
+
+async def test_upstream_on_spans_and_in_the_state_gauge(instrument, otel, threshold):
+    instrument("mcp")
+    await dead_server_round_trips(rounds=1)
+    spans = otel.tool_spans("tool_05")
+    assert spans and all(s.attributes.get("otel_breaker.upstream") == SERVER_ID for s in spans)
+    rejected = [s for s in otel.tool_spans("tool_19") if s.attributes.get("otel_breaker.rejected")]
+    assert rejected, "a call the upstream rejected still has its span"
+    state = otel.metric_value(
+        "otel_breaker.state",
+        gen_ai_tool_name=f"upstream:{SERVER_ID}",
+        otel_breaker_upstream=SERVER_ID,
+        otel_breaker_state="open",
+    )
+    assert state == 1
