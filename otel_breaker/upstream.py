@@ -107,7 +107,10 @@ def breaker_of(registry: Any, name: str) -> CircuitBreaker | None:
 def breaker_for_call(registry: Any, call: Any) -> CircuitBreaker | None:
     """The upstream breaker that guards ``call`` too, or None (no upstream). Never raises."""
     try:
-        name = upstream_of(call.tool, call.source, registry.settings)
+        settings = registry.settings
+        if call.source is None and not settings.upstreams:
+            return None  # the common case: nothing configured, not an MCP tool
+        name = upstream_of(call.tool, call.source, settings)
         return None if name is None else breaker_of(registry, name)
     except Exception:
         return None
