@@ -484,8 +484,7 @@ def build() -> dash.Dashboard:
             "Rejections by upstream breakers per second: calls that never went out to a dead server.",
             [
                 query(
-                    f"sum by ({UPSTREAM}) (rate({REJECTED}"
-                    f'{{{SEL}, {UPSTREAM_BREAKER}}}[$__rate_interval]))',
+                    f"sum by ({UPSTREAM}) (rate({REJECTED}{{{SEL}, {UPSTREAM_BREAKER}}}[$__rate_interval]))",
                     legend="{{" + UPSTREAM + "}}",
                 )
             ],
