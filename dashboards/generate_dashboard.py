@@ -73,6 +73,8 @@ SEL = f'job=~"$service", {AGENT}=~"$agent", {TOOL}=~"$tool"'
 # Metrics that never carry the agent label (tokens saved, cost saved).
 SEL_NO_AGENT = f'job=~"$service", {TOOL}=~"$tool"'
 SEL_SERVICE = 'job=~"$service"'
+#: The upstream panels: per service, not per agent or tool (an upstream serves them all).
+SEL_UPSTREAM = f"{SEL_SERVICE}, {UPSTREAM_BREAKER}"
 
 #: Where a rejected call's trace is seen in the example stack (examples/compose.yaml):
 #: Jaeger's search for spans with otel_breaker.rejected=true.
@@ -453,7 +455,7 @@ def build() -> dash.Dashboard:
             "every tool behind them is rejected without a round trip. 1 = open.",
             [
                 query(
-                    f'max by ({UPSTREAM}) ({STATE}{{{SEL}, {UPSTREAM_BREAKER}, {BREAKER_STATE}="open"}})',
+                    f'max by ({UPSTREAM}) ({STATE}{{{SEL_UPSTREAM}, {BREAKER_STATE}="open"}})',
                     legend="{{" + UPSTREAM + "}}",
                 )
             ],
@@ -469,7 +471,7 @@ def build() -> dash.Dashboard:
             [
                 query(
                     f"sum by ({UPSTREAM}) (increase({TRANSITIONS}"
-                    f'{{{SEL}, {UPSTREAM_BREAKER}, {TO_STATE}="open"}}[$__rate_interval]))',
+                    f'{{{SEL_UPSTREAM}, {TO_STATE}="open"}}[$__rate_interval]))',
                     legend="{{" + UPSTREAM + "}}",
                 )
             ],
@@ -484,7 +486,7 @@ def build() -> dash.Dashboard:
             "Rejections by upstream breakers per second: calls that never went out to a dead server.",
             [
                 query(
-                    f"sum by ({UPSTREAM}) (rate({REJECTED}{{{SEL}, {UPSTREAM_BREAKER}}}[$__rate_interval]))",
+                    f"sum by ({UPSTREAM}) (rate({REJECTED}{{{SEL_UPSTREAM}}}[$__rate_interval]))",
                     legend="{{" + UPSTREAM + "}}",
                 )
             ],

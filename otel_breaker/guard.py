@@ -525,10 +525,10 @@ def guard(
         start_from_settings()  # OTEL_BREAKER_STATUS_ADDR, if set: once, never raises
         name = tool or getattr(fn, "__name__", "tool")
         if clock is not None:
-            settings = (registry or default_registry()).settings
+            settings = (registry if registry is not None else default_registry()).settings
             breaker = CircuitBreaker(name, settings.config_for(name, config), clock=clock, agent_name=agent_name)
             return _decorate(breaker, fn)
-        reg = registry or default_registry()
+        reg = registry if registry is not None else default_registry()
         call = ToolCall(name, agent=agent, agent_name=agent_name)
         if config is not None:
             reg.breaker_for(call, config)  # create it now with this config

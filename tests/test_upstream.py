@@ -200,3 +200,23 @@ def test_healthy_calls_are_unchanged_with_upstreams_configured(serp):
 
     plain = [{"q": i, "hits": [1, 2]} for i in range(10)]
     assert [search(i) for i in range(10)] == plain
+
+
+def test_guard_uses_the_registry_it_is_given_even_while_empty():
+    from otel_breaker.config import Settings
+    from otel_breaker.registry import BreakerRegistry
+
+    registry = BreakerRegistry(settings=Settings(upstreams={"serp": ("web_search",)}))
+    assert len(registry) == 0
+
+    @guard("web_search", registry=registry)
+    def search():
+        raise ConnectionRefusedError("refused")
+
+    for _ in range(6):
+        try:
+            search()
+        except ConnectionRefusedError:
+            pass
+    assert upstream.breaker_of(registry, "serp").state is State.OPEN
+    assert not default_registry().breakers()
