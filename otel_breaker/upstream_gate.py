@@ -33,10 +33,14 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from opentelemetry import trace as trace_api
+from opentelemetry.trace import Status, StatusCode
+
 from otel_breaker import degrade
 from otel_breaker.breaker import REJECTED, SHADOW, CircuitBreaker
-from otel_breaker.classify import FAILURE, IGNORED, SUCCESS, UPSTREAM_MARK, is_transport_error
+from otel_breaker.classify import FAILURE, IGNORED, SUCCESS, UPSTREAM_MARK, error_type, is_transport_error
 from otel_breaker.sanitize import safe_name, sanitize
+from otel_breaker.semconv import ATTR_ERROR_TYPE, ATTR_GUARDED
 from otel_breaker.telemetry import TELEMETRY
 from otel_breaker.toolcall import ToolCall
 from otel_breaker.upstream import upstream_name, upstream_of
@@ -226,8 +230,21 @@ def _settle_outcome(upstream: CircuitBreaker, exc: BaseException) -> int:
     (then marked neutral for the tool), else neutral for the upstream."""
     if is_transport_error(exc):
         _mark(exc, upstream)
+        _note_on_span(exc)
         return FAILURE
     return IGNORED
+
+
+def _note_on_span(exc: BaseException) -> None:
+    """The tool's span still shows the call failed (``error.type``, status ERROR),
+    though its breaker does not count it: the upstream's breaker did."""
+    try:
+        span = trace_api.get_current_span()
+        if span.is_recording() and getattr(span, "attributes", {}).get(ATTR_GUARDED):
+            span.set_attribute(ATTR_ERROR_TYPE, error_type(exc))
+            span.set_status(Status(StatusCode.ERROR))
+    except Exception:
+        _failed("noting a transport failure on the span")
 
 
 async def _aadmit(upstream: CircuitBreaker) -> Any:
