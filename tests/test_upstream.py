@@ -220,3 +220,12 @@ def test_guard_uses_the_registry_it_is_given_even_while_empty():
             pass
     assert upstream.breaker_of(registry, "serp").state is State.OPEN
     assert not default_registry().breakers()
+
+
+def test_status_block_names_the_open_upstream(serp):
+    from otel_breaker.degrade import tool_status_block
+
+    assert tool_status_block() == ""
+    upstream.breaker_of(default_registry(), "serp").force_open(30)
+    block = tool_status_block()
+    assert "- every tool of upstream 'serp' (open, unreachable): may be retried in about 30s." in block
