@@ -34,10 +34,12 @@ TEST_DEPS = [
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """Ruff lint and format check; the documentation site builds with no warning (broken links fail)."""
-    session.install("ruff>=0.6", "mkdocs-material>=9.5")
+    """Ruff lint and format check; the layers contract (an import cycle fails); the
+    documentation site builds with no warning (broken links fail)."""
+    session.install("ruff>=0.6", "mkdocs-material>=9.5", "import-linter>=2.1", "-e", ".")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    session.run("lint-imports")
     session.run(
         "mkdocs", "build", "--strict", "--site-dir", session.create_tmp() + "/site", env={"NO_MKDOCS_2_WARNING": "1"}
     )
@@ -77,6 +79,7 @@ def framework(session: nox.Session, name: str) -> None:
 
 @nox.session
 def benchmarks(session: nox.Session) -> None:
-    """Speed against a bare call and the peer breakers (numbers go to the README)."""
-    session.install("-e", ".[dev]")
+    """Speed against a bare call and the peer breakers (numbers go to docs/performance.md);
+    langchain-core for the framework-level benchmark."""
+    session.install("-e", ".[dev]", "langchain-core>=1.0,<2")
     session.run("pytest", "benchmarks", "-q", "--benchmark-columns=min,median,mean,ops", *session.posargs)

@@ -5,6 +5,7 @@ later calls are rejected at once, without running the tool, with a message the
 agent loop understands; after a cooldown one probe tests recovery.
 """
 
+from otel_breaker import health as _health
 from otel_breaker._version import __version__
 from otel_breaker.breaker import (
     PRESETS,
@@ -27,6 +28,8 @@ from otel_breaker.registry import (
     reset_all_circuit_breakers,
 )
 from otel_breaker.toolcall import ToolCall
+
+_health.install()  # a breaker that opens gets its configured health check
 
 __all__ = [
     "PRESETS",

@@ -23,6 +23,7 @@ FRAMEWORK_MODULES = frozenset(
     {
         "langchain_core",
         "langgraph",
+        "langchain_mcp_adapters",
         "agents",
         "pydantic_ai",
         "llama_index",

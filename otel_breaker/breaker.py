@@ -340,6 +340,10 @@ class CircuitBreaker:
 
     #: Where the tool runs (an MCP server), set by the registry for tools that have one.
     source: str | None = None
+    #: True when decisions may wait on a store with an asyncio client (``aacquire``/``arecord``).
+    awaits_store = False
+    #: False for breakers whose state lives elsewhere: every call then takes acquire/record.
+    quick_path = True
 
     def __init__(
         self,
@@ -366,6 +370,8 @@ class CircuitBreaker:
         self._next_lease = 0
         self._probe_successes = 0
         self._window = _FailureWindow(self._config.monitor_window) if self._config.failure_rate_threshold else None
+        self._simple = self._quick_path_allowed()
+        self._quiet_rejection = self._quiet_rejection_allowed()
         # Lifetime counters: monotonic, read by telemetry at collection time.
         # Requests and successes are counted on the lock-free closed-state path
         # with itertools.count, whose next() is atomic; the rest under the lock.
@@ -380,9 +386,6 @@ class CircuitBreaker:
         self._last_change: float | None = None
         # ``stats`` reports counts since the last reset by subtracting this.
         self._baseline = (0, 0, 0, 0, 0, 0)
-        # The call path may inline this class's acquire/record fast paths; not for
-        # subclasses that keep state elsewhere (shared stores).
-        self._plain = type(self).acquire is CircuitBreaker.acquire and type(self).record is CircuitBreaker.record
         #: Set when a registry pruned this breaker and folded its counts away.
         self.retired = False
         #: Free for telemetry to cache per-breaker data (attribute sets).
@@ -497,6 +500,19 @@ class CircuitBreaker:
                 self._window = _FailureWindow(config.monitor_window)
             elif not config.failure_rate_threshold:
                 self._window = None
+            self._simple = self._quick_path_allowed()
+        self._quiet_rejection = self._quiet_rejection_allowed()
+
+    def _quiet_rejection_allowed(self) -> bool:
+        """Whether :meth:`call` may answer a rejection itself: a graceful result, no
+        escalation gate, enforce mode (observe mode runs the call)."""
+        c = self._config
+        return self.quick_path and c.graceful_degradation and not c.high_stakes and c.mode == "enforce"
+
+    def _quick_path_allowed(self) -> bool:
+        """Whether :meth:`call`'s quick path may decide for this breaker's configuration."""
+        c = self._config
+        return self.quick_path and self._window is None and c.timeout is None and c.is_failure_result is None
 
     def on_state_change(self, callback: StateListener) -> StateListener:
         """Call ``callback(change)`` after every transition of this breaker.
@@ -708,7 +724,47 @@ class CircuitBreaker:
     # -- running calls -------------------------------------------------------
 
     def call(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
-        """Run ``fn`` through the breaker (the same path ``@guard`` takes)."""
+        """Run ``fn`` through the breaker (the same path ``@guard`` takes).
+
+        The quick path below is :meth:`acquire` and :meth:`record` for the one
+        case that needs neither a lock nor a clock: closed, no failure streak,
+        no window, no timeout, no result validator, and nobody watching (no
+        telemetry provider). Anything else takes the guard's full path.
+        """
+        permit = self._generation  # generation first, then state: as in acquire
+        if (
+            self._state is _CLOSED
+            and self._simple
+            and not self._consecutive
+            and _w1.get(_k1) is None  # nobody watching: unwatched(), inlined
+            and _w2.get(_k2) is None
+            and _w3.get(_k3) is None
+            and _w4.get(_k4) is None
+        ):
+            next(self._request_counter)
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as exc:
+                _after_raise(self, permit, exc)
+                raise
+            if permit == self._generation and not self._consecutive:
+                next(self._success_counter)
+            else:
+                self.record(permit, SUCCESS)
+            return result
+        if (
+            self._state is _OPEN
+            and self._quiet_rejection
+            and _w1.get(_k1) is None
+            and _w2.get(_k2) is None
+            and _w3.get(_k3) is None
+            and _w4.get(_k4) is None
+            and self._clock() < self._open_until
+        ):
+            # acquire's open branch; the graceful result comes from the guard's one cache.
+            next(self._request_counter)
+            next(self._rejected_open_counter)
+            return _rejection(self)
         return _run_sync(self, fn, args, kwargs)
 
     async def acall(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
@@ -743,12 +799,51 @@ def _not_loaded(*args: Any) -> Any:  # pragma: no cover - replaced when guard im
     raise RuntimeError("otel_breaker.guard is not loaded")
 
 
-# The one call path lives in otel_breaker.guard, which installs it here.
+# The full call path lives in otel_breaker.guard, which installs it here.
 _run_sync: Callable[..., Any] = _not_loaded
 _run_async: Callable[..., Any] = _not_loaded
 _decorate: Callable[..., Any] = _not_loaded
+#: ``_after_raise(breaker, permit, exc)``: classify and record a call that raised.
+_after_raise: Callable[[CircuitBreaker, Any, BaseException], None] = _not_loaded
+#: ``_rejection(breaker)``: the graceful result of a call the open breaker rejected.
+_rejection: Callable[[CircuitBreaker], Any] = _not_loaded
 
 
-def install_runner(run_sync: Callable[..., Any], run_async: Callable[..., Any], decorate: Callable[..., Any]) -> None:
-    global _run_sync, _run_async, _decorate
-    _run_sync, _run_async, _decorate = run_sync, run_async, decorate
+def install_runner(
+    run_sync: Callable[..., Any],
+    run_async: Callable[..., Any],
+    decorate: Callable[..., Any],
+    after_raise: Callable[[CircuitBreaker, Any, BaseException], None],
+    rejection: Callable[[CircuitBreaker], Any],
+) -> None:
+    global _run_sync, _run_async, _decorate, _after_raise, _rejection
+    _run_sync, _run_async, _decorate, _after_raise, _rejection = run_sync, run_async, decorate, after_raise, rejection
+
+
+# -- who watches calls -------------------------------------------------------------
+
+#: Where a watcher of calls (a telemetry provider) is registered when one exists:
+#: while every slot holds None, nobody watches and :meth:`CircuitBreaker.call`
+#: may take its quick path. Telemetry registers its slots with
+#: :func:`watch_slots`; the breaker itself never imports OpenTelemetry. Four
+#: fixed slots, read inline, because they are read on every call.
+_UNUSED: dict[str, Any] = {"": None}
+_w1: dict[str, Any] = _UNUSED
+_w2: dict[str, Any] = _UNUSED
+_w3: dict[str, Any] = _UNUSED
+_w4: dict[str, Any] = _UNUSED
+_k1 = _k2 = _k3 = _k4 = ""
+
+
+def watch_slots(*slots: tuple[dict[str, Any], str]) -> None:
+    """Register up to four (namespace, name) slots, each holding a watcher when one exists."""
+    global _w1, _w2, _w3, _w4, _k1, _k2, _k3, _k4
+    if len(slots) > 4:
+        raise ValueError("at most four watch slots")
+    padded = [*slots, *[(_UNUSED, "")] * (4 - len(slots))]
+    (_w1, _k1), (_w2, _k2), (_w3, _k3), (_w4, _k4) = padded
+
+
+def unwatched() -> bool:
+    """True while no watcher is registered in any slot."""
+    return _w1.get(_k1) is None and _w2.get(_k2) is None and _w3.get(_k3) is None and _w4.get(_k4) is None

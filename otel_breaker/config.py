@@ -23,14 +23,15 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from otel_breaker.breaker import PRESETS, CircuitBreakerConfig
+from otel_breaker.words import FALSE_WORDS, TRUE_WORDS
 
 logger = logging.getLogger("otel_breaker")
 
 PREFIX = "OTEL_BREAKER_"
 SCOPES = ("process", "agent", "session")
 TOOL_NAME_PATTERN = re.compile(r"^[\w.:/@+\-]{1,128}$")
-_TRUE = frozenset({"1", "true", "yes", "on"})
-_FALSE = frozenset({"0", "false", "no", "off", ""})
+_TRUE = TRUE_WORDS
+_FALSE = FALSE_WORDS | {""}  # an empty variable is off
 
 # Breaker options settable from the environment, with their parsers' kinds.
 _BREAKER_OPTIONS: dict[str, str] = {

@@ -21,17 +21,20 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from otel_breaker import breaker as _breaker_module
-from otel_breaker import deadline, degrade, health  # noqa: F401 - health checks listen for openings
+from otel_breaker import config as _config
+from otel_breaker import deadline, rejection
 from otel_breaker import upstream as _upstream
 from otel_breaker import upstream_gate as _upstream_gate
-from otel_breaker.breaker import _CLOSED, _OPEN, REJECTED, SHADOW, CircuitBreaker, CircuitBreakerConfig, Clock
+from otel_breaker.breaker import REJECTED, SHADOW, CircuitBreaker, CircuitBreakerConfig, Clock
 from otel_breaker.classify import FAILURE, IGNORED, SUCCESS, classify_exception, error_type, result_failed
 from otel_breaker.registry import BreakerRegistry, default_registry
-from otel_breaker.telemetry import _METRICS_GLOBALS, _TRACE_GLOBALS, TELEMETRY
+from otel_breaker.registry import session_of_context as _session_of_context
+from otel_breaker.telemetry import TELEMETRY, observing
 from otel_breaker.toolcall import ToolCall
 
 _TELEMETRY = TELEMETRY
-_rejection_result = degrade.rejection_result
+_observing = observing
+_rejection_result = rejection.rejection_result
 _deadline_start = deadline.start
 
 logger = logging.getLogger("otel_breaker")
@@ -59,7 +62,7 @@ class Adapter(Protocol):
         """``error.type`` when the framework turned a failure into a returned value,
         ``IGNORED_RESULT`` for a value that must not count either way, else None."""
 
-    def rejection(self, call: ToolCall, info: degrade.Rejection) -> Any:
+    def rejection(self, call: ToolCall, info: rejection.Rejection) -> Any:
         """The framework-native value for a rejected call (or raise)."""
 
     # Optional: ``exception_hint(call, exc)`` -> ``classify.MISTAKE``, ``RETRY_REQUEST``,
@@ -86,21 +89,23 @@ def _default_call(breaker: CircuitBreaker) -> ToolCall:
     return call
 
 
-def _reject(breaker: CircuitBreaker, call: ToolCall | None, adapter: Adapter | None, span: Any) -> tuple[bool, Any]:
+def _reject(
+    breaker: CircuitBreaker, call: ToolCall | None, adapter: Adapter | None, span: Any, observed: bool
+) -> tuple[bool, Any]:
     """Handle a rejected call. Returns (run_anyway, value)."""
     config = breaker._config
     if (
-        span is None
-        and adapter is None
+        adapter is None
         and config.graceful_degradation
         and not config.high_stakes
-        and not _TELEMETRY.logs_on()
+        and (not observed or (span is None and not _TELEMETRY.logs_on()))
     ):
+        # Nothing to report to and nothing framework-specific: the cached rejection.
         return False, _rejection_result(breaker, call)
     if call is None:
         call = _default_call(breaker)
-    info = degrade.Rejection(breaker, call)
-    if config.high_stakes and degrade.escalation_approves(call, info):
+    info = rejection.Rejection(breaker, call)
+    if config.high_stakes and rejection.escalation_approves(call, info):
         TELEMETRY.escalated(span, call, breaker)
         return True, None
     try:
@@ -178,14 +183,6 @@ def _end(
         _bookkeeping_failed("ending a span")
 
 
-def _observing() -> bool:
-    return (
-        _TELEMETRY.explicit
-        or _TRACE_GLOBALS["_TRACER_PROVIDER"] is not None
-        or _METRICS_GLOBALS["_METER_PROVIDER"] is not None
-    )
-
-
 def run_sync(
     breaker: CircuitBreaker,
     fn: Callable[..., Any],
@@ -196,53 +193,8 @@ def run_sync(
 ) -> Any:
     """Run a sync call through ``breaker``. Sync calls are never interrupted: one
     that runs past ``timeout`` is counted as a failure when it returns."""
-    observed = (
-        _TELEMETRY.explicit
-        or _TRACE_GLOBALS["_TRACER_PROVIDER"] is not None
-        or _METRICS_GLOBALS["_METER_PROVIDER"] is not None
-    )
-    if not observed and adapter is None and breaker._plain:
-        # The common case inlined: no telemetry, no adapter, a breaker whose
-        # state lives in memory. Same rules as breaker.acquire/record, without
-        # their call overhead (this path is what a closed breaker costs).
-        state = breaker._state
-        permit = breaker._generation
-        clock = breaker._clock
-        if state is _CLOSED:
-            next(breaker._request_counter)
-            start = clock()
-            try:
-                result = fn(*args, **kwargs)
-            except BaseException as exc:
-                _record(breaker, permit, _classify(breaker, exc))
-                raise
-            config = breaker._config
-            if (config.timeout is not None and clock() - start > config.timeout) or (
-                config.is_failure_result is not None and result_failed(result, config)
-            ):
-                _record(breaker, permit, FAILURE)
-            elif not breaker._consecutive and breaker._window is None and permit == breaker._generation:
-                next(breaker._success_counter)
-            else:
-                _record(breaker, permit, SUCCESS)
-            return result
-        if state is _OPEN and not breaker._observe:
-            now = clock()
-            if now < breaker._open_until:
-                config = breaker._config
-                if config.graceful_degradation and not config.high_stakes:
-                    next(breaker._request_counter)
-                    next(breaker._rejected_open_counter)
-                    cached = breaker.rejection_cache
-                    if (
-                        cached is not None
-                        and cached[0] <= now < cached[1]
-                        and cached[2] is call
-                        and cached[3] == breaker._generation
-                    ):
-                        return cached[4].copy()
-                    return _rejection_result(breaker, call)
     span = None
+    observed = _observing()
     if observed:
         call, span = _start(breaker, call)
     try:
@@ -252,68 +204,31 @@ def run_sync(
             permit = None
             _bookkeeping_failed("acquiring a permit")
         if permit == REJECTED:
-            run_anyway, value = _reject(breaker, call, adapter, span)
+            run_anyway, value = _reject(breaker, call, adapter, span, observed)
             if not run_anyway:
                 return value
             permit = SHADOW
-        clock = breaker._clock
-        start = clock()
+        timed = observed or _timed(breaker)
+        start = breaker._clock() if timed else 0.0
         try:
             result = fn(*args, **kwargs)
         except BaseException as exc:
-            outcome = _classify(breaker, exc, call, adapter)
+            outcome, err = _raised(breaker, call, adapter, exc)
             _record(breaker, permit, outcome)
             if observed:
-                _end(breaker, call, span, clock() - start, error_type(exc) if outcome == FAILURE else None, exc, permit)
+                _end(breaker, call, span, breaker._clock() - start, err, exc, permit)
             raise
-        elapsed = clock() - start
-        _complete(breaker, permit, call, span, adapter, result, elapsed, observed)
+        if not timed and adapter is None and breaker._config.is_failure_result is None:
+            _record(breaker, permit, SUCCESS)
+            return result
+        outcome, err, elapsed = _returned(breaker, call, adapter, result, start, timed)
+        _record(breaker, permit, outcome)
+        if observed:
+            _end(breaker, call, span, elapsed, err, None, permit)
         return result
     finally:
         if span is not None:
             TELEMETRY.detach(span)
-
-
-def _outcome(
-    breaker: CircuitBreaker, call: ToolCall | None, adapter: Adapter | None, result: Any, elapsed: float
-) -> tuple[int, str | None]:
-    """(outcome, ``error.type``) of a call that returned ``result`` after ``elapsed`` seconds."""
-    config = breaker._config
-    err = None
-    if config.timeout is not None and elapsed > config.timeout:
-        err = TIMEOUT_ERROR_TYPE
-    elif adapter is not None or config.is_failure_result is not None:
-        err = _result_error(breaker, call, result, adapter)
-    if err == IGNORED_RESULT:
-        return IGNORED, None
-    return (SUCCESS if err is None else FAILURE), err
-
-
-async def _arecord(breaker: CircuitBreaker, permit: Any, outcome: int, shared: bool) -> None:
-    if not shared or permit is None:
-        _record(breaker, permit, outcome)
-        return
-    try:
-        await breaker.arecord(permit, outcome)
-    except Exception:
-        _bookkeeping_failed("recording an outcome")
-
-
-def _complete(
-    breaker: CircuitBreaker,
-    permit: Any,
-    call: ToolCall | None,
-    span: Any,
-    adapter: Adapter | None,
-    result: Any,
-    elapsed: float,
-    observed: bool,
-) -> None:
-    """Classify a returned value, record it, end the span: the tail both paths share."""
-    outcome, err = _outcome(breaker, call, adapter, result, elapsed)
-    _record(breaker, permit, outcome)
-    if observed:
-        _end(breaker, call, span, elapsed, err, None, permit)
 
 
 async def run_async(
@@ -324,32 +239,29 @@ async def run_async(
     call: ToolCall | None = None,
     adapter: Adapter | None = None,
 ) -> Any:
-    """Run an async call (or a plain function) through ``breaker``: the same
-    steps as :func:`run_sync`, and coroutines are cancelled at ``timeout`` and
-    counted as failures."""
-    observed = (
-        _TELEMETRY.explicit
-        or _TRACE_GLOBALS["_TRACER_PROVIDER"] is not None
-        or _METRICS_GLOBALS["_METER_PROVIDER"] is not None
-    )
+    """Run an async call (or a plain function) through ``breaker``: every decision
+    is :func:`run_sync`'s; only the awaiting differs (of the call, of a store with
+    an asyncio client, and of ``timeout``, at which a coroutine is cancelled and
+    counted as a failure)."""
     span = None
+    observed = _observing()
     if observed:
         call, span = _start(breaker, call)
     try:
-        shared = getattr(breaker, "aacquire", None) is not None  # a store with an asyncio client
+        remote = breaker.awaits_store
         try:
-            permit = await breaker.aacquire() if shared else breaker.acquire()
+            permit = await breaker.aacquire() if remote else breaker.acquire()
         except Exception:
             permit = None
             _bookkeeping_failed("acquiring a permit")
         if permit == REJECTED:
-            run_anyway, value = _reject(breaker, call, adapter, span)
+            run_anyway, value = _reject(breaker, call, adapter, span, observed)
             if not run_anyway:
                 return value
             permit = SHADOW
-        clock = breaker._clock
         timeout = breaker._config.timeout
-        start = clock()
+        timed = observed or timeout is not None
+        start = breaker._clock() if timed else 0.0
         try:
             result = fn(*args, **kwargs)
             if inspect.isawaitable(result):
@@ -357,29 +269,64 @@ async def run_async(
                     result = await result
                 else:
                     result = await _await_within(result, timeout, call.tool if call is not None else breaker.name)
-        except ToolTimeoutError as exc:
-            await _arecord(breaker, permit, FAILURE, shared)
-            if observed:
-                _end(breaker, call, span, clock() - start, TIMEOUT_ERROR_TYPE, exc, permit)
-            raise
         except BaseException as exc:
-            outcome = _classify(breaker, exc, call, adapter)
-            await _arecord(breaker, permit, outcome, shared)
+            outcome, err = _raised(breaker, call, adapter, exc)
+            await _arecord(breaker, permit, outcome) if remote else _record(breaker, permit, outcome)
             if observed:
-                _end(breaker, call, span, clock() - start, error_type(exc) if outcome == FAILURE else None, exc, permit)
+                _end(breaker, call, span, breaker._clock() - start, err, exc, permit)
             raise
-        elapsed = clock() - start
-        if shared:
-            outcome, err = _outcome(breaker, call, adapter, result, elapsed)
-            await _arecord(breaker, permit, outcome, shared)
-            if observed:
-                _end(breaker, call, span, elapsed, err, None, permit)
+        if not timed and adapter is None and breaker._config.is_failure_result is None:
+            outcome, err, elapsed = SUCCESS, None, 0.0
         else:
-            _complete(breaker, permit, call, span, adapter, result, elapsed, observed)
+            outcome, err, elapsed = _returned(breaker, call, adapter, result, start, timed)
+        await _arecord(breaker, permit, outcome) if remote else _record(breaker, permit, outcome)
+        if observed:
+            _end(breaker, call, span, elapsed, err, None, permit)
         return result
     finally:
         if span is not None:
             TELEMETRY.detach(span)
+
+
+def _timed(breaker: CircuitBreaker) -> bool:
+    """Whether the call's duration matters (a per-call timeout is configured)."""
+    return breaker._config.timeout is not None
+
+
+def _raised(
+    breaker: CircuitBreaker, call: ToolCall | None, adapter: Adapter | None, exc: BaseException
+) -> tuple[int, str | None]:
+    """(outcome, ``error.type``) of a call that raised ``exc``."""
+    if isinstance(exc, ToolTimeoutError):
+        return FAILURE, TIMEOUT_ERROR_TYPE
+    outcome = _classify(breaker, exc, call, adapter)
+    return outcome, (error_type(exc) if outcome == FAILURE else None)
+
+
+def _returned(
+    breaker: CircuitBreaker, call: ToolCall | None, adapter: Adapter | None, result: Any, start: float, timed: bool
+) -> tuple[int, str | None, float]:
+    """(outcome, ``error.type``, elapsed seconds) of a call that returned ``result``."""
+    elapsed = breaker._clock() - start if timed else 0.0
+    config = breaker._config
+    err = None
+    if config.timeout is not None and elapsed > config.timeout:
+        err = TIMEOUT_ERROR_TYPE
+    elif adapter is not None or config.is_failure_result is not None:
+        err = _result_error(breaker, call, result, adapter)
+    if err == IGNORED_RESULT:
+        return IGNORED, None, elapsed
+    return (SUCCESS if err is None else FAILURE), err, elapsed
+
+
+async def _arecord(breaker: CircuitBreaker, permit: Any, outcome: int) -> None:
+    """:func:`_record` through a store's asyncio client."""
+    if permit is None:
+        return
+    try:
+        await breaker.arecord(permit, outcome)
+    except Exception:
+        _bookkeeping_failed("recording an outcome")
 
 
 async def _await_within(awaitable: Any, timeout: float, tool: str) -> Any:
@@ -427,13 +374,23 @@ def _decorate(breaker: CircuitBreaker, fn: Callable[..., Any]) -> Callable[..., 
 
     @functools.wraps(fn)
     def guarded(*args: Any, **kwargs: Any) -> Any:
-        return run_sync(breaker, fn, args, kwargs, call)
+        return breaker.call(fn, *args, **kwargs)
 
     guarded.breaker = breaker  # type: ignore[attr-defined]
     return guarded
 
 
-_breaker_module.install_runner(run_sync, run_async, _decorate)
+def _after_raise(breaker: CircuitBreaker, permit: Any, exc: BaseException) -> None:
+    """Record a call that raised, for the breaker's quick path."""
+    _record(breaker, permit, _raised(breaker, None, None, exc)[0])
+
+
+def _quiet_rejection(breaker: CircuitBreaker) -> Any:
+    """The rejection :func:`_reject` answers when nothing watches and no adapter is involved."""
+    return _rejection_result(breaker, None)
+
+
+_breaker_module.install_runner(run_sync, run_async, _decorate, _after_raise, _quiet_rejection)
 
 
 class Guard:
@@ -496,6 +453,14 @@ class Guard:
 _default_guard = Guard()
 
 
+def _holds_for_good(registry: BreakerRegistry, call: ToolCall, breaker: CircuitBreaker) -> bool:
+    try:
+        return registry.holds_for_good(call, breaker)
+    except Exception:
+        _bookkeeping_failed("finding a breaker")
+        return False
+
+
 def default_guard() -> Guard:
     return _default_guard
 
@@ -541,9 +506,31 @@ def guard(
 
             return async_guarded
 
+        kept: list[Any] = [None, None]
+
         @functools.wraps(fn)
         def guarded(*args: Any, **kwargs: Any) -> Any:
-            return guard_.call(call, fn, args, kwargs, config=config)
+            # The registry lookup, kept while the registry says it cannot change
+            # (and the settings that could put the tool behind an upstream stay the same).
+            breaker = kept[0]
+            if (
+                breaker is not None
+                and not breaker.retired
+                and _config._settings is kept[1]
+                and _session_of_context() is None
+            ):
+                return breaker.call(fn, *args, **kwargs)
+            breaker = guard_.breaker_for(call, config)
+            if breaker is None:
+                return fn(*args, **kwargs)
+            # Upstream breaker (upstream_gate.py): admitted first, counts transport failures.
+            upstream = _upstream.breaker_for_call(reg, call)
+            if upstream is not None:
+                kept[0] = None
+                return _upstream_gate.run_sync(upstream, breaker, run_sync, fn, args, kwargs, call)
+            kept[0] = breaker if _holds_for_good(reg, call, breaker) else None
+            kept[1] = _config._settings
+            return run_sync(breaker, fn, args, kwargs, call)
 
         return guarded
 

@@ -163,4 +163,9 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reinit_after_fork)
 
 MONITOR = HealthMonitor()
-add_global_listener(MONITOR.on_transition)
+
+
+def install() -> None:
+    """Start health checks of breakers that open (the package does this on import;
+    calling it again changes nothing)."""
+    add_global_listener(MONITOR.on_transition)

@@ -152,7 +152,7 @@ class BreakerSpanProcessor(SpanProcessor):
     def _inside_guarded_call(tool: str) -> bool:
         """A foreign span ending inside one of our calls of the same tool: our
         guarded span is still open, so the parent check above cannot see it yet."""
-        from otel_breaker.instrumentation.base import active_call
+        from otel_breaker.toolcall import active_call
 
         active = active_call()
         return active is not None and active.tool == tool

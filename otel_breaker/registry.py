@@ -199,6 +199,23 @@ class BreakerRegistry:
         breaker = self._by_tool.get(key)
         return breaker if breaker is not None else self._get(call.tool, config, call.source, key)
 
+    def holds_for_good(self, call: ToolCall, breaker: CircuitBreaker) -> bool:
+        """Whether ``breaker`` (from :meth:`breaker_for`) answers every later lookup of
+        ``call`` made outside a session scope, until it is retired.
+
+        True for a tool-scope breaker of a call with no agent and no session:
+        no setting changes that lookup. A caller may then keep the breaker
+        (``@guard`` does) and look again only inside a session scope or once
+        ``breaker.retired`` is set (cleared or evicted registry).
+        """
+        return (
+            call.agent is None
+            and call.session_id is None
+            and call.agent_name is None
+            and _session.get() is None
+            and self._by_tool.get(tool_key(call)) is breaker
+        )
+
     def _agent_breaker(self, agent: Any, call: ToolCall, config: CircuitBreakerConfig | None) -> CircuitBreaker:
         key = id(agent)
         name = tool_key(call)
@@ -511,6 +528,8 @@ class UnguardedBreaker(CircuitBreaker):
     call is admitted and counted, none ever moves a state. A tool is never
     rejected for another tool's failures."""
 
+    quick_path = False
+
     def acquire(self) -> int:
         next(self._request_counter)
         return self._generation
@@ -601,3 +620,7 @@ def release(agent: Any) -> None:
 
 def current_session() -> str | None:
     return _session.get()
+
+
+#: ``current_session`` without the call (read on every ``@guard`` call).
+session_of_context = _session.get

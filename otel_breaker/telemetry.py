@@ -83,7 +83,7 @@ from otel_breaker.tokens import TokenEstimator, parse_prices
 from otel_breaker.upstream import label_of as _upstream_label
 
 if TYPE_CHECKING:
-    from otel_breaker.degrade import Rejection
+    from otel_breaker.rejection import Rejection
     from otel_breaker.toolcall import ToolCall
 
 logger = logging.getLogger("otel_breaker")
@@ -264,9 +264,8 @@ class Telemetry:
         self.estimator = TokenEstimator()
         self._transitions: dict[tuple[str, str | None, str, str, str | None], int] = {}
         self._settings_read = False
-        #: True once explicit providers are configured; with no providers at all
-        #: (and no global SDK) the call path skips telemetry entirely.
-        self.explicit = False
+        # ``explicit`` lives in a slot the breaker reads on every call (see observing).
+        self._explicit: dict[str, Any] = {"explicit": None}
         breaker_module.add_global_listener(self._on_transition)
         breaker_module.add_follow_listener(self.followed)
 
@@ -274,14 +273,28 @@ class Telemetry:
         self._instrumentation_enabled = _suppression_check()
         return self._instrumentation_enabled()
 
+    @property
+    def explicit(self) -> bool:
+        """True once explicit providers are configured; with no providers at all
+        (and no global SDK) the call path skips telemetry entirely."""
+        return self._explicit["explicit"] is not None
+
+    @explicit.setter
+    def explicit(self, value: bool) -> None:
+        self._explicit["explicit"] = True if value else None
+
+    def watch_slots(self) -> tuple[tuple[dict[str, Any], str], ...]:
+        """Where a provider appears when one exists: the explicit one, then the global ones."""
+        return (
+            (self._explicit, "explicit"),
+            (_TRACE_GLOBALS, "_TRACER_PROVIDER"),
+            (_METRICS_GLOBALS, "_METER_PROVIDER"),
+            (_LOGS_GLOBALS, "_LOGGER_PROVIDER"),
+        )
+
     def observing(self) -> bool:
         """Whether any tracer, meter or logger provider exists (explicit or global)."""
-        return (
-            self.explicit
-            or _TRACE_GLOBALS.get("_TRACER_PROVIDER") is not None
-            or _METRICS_GLOBALS.get("_METER_PROVIDER") is not None
-            or _LOGS_GLOBALS.get("_LOGGER_PROVIDER") is not None
-        )
+        return not breaker_module.unwatched()
 
     # -- configuration ---------------------------------------------------------------
 
@@ -766,6 +779,13 @@ class Telemetry:
 _CARDINALITY_WARNED: set[str] = set()
 
 TELEMETRY = Telemetry()
+
+breaker_module.watch_slots(*TELEMETRY.watch_slots())
+
+
+def observing() -> bool:
+    """Whether the call path should start telemetry at all (asked on every call)."""
+    return not breaker_module.unwatched()
 
 
 def _reinit_after_fork() -> None:

@@ -7,6 +7,7 @@ it. Immutable, so a decorator can build one per function and reuse it.
 
 from __future__ import annotations
 
+import contextvars
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -32,3 +33,23 @@ class ToolCall:
 
     def with_call_id(self, call_id: str | None) -> ToolCall:
         return replace(self, call_id=call_id)
+
+
+def agent_display_name(agent: Any) -> str | None:
+    """A readable name for an agent object, if it has one."""
+    for attribute in ("name", "role", "agent_name"):
+        value = getattr(agent, attribute, None)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+# The call an adapter is guarding in this context: a nested patched layer of the
+# same call passes straight through, and the span processor skips spans of calls
+# that are already guarded.
+_active_call: contextvars.ContextVar[ToolCall | None] = contextvars.ContextVar("otel_breaker_active_call", default=None)
+
+
+def active_call() -> ToolCall | None:
+    """The tool call being guarded in this context, if any."""
+    return _active_call.get()

@@ -36,10 +36,10 @@ from typing import Any
 from opentelemetry import trace as trace_api
 from opentelemetry.trace import Status, StatusCode
 
-from otel_breaker import degrade
+from otel_breaker import rejection
 from otel_breaker.breaker import REJECTED, SHADOW, CircuitBreaker
 from otel_breaker.classify import FAILURE, IGNORED, SUCCESS, UPSTREAM_MARK, error_type, is_transport_error
-from otel_breaker.sanitize import safe_name, sanitize
+from otel_breaker.sanitize import MAX_ALTERNATIVES, safe_name, sanitize
 from otel_breaker.semconv import ATTR_ERROR_TYPE, ATTR_GUARDED
 from otel_breaker.telemetry import TELEMETRY
 from otel_breaker.toolcall import ToolCall
@@ -48,7 +48,7 @@ from otel_breaker.upstream import upstream_name, upstream_of
 logger = logging.getLogger("otel_breaker")
 
 
-class UpstreamRejection(degrade.Rejection):
+class UpstreamRejection(rejection.Rejection):
     """A call rejected because the upstream its tool runs behind is open."""
 
     __slots__ = ("tool_breaker", "upstream")
@@ -65,7 +65,7 @@ class UpstreamRejection(degrade.Rejection):
             names = tuple(
                 n for n in self.tool_breaker.config.fallbacks if upstream_of(n, self.call.source) != self.upstream
             )
-            healthy = degrade.healthy_alternatives(names)[: degrade.MAX_ALTERNATIVES]
+            healthy = rejection.healthy_alternatives(names)[:MAX_ALTERNATIVES]
             self._alternatives = tuple(safe_name(n) for n in healthy)
         return self._alternatives
 
@@ -125,7 +125,7 @@ def _reject(upstream: CircuitBreaker, breaker: CircuitBreaker, call: ToolCall, a
     """A call the open upstream rejects: (run_anyway, value), like the guard's own rejection."""
     info = UpstreamRejection(upstream, call, breaker)
     config = breaker.config
-    if config.high_stakes and degrade.escalation_approves(call, info):
+    if config.high_stakes and rejection.escalation_approves(call, info):
         return True, None
     span = None
     try:

@@ -1,15 +1,25 @@
 """Random sequences of calls, outcomes, clock moves and held probes, checked
-against a small independent model of the state machine."""
+against a small independent model of the state machine.
+
+The machine runs once per way a call reaches a breaker: ``acquire``/``record``,
+``breaker.call``, ``@guard`` on a sync and on an async function (through a
+registry, as users write it), so no path can drift from the model. Held probes
+(calls still in flight) always use ``acquire``/``record`` on the same breaker.
+"""
 
 from __future__ import annotations
+
+import asyncio
 
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from otel_breaker import CircuitBreaker, CircuitBreakerConfig, State
+from otel_breaker import CircuitBreaker, CircuitBreakerConfig, State, guard
 from otel_breaker.breaker import PROBE_LEASE_SECONDS, REJECTED
-from otel_breaker.classify import FAILURE, IGNORED, SUCCESS
+from otel_breaker.classify import FAILURE, IGNORED, SUCCESS, ApprovalDeniedError
+from otel_breaker.registry import BreakerRegistry
+from otel_breaker.toolcall import ToolCall
 
 
 class Model:
@@ -89,7 +99,18 @@ class Model:
 outcomes = st.sampled_from([SUCCESS, FAILURE, IGNORED])
 
 
+def _tool_body(outcome: int) -> int:
+    """A tool that ends with ``outcome``: returns, fails, or is denied (neither)."""
+    if outcome == FAILURE:
+        raise RuntimeError("the tool failed")
+    if outcome == IGNORED:
+        raise ApprovalDeniedError("the call was not approved")
+    return 1
+
+
 class BreakerMachine(RuleBasedStateMachine):
+    """Drives one breaker through ``run_call`` (acquire/record here; other paths below)."""
+
     @initialize(
         failure_threshold=st.integers(1, 4),
         success_threshold=st.integers(1, 3),
@@ -100,17 +121,26 @@ class BreakerMachine(RuleBasedStateMachine):
     def setup(self, **options):
         self.now = 100.0
         config = CircuitBreakerConfig(timeout=None, max_recovery_timeout=50.0, **options)
-        self.breaker = CircuitBreaker("tool", config, clock=lambda: self.now)
+        self.breaker = self.make_breaker(config)
         self.model = Model(config)
         self.held: list[tuple] = []
 
+    def make_breaker(self, config: CircuitBreakerConfig) -> CircuitBreaker:
+        return CircuitBreaker("tool", config, clock=lambda: self.now)
+
+    def run_call(self, outcome: int) -> bool:
+        """One call ending with ``outcome``; returns whether it was rejected."""
+        permit = self.breaker.acquire()
+        if permit != REJECTED:
+            self.breaker.record(permit, outcome)
+        return permit == REJECTED
+
     @rule(outcome=outcomes)
     def call(self, outcome):
-        permit = self.breaker.acquire()
+        rejected = self.run_call(outcome)
         expected = self.model.acquire(self.now)
-        assert (permit == REJECTED) == (expected is None)
+        assert rejected == (expected is None)
         if expected is not None:
-            self.breaker.record(permit, outcome)
             self.model.record(expected, outcome, self.now)
 
     @rule()
@@ -155,5 +185,74 @@ class BreakerMachine(RuleBasedStateMachine):
             assert abs(self.breaker.retry_after - (self.model.open_until - self.now)) < 1e-9
 
 
+class _CallPath(BreakerMachine):
+    """Calls go through a call path that runs the tool: a rejection never runs it."""
+
+    def run_call(self, outcome: int) -> bool:
+        ran = []
+
+        def tool() -> int:
+            ran.append(True)
+            return _tool_body(outcome)
+
+        try:
+            result = self.invoke(tool)
+        except (RuntimeError, ApprovalDeniedError):
+            assert ran
+            return False
+        rejected = not ran
+        assert rejected == (isinstance(result, dict) and result.get("circuit_open") is True)
+        return rejected
+
+    def invoke(self, tool):
+        raise NotImplementedError
+
+
+class BreakerCallMachine(_CallPath):
+    def invoke(self, tool):
+        return self.breaker.call(tool)
+
+
+class GuardSyncMachine(_CallPath):
+    """``@guard("tool", config=..., registry=...)``: the registry lookup and the call path."""
+
+    def make_breaker(self, config: CircuitBreakerConfig) -> CircuitBreaker:
+        self.registry = BreakerRegistry(clock=lambda: self.now)
+        breaker = self.registry.breaker_for(ToolCall("tool"), config)
+        self.guarded = guard("tool", config=config, registry=self.registry)(self.body())
+        return breaker
+
+    def body(self):
+        def tool():
+            return self.tool()
+
+        return tool
+
+    def invoke(self, tool):
+        self.tool = tool
+        return self.guarded()
+
+
+class GuardAsyncMachine(GuardSyncMachine):
+    def body(self):
+        async def tool():
+            return self.tool()
+
+        return tool
+
+    def invoke(self, tool):
+        self.tool = tool
+        return asyncio.run(self.guarded())
+
+
+_SETTINGS = settings(max_examples=300, stateful_step_count=60, deadline=None)
+_FEWER = settings(max_examples=100, stateful_step_count=60, deadline=None)
+
 TestBreakerMachine = BreakerMachine.TestCase
-TestBreakerMachine.settings = settings(max_examples=300, stateful_step_count=60, deadline=None)
+TestBreakerMachine.settings = _SETTINGS
+TestBreakerCall = BreakerCallMachine.TestCase
+TestBreakerCall.settings = _SETTINGS
+TestGuardSync = GuardSyncMachine.TestCase
+TestGuardSync.settings = _FEWER
+TestGuardAsync = GuardAsyncMachine.TestCase
+TestGuardAsync.settings = _FEWER

@@ -72,8 +72,39 @@ class BreakerInstrumentor(BaseInstrumentor):
             self._lazy = False
 
     def instrumentation_dependencies(self) -> Collection[str]:
-        # Each adapter checks its own framework; none is required as a whole.
-        return []
+        """Every framework's tested requirement, read from its adapter (the one
+        source the pyproject ``instruments-any`` extra and doctor agree with).
+
+        Any one of them is enough, the contrib ``_instruments_any`` convention:
+        see :meth:`_check_dependency_conflicts`."""
+        from otel_breaker.instrumentation.spec import instruments_any
+
+        return tuple(instruments_any())
+
+    def _check_dependency_conflicts(self) -> Any:
+        """A conflict only when none of the frameworks is installed in its tested range.
+
+        ``BaseInstrumentor`` reads ``instrumentation_dependencies()`` as "all
+        required"; like contrib's ``_instruments_any`` instrumentations, ours needs
+        one. A framework that is absent or out of range is then skipped by its own
+        adapter, so instrumenting with only some frameworks installed works.
+        """
+        from opentelemetry.instrumentation.dependencies import get_dependency_conflicts
+
+        requirements = self.instrumentation_dependencies()
+        try:
+            return get_dependency_conflicts((), requirements)
+        except TypeError:  # opentelemetry-instrumentation before "instruments-any"
+            conflicts = [get_dependency_conflicts([r]) for r in requirements]
+            return None if any(c is None for c in conflicts) else next(iter(conflicts), None)
+
+    def instrument(self, **kwargs: Any) -> Any:
+        """``BaseInstrumentor.instrument``; frameworks named with ``frameworks=``
+        skip the any-of check, since each is checked by name (a missing one raises
+        :class:`DidNotEnable` saying which)."""
+        if kwargs.get("frameworks") is not None:
+            kwargs.setdefault("skip_dep_check", True)
+        return super().instrument(**kwargs)
 
     # -- BaseInstrumentor ---------------------------------------------------------------
 

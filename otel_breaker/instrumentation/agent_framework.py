@@ -22,7 +22,10 @@ processor does not count a call twice.
 ``RawAgent._prepare_run_context`` marks the running agent for the length of its
 run (tied to the framework's run identity). Every model call goes through
 ``BaseChatClient.get_response``: with ``OTEL_BREAKER_STATUS_IN_PROMPT=true`` the
-status block is added to the instructions it sends as the system message.
+status block is added to the instructions it sends as the system message, and
+with ``OTEL_BREAKER_HIDE_OPEN_TOOLS=true`` the agent's open tools leave that call's
+``options["tools"]`` (what the model is offered) while the function-invocation
+loop keeps its own map, so a call the model makes anyway gets the rejection.
 """
 
 from __future__ import annotations
@@ -31,9 +34,9 @@ import contextvars
 from typing import Any
 
 from otel_breaker.degrade import Rejection
-from otel_breaker.guard import IGNORED_RESULT
 from otel_breaker.instrumentation.base import PatchTarget, agent_display_name
 from otel_breaker.instrumentation.spec import SpecAdapter, prompt_patch, status_text, tool_patch
+from otel_breaker.menu import visible_tools
 from otel_breaker.toolcall import ToolCall
 
 # Raised from inside a tool for a reason other than a broken tool; the tool's own refusals to run.
@@ -43,15 +46,6 @@ _REFUSALS = ("declaration only", "maximum invocation limit", "maximum exception 
 # (run identity, agent) of the agent run in this context; the tool-call id of the invoke in progress.
 _agent: contextvars.ContextVar[tuple[Any, Any] | None] = contextvars.ContextVar("otel_breaker_af_agent", default=None)
 _call_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("otel_breaker_af_call_id", default=None)
-
-
-class _Neutral:
-    """An exception raised for control flow, carried past the breaker uncounted."""
-
-    __slots__ = ("exc",)
-
-    def __init__(self, exc: BaseException) -> None:
-        self.exc = exc
 
 
 def _run_identity() -> Any:
@@ -94,23 +88,9 @@ class AgentFrameworkAdapter(SpecAdapter):
             arguments=args[0] if args else kwargs.get("call_kwargs"),
         )
 
-    async def run_async(self, call: ToolCall, wrapped: Any, args: tuple, kwargs: dict) -> Any:
-        async def neutral_as_value(*a: Any, **k: Any) -> Any:
-            try:
-                return await wrapped(*a, **k)
-            except Exception as exc:
-                kind = type(exc).__name__
-                if kind in _NEUTRAL or (kind == "ToolException" and any(t in str(exc) for t in _REFUSALS)):
-                    return _Neutral(exc)
-                raise
-
-        result = await super().run_async(call, neutral_as_value, args, kwargs)
-        if isinstance(result, _Neutral):
-            raise result.exc
-        return result
-
-    def result_error(self, call: ToolCall, result: Any) -> str | None:
-        return IGNORED_RESULT if isinstance(result, _Neutral) else None
+    def is_neutral(self, exc: BaseException) -> bool:
+        kind = type(exc).__name__
+        return kind in _NEUTRAL or (kind == "ToolException" and any(t in str(exc) for t in _REFUSALS))
 
     def rejection(self, call: ToolCall, info: Rejection) -> Any:
         return info.message  # parsed by invoke into the text content the model reads
@@ -123,6 +103,22 @@ class AgentFrameworkAdapter(SpecAdapter):
             return None  # provider-native structured instructions: left alone
         text = status_text(instructions, _current_agent())
         return None if text is None else (args, {**kwargs, "options": {**options, "instructions": text}})
+
+    def without_open_tools(self, instance: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+        """``get_response(messages, *, options=...)``: the tools this one model call offers."""
+        options = kwargs.get("options") or {}
+        tools = options.get("tools")
+        choice = options.get("tool_choice")
+        forced = choice.get("required_function_name") if isinstance(choice, dict) else None
+        if not isinstance(tools, list | tuple):
+            return None
+
+        def name_of(tool: Any) -> str | None:
+            name = getattr(tool, "name", None)
+            return name if isinstance(name, str) and name != forced else None
+
+        kept = visible_tools(tools, name_of, agent=_current_agent())
+        return None if kept is tools else (args, {**kwargs, "options": {**options, "tools": kept}})
 
     async def _invoke(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         call_id = kwargs.get("tool_call_id")

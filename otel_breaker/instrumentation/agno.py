@@ -22,6 +22,11 @@ Status block: added to the system message of every model request
 (``Model._invoke_with_retry`` and its async and streaming forms), for the agent
 that owns the request's tools. OpenInference's Agno tool spans nest inside ours
 and are not counted again.
+
+Open tools: with ``OTEL_BREAKER_HIDE_OPEN_TOOLS=true`` the same model requests'
+``tools`` (the function definitions the model is offered) lose the running
+agent's open tools, except one ``tool_choice`` forces. The run keeps its
+functions, so a call the model makes anyway gets the rejection.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from otel_breaker.degrade import Rejection
 from otel_breaker.guard import IGNORED_RESULT
 from otel_breaker.instrumentation.base import agent_display_name
 from otel_breaker.instrumentation.spec import MessageDialect, SpecAdapter, insert_status_block, prompt_patch, tool_patch
+from otel_breaker.menu import visible_tools
 from otel_breaker.toolcall import ToolCall
 
 _FUNCTION = "agno.tools.function"
@@ -72,35 +78,6 @@ def _message(role: str, text: str) -> Any:
     return Message(role=role, content=text)
 
 
-class _Signal:
-    """A control-flow exception the tool raised, carried past the guard uncounted."""
-
-    __slots__ = ("exc",)
-
-    def __init__(self, exc: BaseException) -> None:
-        self.exc = exc
-
-
-def _catching(wrapped: Any, is_async: bool) -> Any:
-    from agno.exceptions import AgentRunException, RunCancelledException
-
-    signals = (AgentRunException, RunCancelledException)
-
-    def run(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return wrapped(*args, **kwargs)
-        except signals as exc:
-            return _Signal(exc)
-
-    async def arun(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return await wrapped(*args, **kwargs)
-        except signals as exc:
-            return _Signal(exc)
-
-    return arun if is_async else run
-
-
 class AgnoAdapter(SpecAdapter):
     name = "agno"
     requires = "agno>=3.1,<3.2"
@@ -134,20 +111,24 @@ class AgnoAdapter(SpecAdapter):
     def _tool_sync(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         token = _current.set(instance)
         try:
-            return _settle(instance, super()._tool_sync(_catching(wrapped, False), instance, args, kwargs))
+            return _settle(instance, super()._tool_sync(wrapped, instance, args, kwargs))
         finally:
             _current.reset(token)
 
     async def _tool_async(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         token = _current.set(instance)
         try:
-            return _settle(instance, await super()._tool_async(_catching(wrapped, True), instance, args, kwargs))
+            return _settle(instance, await super()._tool_async(wrapped, instance, args, kwargs))
         finally:
             _current.reset(token)
 
+    def is_neutral(self, exc: BaseException) -> bool:
+        """``RetryAgentRun`` / ``StopAgentRun`` (the tool steering the run) and cancellation."""
+        from agno.exceptions import AgentRunException, RunCancelledException
+
+        return isinstance(exc, AgentRunException | RunCancelledException)
+
     def result_error(self, call: ToolCall, result: Any) -> str | None:
-        if isinstance(result, _Signal):
-            return IGNORED_RESULT
         if getattr(result, "status", None) != "failure":
             return None
         if _is_argument_error(_current.get(), getattr(result, "error", None)):
@@ -169,11 +150,22 @@ class AgnoAdapter(SpecAdapter):
         amended = insert_status_block(messages, _DIALECT, next((a for a in owners if a is not None), None))
         return None if amended is None else (args, {**kwargs, "messages": amended})
 
+    def without_open_tools(self, instance: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+        tools, choice, run = kwargs.get("tools"), kwargs.get("tool_choice"), kwargs.get("run_response")
+        forced = _function_name(choice) if isinstance(choice, dict) else None
+        agent = getattr(run, "agent_name", None) or getattr(run, "team_name", None)
+        kept = visible_tools(tools, lambda t: None if _function_name(t) == forced else _function_name(t), agent=agent)
+        return None if kept is tools else (args, {**kwargs, "tools": kept})
+
+
+def _function_name(tool: Any) -> str | None:
+    """The name in an OpenAI-style function definition ``{"type": "function", "function": {...}}``."""
+    function = tool.get("function") if isinstance(tool, dict) else None
+    return function.get("name") if isinstance(function, dict) else None
+
 
 def _settle(function_call: Any, result: Any) -> Any:
-    """Re-raise a carried control-flow signal; give a rejection its error text for the model."""
-    if isinstance(result, _Signal):
-        raise result.exc
+    """Give a rejection its error text for the model."""
     if result is not None and result is _rejected.get():
         _rejected.set(None)
         function_call.error = result.error

@@ -41,7 +41,9 @@ def autostart() -> None:
     instrumentor = BreakerInstrumentor()
     try:
         if not instrumentor.is_instrumented_by_opentelemetry:  # the launcher may have loaded it already
-            instrumentor.instrument(lazy=True, lenient=True)
+            # Each framework is checked by its adapter when (and if) it is imported,
+            # so no framework installed is a quiet no-op, as with the launcher.
+            instrumentor.instrument(lazy=True, lenient=True, skip_dep_check=True)
     except Exception as exc:
         logger.warning("otel-breaker: could not register framework hooks: %s: %s", type(exc).__name__, exc)
     from otel_breaker.instrumentation.base import before_first_call

@@ -10,6 +10,7 @@ the hand-off to the one guarded call path.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import importlib
 import logging
@@ -23,7 +24,7 @@ import wrapt
 
 from otel_breaker.degrade import Rejection
 from otel_breaker.guard import IGNORED_RESULT, Guard, default_guard
-from otel_breaker.toolcall import ToolCall
+from otel_breaker.toolcall import ToolCall, _active_call, active_call, agent_display_name  # noqa: F401 - adapters import them from here
 
 logger = logging.getLogger("otel_breaker")
 
@@ -36,7 +37,7 @@ class DidNotEnable(Exception):
 # of the same tool is already guarded passes straight through: one logical call
 # is counted once even when frameworks nest (an MCP tool inside an agent SDK,
 # a tool runner that calls another patched layer).
-_active_call: contextvars.ContextVar[ToolCall | None] = contextvars.ContextVar("otel_breaker_active_call", default=None)
+# (The variable lives in toolcall, so the span processor reads it without importing adapters.)
 
 
 # Set-up deferred until the first guarded framework call (the SDK from OTEL_*
@@ -99,9 +100,34 @@ class _OuterCall:
         return self.adapter.exception_hint(call, exc)
 
 
-def active_call() -> ToolCall | None:
-    """The tool call being guarded in this context, if any."""
-    return _active_call.get()
+def nested_failure() -> bool:
+    """Whether a nested layer of the guarded call in progress (the MCP session below a
+    framework's MCP tool) has seen the tool fail; for an adapter whose framework turns
+    that failure into something neutral, such as a request to retry."""
+    return bool(_nested_errors.get())
+
+
+@contextlib.contextmanager
+def not_a_tool_call(name: str, framework: str | None = None) -> Iterator[None]:
+    """Within the block, what runs is not a tool call of ours, though the framework
+    may present it as one (a prompt function run as a plugin function, a model
+    call behind a tool interface): patched tool wrappers of the same name pass
+    through unguarded and the span processor leaves its ``execute_tool`` spans
+    alone, exactly as for the inner layers of a call already being guarded."""
+    token = _active_call.set(ToolCall(name, framework=framework))
+    try:
+        yield
+    finally:
+        _active_call.reset(token)
+
+
+def same_logical_call(active: ToolCall | None, call: ToolCall) -> bool:
+    """Whether ``call`` is an inner layer of the guarded ``active`` call: the same tool
+    name, or the same known source (a framework's MCP tool, perhaps renamed or
+    prefixed there, reaching the MCP session that sends it to its server)."""
+    if active is None:
+        return False
+    return active.tool == call.tool or (active.source is not None and active.source == call.source)
 
 
 @dataclass(frozen=True)
@@ -298,7 +324,7 @@ class FrameworkAdapter:
         if _first_use_pending:
             _run_first_use()
         active = _active_call.get()
-        if active is not None and active.tool == call.tool:
+        if same_logical_call(active, call):
             result = wrapped(*args, **kwargs)
             self._report_nested(call, result)
             return result
@@ -316,7 +342,7 @@ class FrameworkAdapter:
         if _first_use_pending:
             _run_first_use()
         active = _active_call.get()
-        if active is not None and active.tool == call.tool:
+        if same_logical_call(active, call):
             result = await wrapped(*args, **kwargs)
             self._report_nested(call, result)
             return result
@@ -351,12 +377,3 @@ class FrameworkAdapter:
                 "otel-breaker: %s: could not describe a tool call; running it unguarded", self.name, exc_info=True
             )
             return None
-
-
-def agent_display_name(agent: Any) -> str | None:
-    """A readable name for an agent object, if it has one."""
-    for attribute in ("name", "role", "agent_name"):
-        value = getattr(agent, attribute, None)
-        if isinstance(value, str) and value:
-            return value
-    return None

@@ -34,6 +34,11 @@ ordinary observation and no retry happens. Under ``tool_failure_policy="raise"``
 a ``ToolFailure`` would end the crew, so there the rejection is the plain
 message text instead: a breaker never crashes the loop.
 
+Hidden tools (``OTEL_BREAKER_HIDE_OPEN_TOOLS``): on the native path the
+executor hands the model its tool schemas through ``get_llm_response``; the
+agent's open tools are left out of that list. The ReAct path writes its tools
+into the prompt once per task, so there the status block is the only hint.
+
 Breakers are per agent object (``Agent``), named by its ``role``; CrewAI's
 per-action fingerprints change on every action and are not used.
 
@@ -60,14 +65,19 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from otel_breaker.classify import MISTAKE
-from otel_breaker.degrade import Rejection, augment_instructions, status_in_prompt_enabled
+from otel_breaker.degrade import Rejection, status_in_prompt_enabled
 from otel_breaker.guard import IGNORED_RESULT
-from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget, agent_display_name
+from otel_breaker.instrumentation.base import PatchTarget, agent_display_name
+from otel_breaker.instrumentation.spec import MessageDialect, SpecAdapter, insert_status_block, tool_patch
+from otel_breaker.menu import visible_tools
 from otel_breaker.toolcall import ToolCall
 
-FRAMEWORK = "crewai"
-
 logger = logging.getLogger("otel_breaker")
+
+_BASE = "crewai.tools.base_tool"
+_STRUCTURED = "crewai.tools.structured_tool"
+_USAGE = "crewai.tools.tool_usage"
+_EXECUTOR = "crewai.agents.agent_executor"
 
 # Who is calling on the native path: (agent, task, crew, tool call id).
 _native: contextvars.ContextVar[tuple[Any, Any, Any, str | None] | None] = contextvars.ContextVar(
@@ -83,6 +93,41 @@ _argument_error: contextvars.ContextVar[BaseException | None] = contextvars.Cont
 )
 # The tool object of the native or direct call being guarded (for its tool_failure_policy).
 _tool: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_breaker_crewai_tool", default=None)
+
+
+def _schema_name(tool: Any) -> str | None:
+    """The name of one OpenAI-style tool schema of the native path."""
+    return (tool.get("function") or {}).get("name") if isinstance(tool, dict) else None
+
+
+def _breaker_name_of(agent: Any) -> Callable[[Any], str | None]:
+    """A schema's tool name as its breaker knows it: the schema carries CrewAI's
+    sanitised name (``weather_lookup``), the breaker the tool's own (``Weather Lookup``)."""
+    from crewai.utilities.string_utils import sanitize_tool_name
+
+    names = {sanitize_tool_name(t.name): t.name for t in getattr(agent, "tools", None) or ()}
+
+    def name_of(tool: Any) -> str | None:
+        name = _schema_name(tool)
+        return names.get(name, name) if name is not None else None
+
+    return name_of
+
+
+# CrewAI's messages are plain dicts.
+DIALECT = MessageDialect(
+    is_system=lambda m: isinstance(m, dict) and m.get("role") == "system",
+    text=lambda m: m.get("content") if isinstance(m.get("content"), str) else None,
+    with_text=lambda m, text: {**m, "content": text},
+    system=lambda text: {"role": "system", "content": text},
+)
+
+
+def _structured(tool: Any) -> bool:
+    """Whether ``tool`` is a ``CrewStructuredTool`` (what ``ToolUsage`` invokes)."""
+    from crewai.tools.structured_tool import CrewStructuredTool
+
+    return isinstance(tool, CrewStructuredTool)
 
 
 def _text_id(value: Any) -> str | None:
@@ -102,49 +147,77 @@ def _failure_type(failure: Any) -> str | None:
     return str(code) if code else "tool_error"
 
 
-class CrewAIAdapter(FrameworkAdapter):
+class CrewAIAdapter(SpecAdapter):
     """Guards CrewAI tool calls on the native and ReAct paths, sync and async."""
 
-    name = FRAMEWORK
-    distribution = "crewai"
-    version_range = ">=1.15,<2"
+    name = "crewai"
+    requires = "crewai>=1.15,<2"
+    patches = (
+        tool_patch(_BASE, "BaseTool.run", "sync"),
+        tool_patch(_BASE, "Tool.run", "sync"),
+        tool_patch(_BASE, "BaseTool.arun", "async"),
+        tool_patch(_BASE, "Tool.arun", "async"),
+        tool_patch(_STRUCTURED, "CrewStructuredTool.invoke", "sync"),
+        tool_patch(_STRUCTURED, "CrewStructuredTool.ainvoke", "async"),
+    )
+    modules = (_BASE, _STRUCTURED, _USAGE, _EXECUTOR, "crewai.agents.step_executor", "crewai.utilities.agent_utils")
 
     def targets(self) -> list[PatchTarget]:
         return [
-            PatchTarget(
-                "crewai.agents.agent_executor", "AgentExecutor._execute_single_native_tool_call", self._native_identity
-            ),
+            PatchTarget(_EXECUTOR, "AgentExecutor._execute_single_native_tool_call", self._native_identity),
             PatchTarget(
                 "crewai.agents.step_executor", "StepExecutor._execute_native_tool_calls", self._native_identity
             ),
-            PatchTarget("crewai.tools.base_tool", "BaseTool.run", self._run),
-            PatchTarget("crewai.tools.base_tool", "Tool.run", self._run),
-            PatchTarget("crewai.tools.base_tool", "BaseTool.arun", self._arun),
-            PatchTarget("crewai.tools.base_tool", "Tool.arun", self._arun),
-            PatchTarget("crewai.tools.tool_usage", "ToolUsage.use", self._use),
-            PatchTarget("crewai.tools.tool_usage", "ToolUsage.ause", self._ause),
-            PatchTarget("crewai.tools.structured_tool", "CrewStructuredTool.invoke", self._invoke),
-            PatchTarget("crewai.tools.structured_tool", "CrewStructuredTool.ainvoke", self._ainvoke),
+            *super().targets(),
+            PatchTarget(_USAGE, "ToolUsage.use", self._use),
+            PatchTarget(_USAGE, "ToolUsage.ause", self._ause),
             PatchTarget("crewai.utilities.agent_utils", "_prepare_llm_call", self._prepare_llm_call),
-            PatchTarget("crewai.tools.base_tool", "BaseTool._validate_kwargs", self._validating),
-            PatchTarget("crewai.tools.structured_tool", "CrewStructuredTool._parse_args", self._validating),
+            PatchTarget(_BASE, "BaseTool._validate_kwargs", self._validating),
+            PatchTarget(_STRUCTURED, "CrewStructuredTool._parse_args", self._validating),
+            PatchTarget(_EXECUTOR, "get_llm_response", self._menu),
         ]
 
-    # -- argument validation: the model's mistake -----------------------------------------
+    # -- native path and direct calls ------------------------------------------------------
 
-    def _validating(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        """CrewAI checking the model's arguments against the tool's schema: what it raises
-        is remembered, so the guard and the ReAct outcome read it as the model's mistake."""
+    def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
+        name = instance.name
+        if not isinstance(name, str) or not name:
+            return None
+        agent, _task, crew, call_id = _native.get() or (None, None, None, None)
+        arguments = kwargs or args  # BaseTool.run(*args, **kwargs)
+        if _structured(instance):  # CrewStructuredTool.invoke(input, ...)
+            arguments = args[0] if args else kwargs.get("input")
+        return ToolCall(
+            name,
+            framework=self.name,
+            agent=agent,
+            agent_name=agent_display_name(agent) if agent is not None else None,
+            session_id=_text_id(getattr(crew, "id", None)),
+            call_id=call_id,
+            arguments=arguments,
+        )
+
+    def _tool_sync(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        frame = _react.get()
+        if frame is not None and (frame.get("reject") is not None or _structured(instance)):
+            # Inside a ReAct action: the rejection in place of the tool's result, or
+            # CrewAI's own invocation of the tool, which the outer ToolUsage.use counts.
+            return frame["reject"] if frame.get("reject") is not None else wrapped(*args, **kwargs)
+        token = _tool.set(instance)
         try:
-            return wrapped(*args, **kwargs)
-        except ValueError as exc:
-            _argument_error.set(exc)
-            frame = _react.get()
-            if frame is not None:
-                frame["argument_error"] = True
-            raise
+            return super()._tool_sync(wrapped, instance, args, kwargs)
+        finally:
+            _tool.reset(token)
 
-    # -- native path -------------------------------------------------------------------
+    async def _tool_async(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        frame = _react.get()
+        if frame is not None and (frame.get("reject") is not None or _structured(instance)):
+            return frame["reject"] if frame.get("reject") is not None else await wrapped(*args, **kwargs)
+        token = _tool.set(instance)
+        try:
+            return await super()._tool_async(wrapped, instance, args, kwargs)
+        finally:
+            _tool.reset(token)
 
     def _native_identity(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         call_id = None
@@ -163,49 +236,19 @@ class CrewAIAdapter(FrameworkAdapter):
         finally:
             _native.reset(token)
 
-    def _tool_call(self, tool: Any, arguments: Any) -> ToolCall | None:
-        def build() -> ToolCall | None:
-            name = getattr(tool, "name", None)
-            if not isinstance(name, str) or not name:
-                return None
-            agent, _task, crew, call_id = _native.get() or (None, None, None, None)
-            return ToolCall(
-                name,
-                framework=FRAMEWORK,
-                agent=agent,
-                agent_name=agent_display_name(agent) if agent is not None else None,
-                session_id=_text_id(getattr(crew, "id", None)),
-                call_id=call_id,
-                arguments=arguments,
-            )
+    # -- argument validation: the model's mistake -----------------------------------------
 
-        return self.safe_tool_call(build)
-
-    def _run(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        frame = _react.get()
-        if frame is not None and frame.get("reject") is not None:
-            return frame["reject"]
-        call = self._tool_call(instance, kwargs or args)
-        if call is None:
+    def _validating(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """CrewAI checking the model's arguments against the tool's schema: what it raises
+        is remembered, so the guard and the ReAct outcome read it as the model's mistake."""
+        try:
             return wrapped(*args, **kwargs)
-        token = _tool.set(instance)
-        try:
-            return self.run_sync(call, wrapped, args, kwargs)
-        finally:
-            _tool.reset(token)
-
-    async def _arun(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        frame = _react.get()
-        if frame is not None and frame.get("reject") is not None:
-            return frame["reject"]
-        call = self._tool_call(instance, kwargs or args)
-        if call is None:
-            return await wrapped(*args, **kwargs)
-        token = _tool.set(instance)
-        try:
-            return await self.run_async(call, wrapped, args, kwargs)
-        finally:
-            _tool.reset(token)
+        except ValueError as exc:
+            _argument_error.set(exc)
+            frame = _react.get()
+            if frame is not None:
+                frame["argument_error"] = True
+            raise
 
     # -- ReAct path: one logical call = one outermost ToolUsage.use ---------------------
 
@@ -228,7 +271,7 @@ class CrewAIAdapter(FrameworkAdapter):
             crew = getattr(usage, "crew", None)
             call = ToolCall(
                 tool.name,
-                framework=FRAMEWORK,
+                framework=self.name,
                 agent=agent,
                 agent_name=agent_display_name(agent) if agent is not None else None,
                 session_id=_text_id(getattr(crew, "id", None)),
@@ -276,34 +319,6 @@ class CrewAIAdapter(FrameworkAdapter):
         finally:
             _react.reset(token)
 
-    def _invoke(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        frame = _react.get()
-        if frame is not None:
-            reject = frame.get("reject")
-            return reject if reject is not None else wrapped(*args, **kwargs)
-        call = self._tool_call(instance, args[0] if args else kwargs.get("input"))
-        if call is None:
-            return wrapped(*args, **kwargs)
-        token = _tool.set(instance)
-        try:
-            return self.run_sync(call, wrapped, args, kwargs)
-        finally:
-            _tool.reset(token)
-
-    async def _ainvoke(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        frame = _react.get()
-        if frame is not None:
-            reject = frame.get("reject")
-            return reject if reject is not None else await wrapped(*args, **kwargs)
-        call = self._tool_call(instance, args[0] if args else kwargs.get("input"))
-        if call is None:
-            return await wrapped(*args, **kwargs)
-        token = _tool.set(instance)
-        try:
-            return await self.run_async(call, wrapped, args, kwargs)
-        finally:
-            _tool.reset(token)
-
     # -- the tool-status block in the system prompt ---------------------------------------
 
     def _prepare_llm_call(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
@@ -316,6 +331,23 @@ class CrewAIAdapter(FrameworkAdapter):
         except Exception:
             return manager
         return _status_in_prompt(manager, agent)
+
+    # -- open tools leave the model's menu ---------------------------------------------
+
+    def _menu(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """A native model call of ``AgentExecutor`` (its ``get_llm_response``, tools passed
+        by keyword; ``akickoff`` runs the same executor) sent without the agent's open tools."""
+        tools = kwargs.get("tools")
+        if isinstance(tools, list) and tools:
+            try:
+                agent = kwargs.get("from_agent")
+                visible = visible_tools(tools, _breaker_name_of(agent), agent=agent)
+            except Exception:
+                visible = tools
+                logger.debug("otel-breaker: crewai: open tools left on the menu", exc_info=True)
+            if visible is not tools:
+                kwargs = {**kwargs, "tools": list(visible) or None}
+        return wrapped(*args, **kwargs)
 
     # -- the adapter protocol ------------------------------------------------------------
 
@@ -406,26 +438,15 @@ def _add_status(messages: Any, agent: Any) -> Callable[[], None]:
     try:
         if not isinstance(messages, list):
             return _nothing
-        index = next(
-            (i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "system"),
-            None,
-        )
-        if index is None:
-            block = augment_instructions(None, agent)
-            if not block:
-                return _nothing
-            added: dict[str, Any] = {"role": "system", "content": block}
+        amended = insert_status_block(messages, DIALECT, agent)
+        if amended is None:
+            return _nothing
+        if len(amended) > len(messages):  # a system message holding only the block, first
+            original, added = None, amended[0]
             messages.insert(0, added)
-            original = None
         else:
-            original = messages[index]
-            content = original.get("content")
-            if not isinstance(content, str):
-                return _nothing
-            text = augment_instructions(content, agent)
-            if text == content:
-                return _nothing
-            added = {**original, "content": text}
+            index = next(i for i, (old, new) in enumerate(zip(messages, amended, strict=True)) if old is not new)
+            original, added = messages[index], amended[index]
             messages[index] = added
     except Exception:
         logger.debug("otel-breaker: crewai: tool status not added to the prompt", exc_info=True)

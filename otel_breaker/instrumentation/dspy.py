@@ -18,6 +18,11 @@ Agent identity: the running ``ReAct`` module (its ``name`` attribute, when set,
 is ``gen_ai.agent.name``). Status block: with ``OTEL_BREAKER_STATUS_IN_PROMPT``
 on, every ReAct step is predicted with the step signature's instructions plus
 the block (passed as ``signature=``; the module itself is not changed).
+
+Open tools: with ``OTEL_BREAKER_HIDE_OPEN_TOOLS=true`` the same step signature's
+instructions list the tools without the agent's open ones (renumbered). Its
+``next_tool_name`` field still accepts every name, so a call the model makes
+anyway is parsed, reaches the tool and gets the rejection.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from typing import Any
 
 from otel_breaker.instrumentation.base import PatchTarget, agent_display_name
 from otel_breaker.instrumentation.spec import SpecAdapter, prompt_patch, status_text, tool_patch
+from otel_breaker.menu import hidden_names
 from otel_breaker.toolcall import ToolCall
 
 _TOOL = "dspy.adapters.types.tool"
@@ -89,3 +95,18 @@ class DSPyAdapter(SpecAdapter):
             return None
         text = status_text(signature.instructions, instance)
         return None if text is None else (args, {**kwargs, "signature": signature.with_instructions(text)})
+
+    def without_open_tools(self, instance: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+        """The step predictor called with ``signature=`` listing only the tools on the menu."""
+        module = args[0] if args else kwargs.get("module")
+        signature = kwargs.get("signature") or getattr(module, "signature", None)
+        if signature is None or module is not getattr(instance, "react", None):
+            return None
+        tools = list(instance.tools.values())
+        hidden = hidden_names([t.name for t in tools if t.name != "finish"], agent=instance)
+        listing = "\n".join(f"({i}) {t}" for i, t in enumerate(tools, 1))
+        if not hidden or listing not in signature.instructions:
+            return None
+        kept = "\n".join(f"({i}) {t}" for i, t in enumerate((t for t in tools if t.name not in hidden), 1))
+        new = signature.with_instructions(signature.instructions.replace(listing, kept, 1))
+        return args, {**kwargs, "signature": new}

@@ -16,25 +16,46 @@ the rejection text; ``call_tool`` turns it into FastMCP's ``ToolError`` (or
 returns it flagged ``is_error`` with ``raise_on_error=False``), exactly as for
 a failing server tool. FastMCP's own ``tools/call`` client span is an MCP span,
 not a GenAI tool span, so nothing is counted twice.
+
+Open tools: breakers live in the calling process, so hiding is client-side.
+With ``OTEL_BREAKER_HIDE_OPEN_TOOLS=true``, ``Client.list_tools`` (the list agent
+integrations build their menu from) leaves out the tools whose breaker is open
+here; ``list_tools_mcp`` still returns the server's protocol answer untouched. A
+FastMCP *server* does not drop open tools from its ``tools/list``: one server
+answers many clients, each with breakers of its own, and it has none of ours
+for the tools it serves (a failing server tool is the client's failure to see).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from otel_breaker.instrumentation.base import active_call
+from otel_breaker.instrumentation.base import PatchTarget, active_call
 from otel_breaker.instrumentation.mcp import MCPAdapter
 from otel_breaker.instrumentation.spec import SpecAdapter, tool_patch
+from otel_breaker.menu import hide_open_tools_enabled, visible_tools
 from otel_breaker.toolcall import ToolCall
+
+_TOOLS = "fastmcp.client.mixins.tools"
 
 
 class FastMCPAdapter(SpecAdapter):
     name = "fastmcp"
     requires = "fastmcp>=4.1,<4.2"
-    patches = (tool_patch("fastmcp.client.mixins.tools", "ClientToolsMixin.call_tool_mcp", "async"),)
+    patches = (tool_patch(_TOOLS, "ClientToolsMixin.call_tool_mcp", "async"),)
 
     result_error = MCPAdapter.result_error
     rejection = MCPAdapter.rejection
+
+    def targets(self) -> list[PatchTarget]:
+        return [*super().targets(), PatchTarget(_TOOLS, "ClientToolsMixin.list_tools", self._list_tools)]
+
+    async def _list_tools(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        tools = await wrapped(*args, **kwargs)
+        if not hide_open_tools_enabled():
+            return tools
+        outer = active_call()
+        return visible_tools(tools, lambda t: t.name, agent=outer.agent if outer is not None else None)
 
     def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
         name = args[0] if args else kwargs.get("name")

@@ -18,7 +18,10 @@ Rejection: the function response ``{"error": <rejection text>}``, ADK's shape fo
 tool error, which the model reads on its next turn.
 
 Status block: ``BaseLlmFlow._call_llm_async`` receives each model request; a string
-``system_instruction`` of a copy of the request gets the block.
+``system_instruction`` of a copy of the request gets the block. With
+``OTEL_BREAKER_HIDE_OPEN_TOOLS=true`` the copy's function declarations
+(``config.tools``, what the model is offered) lose the agent's open tools;
+``tools_dict`` keeps them, so a call the model makes anyway gets the rejection.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from typing import Any
 from otel_breaker.degrade import Rejection
 from otel_breaker.guard import IGNORED_RESULT
 from otel_breaker.instrumentation.spec import SpecAdapter, prompt_patch, status_text, tool_patch
+from otel_breaker.menu import hidden_names
 from otel_breaker.toolcall import ToolCall
 
 _TOOLS = "google.adk.flows.llm_flows.tools."
@@ -111,4 +115,20 @@ class GoogleADKAdapter(SpecAdapter):
         if text is None:
             return None
         config = request.config.model_copy(update={"system_instruction": text})
+        return (invocation, request.model_copy(update={"config": config}), *args[2:]), kwargs
+
+    def without_open_tools(self, instance: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+        invocation, request = args[0], args[1]
+        tools = request.config.tools or []
+        names = [d.name for t in tools for d in getattr(t, "function_declarations", None) or ()]
+        hidden = hidden_names(names, agent=_agent_name(invocation))
+        if not hidden:
+            return None
+        kept = []
+        for tool in tools:
+            declarations = getattr(tool, "function_declarations", None)
+            left = [d for d in declarations or () if d.name not in hidden]
+            if not declarations or left:  # built-in tools and partly hidden ones stay
+                kept.append(tool.model_copy(update={"function_declarations": left}) if declarations else tool)
+        config = request.config.model_copy(update={"tools": kept or None})
         return (invocation, request.model_copy(update={"config": config}), *args[2:]), kwargs

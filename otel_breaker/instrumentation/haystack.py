@@ -23,16 +23,27 @@ set around each step. Status block: appended to the run's system message for
 the step's model call, and the original message restored after the step.
 Haystack's ``haystack.agent.step.tool`` spans are not GenAI tool spans, so
 nothing is counted twice.
+
+Open tools: a step lists its tools once (``flatten_tools_or_toolsets``) and
+passes that list both to the chat generator and to the tool runner. With
+``OTEL_BREAKER_HIDE_OPEN_TOOLS=true`` the step's list (the generator's ``tools``
+and the state hooks read) loses the agent's open tools, and the tool runner
+(``_run_tool`` / ``_run_tool_async``) gets the whole list back, so a call the
+model makes anyway gets the rejection. When every tool is open none is hidden:
+a step with no tools ends the run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
+from collections.abc import Iterator
 from typing import Any
 
 from otel_breaker.degrade import Rejection
 from otel_breaker.instrumentation.base import PatchTarget, agent_display_name
-from otel_breaker.instrumentation.spec import MessageDialect, SpecAdapter, insert_status_block
+from otel_breaker.instrumentation.spec import MessageDialect, SpecAdapter, argument, insert_status_block
+from otel_breaker.menu import hide_open_tools_enabled, visible_tools
 from otel_breaker.toolcall import ToolCall
 
 _CALLING = "haystack.components.agents.tool_calling"
@@ -40,6 +51,8 @@ _AGENT = "haystack.components.agents.agent"
 
 # The Agent whose step is running in this context.
 _agent: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_breaker_haystack_agent", default=None)
+# The step's whole tool list while some are off the model's menu (the tool runner still gets them all).
+_all_tools: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_breaker_haystack_tools", default=None)
 
 
 def _system(text: str) -> Any:
@@ -54,10 +67,6 @@ _DIALECT = MessageDialect(
     with_text=lambda m, text: _system(text),
     system=_system,
 )
-
-
-def _argument(args: tuple, kwargs: dict, index: int, name: str) -> Any:
-    return args[index] if len(args) > index else kwargs[name]
 
 
 def _agent_name(agent: Any) -> str | None:
@@ -81,10 +90,13 @@ class HaystackAdapter(SpecAdapter):
             PatchTarget(_CALLING, "_make_bounded_invoke_async", self._arunner),
             PatchTarget(_AGENT, "Agent._run_step", self._step),
             PatchTarget(_AGENT, "Agent._run_step_async", self._astep),
+            PatchTarget(_AGENT, "flatten_tools_or_toolsets", self._menu),
+            PatchTarget(_AGENT, "_run_tool", self._every_tool),
+            PatchTarget(_AGENT, "_run_tool_async", self._every_tool),
         ]
 
     def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
-        tool, tool_call = _argument(args, kwargs, 0, "tool"), kwargs["tool_call"]
+        tool, tool_call = argument(args, kwargs, 0, "tool"), kwargs["tool_call"]
         arguments = tool_call.arguments or {}
         schema = tool.parameters or {}
         properties = schema.get("properties") or {}
@@ -127,26 +139,45 @@ class HaystackAdapter(SpecAdapter):
 
         return ToolInvocationError(info.message, tool_name=call.tool)
 
-    def _step(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        token, restore = _agent.set(instance), self._add_status(instance, args, kwargs)
+    @contextlib.contextmanager
+    def _stepping(self, agent: Any, args: tuple, kwargs: dict) -> Iterator[None]:
+        """One Agent step: who runs it, its status block (undone after), its tool menu."""
+        token, tools, restore = _agent.set(agent), _all_tools.set(None), self._add_status(agent, args, kwargs)
         try:
-            return wrapped(*args, **kwargs)
+            yield
         finally:
             restore()
+            _all_tools.reset(tools)
             _agent.reset(token)
 
+    def _step(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        with self._stepping(instance, args, kwargs):
+            return wrapped(*args, **kwargs)
+
     async def _astep(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        token, restore = _agent.set(instance), self._add_status(instance, args, kwargs)
-        try:
+        with self._stepping(instance, args, kwargs):
             return await wrapped(*args, **kwargs)
-        finally:
-            restore()
-            _agent.reset(token)
+
+    def _menu(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """A step's tools without the open ones (outside a step, unchanged)."""
+        tools = wrapped(*args, **kwargs)
+        agent = _agent.get()
+        if agent is None or not hide_open_tools_enabled():
+            return tools
+        kept = visible_tools(tools, lambda t: t.name, agent=agent)
+        if kept is tools or not kept:
+            return tools
+        _all_tools.set(tools)
+        return kept
+
+    def _every_tool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        every = _all_tools.get()
+        return wrapped(*args, **(kwargs if every is None else {**kwargs, "tools": every}))
 
     def _add_status(self, agent: Any, args: tuple, kwargs: dict) -> Any:
         """The run's messages with the status block for this step's model call; returns the undo."""
         try:
-            data = _argument(args, kwargs, 0, "exe_context").state.data
+            data = argument(args, kwargs, 0, "exe_context").state.data
             original = data["messages"]
             amended = insert_status_block(original, _DIALECT, agent)
         except Exception:

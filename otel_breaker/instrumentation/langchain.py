@@ -16,6 +16,10 @@ which leave ``run`` and which LangGraph's ``ToolNode`` turns into an error
 message for the model; ``_to_args_and_kwargs``, where arguments are parsed,
 is wrapped to tell them apart from a validation error raised by the tool body.
 
+MCP tools (langchain-mcp-adapters): a tool made from an MCP server's tool
+carries that server's identity as ``ToolCall.source`` (see ``langchain_mcp``),
+so two servers' ``search`` tools never share a breaker.
+
 Agents: ``langchain.agents.create_agent(name=...)`` puts ``lc_agent_name`` in
 the run's metadata. A LangGraph graph compiled with a name
 (``create_react_agent(name=...)``, ``StateGraph.compile(name=...)``) marks the
@@ -38,6 +42,13 @@ half-open, the first ``SystemMessage`` gets the status block appended (a system
 message is put first when there is none). Only the messages passed to that one
 call change: the graph's state is left alone, so each call shows the state of
 that moment. With the setting off the messages pass through untouched.
+
+Open tools off the menu (``OTEL_BREAKER_HIDE_OPEN_TOOLS``): a model's bound
+tools (``bind_tools``, as LangGraph's agents bind them) reach those same entry
+points as the call's ``tools``; an open tool is dropped from that list for the
+one call, and is back once its breaker is half-open. A call to it anyway gets
+the usual rejection. Tools are matched by name (a bound definition carries no
+MCP server).
 """
 
 from __future__ import annotations
@@ -47,8 +58,17 @@ import logging
 from typing import Any
 
 from otel_breaker.classify import MISTAKE
-from otel_breaker.degrade import STATUS_HEADER, Rejection, augment_instructions, status_in_prompt_enabled
-from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget
+from otel_breaker.degrade import STATUS_HEADER, Rejection, augment_instructions
+from otel_breaker.instrumentation.base import PatchTarget
+from otel_breaker.instrumentation.langchain_mcp import SESSION_MODULE, TOOLS_MODULE, MCPToolSources
+from otel_breaker.instrumentation.spec import (
+    MessageDialect,
+    SpecAdapter,
+    insert_status_block,
+    prompt_patch,
+    tool_patch,
+)
+from otel_breaker.menu import hide_open_tools_enabled, visible_tools
 from otel_breaker.toolcall import ToolCall
 
 _MODULE = "langchain_core.tools.base"
@@ -60,8 +80,8 @@ _DEFAULT_GRAPH_NAME = "LangGraph"
 
 logger = logging.getLogger("otel_breaker")
 
-# Handled errors seen inside the ``run``/``arun`` call of this context:
-# a list of ("tool" | "validation", error type name), or None outside a call.
+# Errors seen inside the ``run``/``arun`` call of this context: a list of
+# ("tool" | "validation" | "arguments", error type name or exception id), or None outside a call.
 _handled: contextvars.ContextVar[list[tuple[str, str]] | None] = contextvars.ContextVar(
     "otel_breaker_langchain_handled", default=None
 )
@@ -88,93 +108,88 @@ def _agent_name(config: dict, metadata: dict) -> str | None:
     return None
 
 
-class LangChainAdapter(FrameworkAdapter):
+class LangChainAdapter(SpecAdapter):
     """Guards langchain-core tools, including LangGraph's ``ToolNode``."""
 
     name = "langchain"
-    distribution = "langchain-core"
-    version_range = ">=1.0,<2"
-    modules = (_MODULE, _CHAT_MODULE, _GRAPH_MODULE)
+    requires = "langchain-core>=1.0,<2"
+    patches = (
+        tool_patch(_MODULE, "BaseTool.run", "sync"),
+        tool_patch(_MODULE, "BaseTool.arun", "async"),
+        # The tool-status block, on the messages of every chat model call.
+        *(prompt_patch(_CHAT_MODULE, f"BaseChatModel.{m}") for m in ("invoke", "ainvoke", "stream", "astream")),
+    )
+    modules = (_MODULE, _CHAT_MODULE, _GRAPH_MODULE, TOOLS_MODULE, SESSION_MODULE)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._mcp = MCPToolSources()
 
     def targets(self) -> list[PatchTarget]:
         return [
-            PatchTarget(_MODULE, "BaseTool.run", self._run),
-            PatchTarget(_MODULE, "BaseTool.arun", self._arun),
-            PatchTarget(_MODULE, "_handle_tool_error", self._note_tool_error),
-            PatchTarget(_MODULE, "_handle_validation_error", self._note_validation_error),
+            *super().targets(),
+            PatchTarget(_MODULE, "_handle_tool_error", self._note("tool")),
+            PatchTarget(_MODULE, "_handle_validation_error", self._note("validation")),
             PatchTarget(_MODULE, "BaseTool._to_args_and_kwargs", self._parse_arguments),
             # Graph names, for the agent a tool call belongs to.
             PatchTarget(_GRAPH_MODULE, "Pregel.stream", self._graph_run),
             PatchTarget(_GRAPH_MODULE, "Pregel.astream", self._graph_run),
-            # The tool-status block, on the messages of every chat model call.
-            PatchTarget(_CHAT_MODULE, "BaseChatModel.invoke", self._model_call),
-            PatchTarget(_CHAT_MODULE, "BaseChatModel.ainvoke", self._model_call),
-            PatchTarget(_CHAT_MODULE, "BaseChatModel.stream", self._model_call),
-            PatchTarget(_CHAT_MODULE, "BaseChatModel.astream", self._model_call),
+            # The MCP server of tools made by langchain-mcp-adapters: ToolCall.source.
+            *self._mcp.targets(),
         ]
 
-    # -- describing a call ------------------------------------------------------------
+    def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
+        name = getattr(instance, "name", None)
+        if not isinstance(name, str) or not name:
+            return None
+        config = kwargs.get("config") or {}
+        if not isinstance(config, dict):
+            config = {}
+        metadata = config.get("metadata") or {}
+        configurable = config.get("configurable") or {}
+        agent_name = _agent_name(config, metadata)
+        session = configurable.get("thread_id") or metadata.get("thread_id")
+        call_id = kwargs.get("tool_call_id")
+        return ToolCall(
+            tool=name,
+            framework=self.name,
+            # No agent object reaches a tool; a known agent name keys the
+            # breaker instead (the registry keys unreferenceable agents by name).
+            agent=agent_name,
+            agent_name=agent_name,
+            session_id=str(session) if session is not None else None,
+            call_id=str(call_id) if call_id is not None else None,
+            arguments=args[0] if args else kwargs.get("tool_input"),
+            source=self._mcp.source_of(instance),
+        )
 
-    def _describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
-        def build() -> ToolCall | None:
-            name = getattr(instance, "name", None)
-            if not isinstance(name, str) or not name:
-                return None
-            config = kwargs.get("config") or {}
-            if not isinstance(config, dict):
-                config = {}
-            metadata = config.get("metadata") or {}
-            configurable = config.get("configurable") or {}
-            agent_name = _agent_name(config, metadata)
-            session = configurable.get("thread_id") or metadata.get("thread_id")
-            call_id = kwargs.get("tool_call_id")
-            return ToolCall(
-                tool=name,
-                framework=self.name,
-                # No agent object reaches a tool; a known agent name keys the
-                # breaker instead (the registry keys unreferenceable agents by name).
-                agent=agent_name,
-                agent_name=agent_name,
-                session_id=str(session) if session is not None else None,
-                call_id=str(call_id) if call_id is not None else None,
-                arguments=args[0] if args else kwargs.get("tool_input"),
-            )
+    # -- one list of handled errors per guarded call -----------------------------------------
 
-        return self.safe_tool_call(build)
+    def run_sync(self, call: ToolCall, wrapped: Any, args: tuple, kwargs: dict) -> Any:
+        token = _handled.set([])
+        try:
+            return super().run_sync(call, wrapped, args, kwargs)
+        finally:
+            _handled.reset(token)
 
-    # -- wrappers ----------------------------------------------------------------------------
+    async def run_async(self, call: ToolCall, wrapped: Any, args: tuple, kwargs: dict) -> Any:
+        token = _handled.set([])
+        try:
+            return await super().run_async(call, wrapped, args, kwargs)
+        finally:
+            _handled.reset(token)
 
-    def _run(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        call = self._describe(instance, args, kwargs)
-        if call is None:
+    @staticmethod
+    def _note(kind: str) -> Any:
+        """A wrapper for ``_handle_tool_error``/``_handle_validation_error``: note what was handled."""
+
+        def note(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+            seen = _handled.get()
+            if seen is not None and args:
+                seen.append((kind, type(args[0]).__name__))
             return wrapped(*args, **kwargs)
-        token = _handled.set([])
-        try:
-            return self.run_sync(call, wrapped, args, kwargs)
-        finally:
-            _handled.reset(token)
 
-    async def _arun(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        call = self._describe(instance, args, kwargs)
-        if call is None:
-            return await wrapped(*args, **kwargs)
-        token = _handled.set([])
-        try:
-            return await self.run_async(call, wrapped, args, kwargs)
-        finally:
-            _handled.reset(token)
-
-    def _note_tool_error(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        seen = _handled.get()
-        if seen is not None and args:
-            seen.append(("tool", type(args[0]).__name__))
-        return wrapped(*args, **kwargs)
-
-    def _note_validation_error(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        seen = _handled.get()
-        if seen is not None and args:
-            seen.append(("validation", type(args[0]).__name__))
-        return wrapped(*args, **kwargs)
+        return note
 
     def _parse_arguments(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         """Arguments the model sent that do not fit the tool's schema: its mistake."""
@@ -195,14 +210,7 @@ class LangChainAdapter(FrameworkAdapter):
             logger.debug("otel-breaker: langchain: could not mark the graph's name", exc_info=True)
         return wrapped(*args, **kwargs)
 
-    def _model_call(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        """Any of the four entry points: returns what the original returns (a
-        message, a coroutine or a stream), called with the status block added."""
-        if status_in_prompt_enabled():
-            args, kwargs = _with_status_block(instance, args, kwargs)
-        return wrapped(*args, **kwargs)
-
-    # -- the adapter protocol -----------------------------------------------------------------
+    # -- outcomes ------------------------------------------------------------------------------
 
     def exception_hint(self, call: ToolCall, exc: BaseException) -> str | None:
         seen = _handled.get() or ()
@@ -225,6 +233,37 @@ class LangChainAdapter(FrameworkAdapter):
 
         return ToolMessage(info.message, tool_call_id=call.call_id, name=call.tool, status="error")
 
+    # -- the model's menu (OTEL_BREAKER_HIDE_OPEN_TOOLS) ---------------------------------------------
+
+    def _prompt_call(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """A chat model call: open tools taken out of the tools bound to it
+        (``bind_tools`` puts them in the call's ``tools``), then the status block."""
+        if kwargs.get("tools") and hide_open_tools_enabled():
+            try:
+                config = args[1] if len(args) > 1 else kwargs.get("config")
+                tools = visible_tools(kwargs["tools"], _definition_name, agent=_agent_of(config))
+                if tools is not kwargs["tools"]:
+                    kwargs = {**kwargs, "tools": tools}
+            except Exception:
+                logger.debug("otel-breaker: langchain: could not hide open tools", exc_info=True)
+        return super()._prompt_call(wrapped, instance, args, kwargs)
+
+    # -- the tool-status block ----------------------------------------------------------------
+
+    def with_status(self, instance: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+        """A chat model call's ``(args, kwargs)`` with its input replaced by the
+        messages carrying the status block; None when nothing changes."""
+        if args:
+            model_input, config = args[0], (args[1] if len(args) > 1 else kwargs.get("config"))
+        elif "input" in kwargs:
+            model_input, config = kwargs["input"], kwargs.get("config")
+        else:
+            return None
+        messages = _status_messages(instance, model_input, config)
+        if messages is None:
+            return None
+        return ((messages, *args[1:]), kwargs) if args else (args, {**kwargs, "input": messages})
+
 
 def _with_graph_name(graph: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     """``(args, kwargs)`` of ``Pregel.stream(input, config, ...)`` with the graph's
@@ -243,63 +282,56 @@ def _with_graph_name(graph: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict
     return args, {**kwargs, "config": config}
 
 
-# -- the tool-status block -------------------------------------------------------------------
+def _agent_of(config: Any) -> str | None:
+    """The agent of a model call, from its config (and the runnable it runs inside)."""
+    from langchain_core.runnables.config import ensure_config
+
+    merged = ensure_config(config if isinstance(config, dict) else None)
+    return _agent_name(merged, merged.get("metadata") or {})
 
 
-def _with_status_block(model: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    """``(args, kwargs)`` of a chat model call, its input replaced by the messages
-    with the status block; unchanged when there is nothing to add or on any problem."""
-    try:
-        if args:
-            model_input, config = args[0], (args[1] if len(args) > 1 else kwargs.get("config"))
-        elif "input" in kwargs:
-            model_input, config = kwargs["input"], kwargs.get("config")
-        else:
-            return args, kwargs
-        messages = _status_messages(model, model_input, config)
-        if messages is None:
-            return args, kwargs
-        if args:
-            return (messages, *args[1:]), kwargs
-        return args, {**kwargs, "input": messages}
-    except Exception:
-        logger.debug("otel-breaker: langchain: could not add the tool-status block", exc_info=True)
-        return args, kwargs
+def _definition_name(definition: Any) -> str | None:
+    """The name of a bound tool: a provider's tool dict (``{"function": {"name"}}``,
+    ``{"name"}``) or a LangChain tool."""
+    if isinstance(definition, dict):
+        function = definition.get("function")
+        name = function.get("name") if isinstance(function, dict) else definition.get("name")
+    else:
+        name = getattr(definition, "name", None)
+    return name if isinstance(name, str) else None
+
+
+def _dialect() -> MessageDialect:
+    from langchain_core.messages import SystemMessage
+
+    return MessageDialect(
+        is_system=lambda m: getattr(m, "type", None) == "system",
+        text=lambda m: m.content if isinstance(m.content, str) else None,
+        with_text=lambda m, text: m.model_copy(update={"content": text}),
+        system=SystemMessage,
+    )
 
 
 def _status_messages(model: Any, model_input: Any, config: Any) -> list | None:
     """The messages of ``model_input`` with the block in the first system message,
     or None when they would not change."""
-    from langchain_core.messages import SystemMessage
-    from langchain_core.runnables.config import ensure_config
-
-    # ensure_config also reads the config of the runnable this call runs inside.
-    merged = ensure_config(config if isinstance(config, dict) else None)
-    agent = _agent_name(merged, merged.get("metadata") or {})
+    agent = _agent_of(config)
     messages = list(model._convert_input(model_input).to_messages())
-    index = next((i for i, m in enumerate(messages) if getattr(m, "type", None) == "system"), None)
-    if index is None:
-        block = augment_instructions(None, agent)
-        if not block:
-            return None
-        messages.insert(0, SystemMessage(block))
-        return messages
-    system = messages[index]
-    content = system.content
-    if isinstance(content, str):
-        text = augment_instructions(content, agent)
-        if text == content or text is None:
-            return None
-        messages[index] = system.model_copy(update={"content": text})
-        return messages
-    if not isinstance(content, list):
-        return None
-    # Content blocks: drop the block of an earlier turn, append the current one.
+    system = next((m for m in messages if getattr(m, "type", None) == "system"), None)
+    if system is not None and isinstance(system.content, list):
+        return _with_block_part(messages, messages.index(system), agent)
+    return insert_status_block(messages, _dialect(), agent)
+
+
+def _with_block_part(messages: list, index: int, agent: Any) -> list | None:
+    """A system message made of content blocks: the block of an earlier turn
+    dropped, the current one appended as a text part."""
+    content = messages[index].content
     parts = [p for p in content if not (isinstance(p, dict) and str(p.get("text", "")).startswith(STATUS_HEADER))]
     block = augment_instructions(None, agent)
     if block:
         parts.append({"type": "text", "text": block})
     if parts == content:
         return None
-    messages[index] = system.model_copy(update={"content": parts})
+    messages[index] = messages[index].model_copy(update={"content": parts})
     return messages

@@ -20,6 +20,13 @@ flow, not an outcome, and is never counted.
 Rejection: ``ToolOutput(is_error=True)`` with the rejection text, the same
 shape a failing tool produces, so the loop goes on and the model reads it.
 
+Open tools off the menu (``OTEL_BREAKER_HIDE_OPEN_TOOLS``): the ``run_agent_step``
+workflow step asks ``get_tools`` for the tools it hands the model in
+``take_step``; within that step, an open tool is left out of the list (back once
+half-open). The ``call_tool`` step looks tools up through the same method,
+outside a model step, so a call to a hidden tool still finds it and gets the
+rejection.
+
 Tool status in the prompt (``OTEL_BREAKER_STATUS_IN_PROMPT``): before every
 model call of an agent loop, the ``setup_agent`` workflow step
 (``BaseWorkflowAgent`` on its own, ``AgentWorkflow`` for multi-agent workflows)
@@ -40,7 +47,9 @@ from typing import Any
 from otel_breaker.classify import MISTAKE
 from otel_breaker.degrade import STATUS_HEADER, Rejection, augment_instructions, status_in_prompt_enabled
 from otel_breaker.guard import IGNORED_RESULT
-from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget, agent_display_name
+from otel_breaker.instrumentation.base import PatchTarget, agent_display_name
+from otel_breaker.instrumentation.spec import MessageDialect, SpecAdapter, insert_status_block, tool_patch
+from otel_breaker.menu import hide_open_tools_enabled, visible_tools
 from otel_breaker.toolcall import ToolCall
 
 _AGENT_MODULE = "llama_index.core.agent.workflow.base_agent"
@@ -48,6 +57,11 @@ _WORKFLOW_MODULE = "llama_index.core.agent.workflow.multi_agent_workflow"
 _CALLING_MODULE = "llama_index.core.tools.calling"
 
 logger = logging.getLogger("otel_breaker")
+
+# The agent whose model step is being prepared (``run_agent_step``); its tool list
+# leaves out open tools. Unset elsewhere: the ``call_tool`` step still finds a hidden tool.
+_NO_STEP = object()
+_menu_agent: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_breaker_llama_index_menu", default=_NO_STEP)
 
 # The model's id for the tool call being run, set by the step / selection helper
 # that knows it, read by the wrapper of the call that does not.
@@ -87,28 +101,96 @@ def _run_id() -> str | None:
     return str(value) if value else None
 
 
-class LlamaIndexAdapter(FrameworkAdapter):
+class LlamaIndexAdapter(SpecAdapter):
     """Guards LlamaIndex agent workflows and the function-calling helpers."""
 
     name = "llama_index"
-    distribution = "llama-index-core"
-    version_range = ">=0.14,<0.15"
+    requires = "llama-index-core>=0.14,<0.15"
+    patches = (
+        tool_patch(_AGENT_MODULE, "BaseWorkflowAgent._call_tool", "async"),
+        tool_patch(_CALLING_MODULE, "call_tool", "sync"),
+        tool_patch(_CALLING_MODULE, "acall_tool", "async"),
+    )
     modules = (_AGENT_MODULE, _WORKFLOW_MODULE, _CALLING_MODULE)
 
     def targets(self) -> list[PatchTarget]:
         return [
-            PatchTarget(_AGENT_MODULE, "BaseWorkflowAgent.call_tool", self._step),
-            PatchTarget(_AGENT_MODULE, "BaseWorkflowAgent._call_tool", self._agent_call_tool),
-            PatchTarget(_WORKFLOW_MODULE, "AgentWorkflow.call_tool", self._step),
+            *super().targets(),
+            # Multi-agent workflows: the active agent is read from the context (async).
             PatchTarget(_WORKFLOW_MODULE, "AgentWorkflow._call_tool", self._workflow_call_tool),
+            # The model's tool call id, passed down to the calls that do not receive it.
+            PatchTarget(_AGENT_MODULE, "BaseWorkflowAgent.call_tool", self._step),
+            PatchTarget(_WORKFLOW_MODULE, "AgentWorkflow.call_tool", self._step),
             PatchTarget(_CALLING_MODULE, "call_tool_with_selection", self._with_selection),
             PatchTarget(_CALLING_MODULE, "acall_tool_with_selection", self._awith_selection),
-            PatchTarget(_CALLING_MODULE, "call_tool", self._call_tool),
-            PatchTarget(_CALLING_MODULE, "acall_tool", self._acall_tool),
+            # Open tools off the menu: the tool list of each model step.
+            PatchTarget(_AGENT_MODULE, "BaseWorkflowAgent.run_agent_step", self._agent_step),
+            PatchTarget(_WORKFLOW_MODULE, "AgentWorkflow.run_agent_step", self._workflow_step),
+            PatchTarget(_AGENT_MODULE, "BaseWorkflowAgent.get_tools", self._get_tools),
+            PatchTarget(_WORKFLOW_MODULE, "AgentWorkflow.get_tools", self._get_tools),
             # The tool-status block, on the system prompt of every model call.
             PatchTarget(_AGENT_MODULE, "BaseWorkflowAgent.setup_agent", self._agent_setup),
             PatchTarget(_WORKFLOW_MODULE, "AgentWorkflow.setup_agent", self._workflow_setup),
         ]
+
+    def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
+        if instance is None:  # tools.calling.call_tool(tool, arguments)
+            tool = args[0] if args else kwargs.get("tool")
+            arguments = args[1] if len(args) > 1 else kwargs.get("arguments")
+            return self._call(tool, arguments, None, None)
+        # BaseWorkflowAgent._call_tool(ctx, tool, tool_input)
+        tool = args[1] if len(args) > 1 else kwargs.get("tool")
+        tool_input = args[2] if len(args) > 2 else kwargs.get("tool_input")
+        return self._call(tool, tool_input, instance, agent_display_name(instance))
+
+    def _call(self, tool: Any, tool_input: Any, agent: Any, agent_name: str | None) -> ToolCall | None:
+        name = _tool_name(tool)
+        if name is None:
+            return None
+        call_id = _tool_id.get()
+        return ToolCall(
+            tool=name,
+            framework=self.name,
+            agent=agent,
+            agent_name=agent_name,
+            session_id=_run_id(),
+            call_id=str(call_id) if call_id else None,
+            arguments=tool_input,
+        )
+
+    async def _workflow_call_tool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        ctx = args[0] if args else kwargs.get("ctx")
+        tool = args[1] if len(args) > 1 else kwargs.get("tool")
+        tool_input = args[2] if len(args) > 2 else kwargs.get("tool_input")
+        agent, agent_name = None, None
+        try:
+            agent_name = await ctx.store.get("current_agent_name", default=None)
+            agent = (getattr(instance, "agents", None) or {}).get(agent_name)
+        except Exception:
+            agent_name = None
+        # Without the active agent, the workflow is the best owner of the breaker.
+        owner = agent if agent is not None else instance
+        call = self.safe_tool_call(lambda: self._call(tool, tool_input, owner, agent_name))
+        if call is None:
+            return await wrapped(*args, **kwargs)
+        return await self.run_async(call, wrapped, args, kwargs)
+
+    async def run_async(self, call: ToolCall, wrapped: Any, args: tuple, kwargs: dict) -> Any:
+        """The guarded call, with a workflow's ``WaitingForEvent`` carried through as
+        :class:`CallDeferred` (never counted) and raised again as itself."""
+
+        async def invoke(*a: Any, **k: Any) -> Any:
+            try:
+                return await wrapped(*a, **k)
+            except Exception as exc:
+                if _is_waiting_for_event(exc):
+                    raise CallDeferred(exc) from exc
+                raise
+
+        try:
+            return await super().run_async(call, invoke, args, kwargs)
+        except CallDeferred as deferred:
+            raise deferred.original from None
 
     # -- carrying the tool call id -------------------------------------------------------
 
@@ -136,82 +218,39 @@ class LlamaIndexAdapter(FrameworkAdapter):
         finally:
             _tool_id.reset(token)
 
-    # -- agent workflows ---------------------------------------------------------------------
+    # -- open tools off the menu (OTEL_BREAKER_HIDE_OPEN_TOOLS) ---------------------------------
 
-    def _describe(self, tool: Any, tool_input: Any, agent: Any, agent_name: str | None) -> ToolCall | None:
-        def build() -> ToolCall | None:
-            name = _tool_name(tool)
-            if name is None:
-                return None
-            call_id = _tool_id.get()
-            return ToolCall(
-                tool=name,
-                framework=self.name,
-                agent=agent,
-                agent_name=agent_name,
-                session_id=_run_id(),
-                call_id=str(call_id) if call_id else None,
-                arguments=tool_input,
-            )
+    async def _agent_step(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        return await self._with_menu(instance, wrapped, args, kwargs)
 
-        return self.safe_tool_call(build)
+    async def _workflow_step(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        event = args[1] if len(args) > 1 else kwargs.get("ev")
+        agents = getattr(instance, "agents", None) or {}
+        # The breakers of the agent about to run (as _workflow_call_tool keys them).
+        return await self._with_menu(
+            agents.get(getattr(event, "current_agent_name", None), instance), wrapped, args, kwargs
+        )
 
-    async def _agent_call_tool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        # _call_tool(self, ctx, tool, tool_input)
-        tool = args[1] if len(args) > 1 else kwargs.get("tool")
-        tool_input = args[2] if len(args) > 2 else kwargs.get("tool_input")
-        call = self._describe(tool, tool_input, instance, agent_display_name(instance))
-        return await self._guard_workflow_call(call, wrapped, args, kwargs)
-
-    async def _workflow_call_tool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        ctx = args[0] if args else kwargs.get("ctx")
-        tool = args[1] if len(args) > 1 else kwargs.get("tool")
-        tool_input = args[2] if len(args) > 2 else kwargs.get("tool_input")
-        agent, agent_name = None, None
+    async def _with_menu(self, agent: Any, wrapped: Any, args: tuple, kwargs: dict) -> Any:
+        if not hide_open_tools_enabled():
+            return await wrapped(*args, **kwargs)
+        token = _menu_agent.set(agent)
         try:
-            agent_name = await ctx.store.get("current_agent_name", default=None)
-            agent = (getattr(instance, "agents", None) or {}).get(agent_name)
+            return await wrapped(*args, **kwargs)
+        finally:
+            _menu_agent.reset(token)
+
+    async def _get_tools(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """Inside a model step: the agent's tools without the open ones."""
+        tools = await wrapped(*args, **kwargs)
+        agent = _menu_agent.get()
+        if agent is _NO_STEP or not isinstance(tools, list):
+            return tools
+        try:
+            return visible_tools(tools, _tool_name, agent=agent)
         except Exception:
-            agent_name = None
-        # Without the active agent, the workflow is the best owner of the breaker.
-        call = self._describe(tool, tool_input, agent if agent is not None else instance, agent_name)
-        return await self._guard_workflow_call(call, wrapped, args, kwargs)
-
-    async def _guard_workflow_call(self, call: ToolCall | None, wrapped: Any, args: tuple, kwargs: dict) -> Any:
-        if call is None:
-            return await wrapped(*args, **kwargs)
-
-        async def invoke(*a: Any, **k: Any) -> Any:
-            try:
-                return await wrapped(*a, **k)
-            except Exception as exc:
-                if _is_waiting_for_event(exc):
-                    raise CallDeferred(exc) from exc
-                raise
-
-        try:
-            return await self.run_async(call, invoke, args, kwargs)
-        except CallDeferred as deferred:
-            raise deferred.original from None
-
-    # -- predict_and_call and the function-calling helpers ----------------------------------
-
-    def _call_tool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        # call_tool(tool, arguments)
-        tool = args[0] if args else kwargs.get("tool")
-        arguments = args[1] if len(args) > 1 else kwargs.get("arguments")
-        call = self._describe(tool, arguments, None, None)
-        if call is None:
-            return wrapped(*args, **kwargs)
-        return self.run_sync(call, wrapped, args, kwargs)
-
-    async def _acall_tool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        tool = args[0] if args else kwargs.get("tool")
-        arguments = args[1] if len(args) > 1 else kwargs.get("arguments")
-        call = self._describe(tool, arguments, None, None)
-        if call is None:
-            return await wrapped(*args, **kwargs)
-        return await self.run_async(call, wrapped, args, kwargs)
+            logger.debug("otel-breaker: llama_index: could not hide open tools", exc_info=True)
+            return tools
 
     # -- the tool-status block in the system prompt -------------------------------------------
 
@@ -276,28 +315,37 @@ def _with_status_block(setup: Any, agent_for: Any) -> Any:
     return setup
 
 
+def _dialect() -> MessageDialect:
+    from llama_index.core.base.llms.types import ChatMessage, MessageRole, TextBlock
+
+    def text(message: Any) -> str | None:
+        blocks = message.blocks
+        return blocks[0].text if len(blocks) == 1 and isinstance(blocks[0], TextBlock) else None
+
+    return MessageDialect(
+        is_system=lambda m: m.role == MessageRole.SYSTEM,
+        text=text,
+        with_text=lambda m, new: m.model_copy(update={"blocks": [TextBlock(text=new)] if new else []}),
+        system=lambda block: ChatMessage(role=MessageRole.SYSTEM, content=block),
+    )
+
+
 def _status_messages(messages: list, agent: Any) -> list | None:
     """``messages`` with the block in the leading system message, or None when they would not change."""
-    from llama_index.core.base.llms.types import ChatMessage, MessageRole, TextBlock
+    from llama_index.core.base.llms.types import MessageRole, TextBlock
 
     first = messages[0] if messages else None
     if first is None or first.role != MessageRole.SYSTEM:
-        block = augment_instructions(None, agent)
-        if not block:
-            return None
-        return [ChatMessage(role=MessageRole.SYSTEM, content=block), *messages]
+        added = insert_status_block([], _dialect(), agent)  # a system message put first
+        return None if added is None else [*added, *messages]
+    if _dialect().text(first) is not None:
+        return insert_status_block(messages, _dialect(), agent)
+    # Several blocks: drop the block of an earlier turn, append the current one.
     blocks = list(first.blocks)
-    if len(blocks) == 1 and isinstance(blocks[0], TextBlock):
-        text = augment_instructions(blocks[0].text, agent)
-        if text == blocks[0].text:
-            return None
-        updated = [TextBlock(text=text)] if text else []
-    else:
-        # Several blocks: drop the block of an earlier turn, append the current one.
-        updated = [b for b in blocks if not (isinstance(b, TextBlock) and b.text.startswith(STATUS_HEADER))]
-        block = augment_instructions(None, agent)
-        if block:
-            updated.append(TextBlock(text=block))
-        if updated == blocks:
-            return None
+    updated = [b for b in blocks if not (isinstance(b, TextBlock) and b.text.startswith(STATUS_HEADER))]
+    block = augment_instructions(None, agent)
+    if block:
+        updated.append(TextBlock(text=block))
+    if updated == blocks:
+        return None
     return [first.model_copy(update={"blocks": updated}), *messages[1:]]

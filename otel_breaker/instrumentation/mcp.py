@@ -28,6 +28,12 @@ session has listed, or one this server has answered as a real tool, is
 guarded; the first call of any other name runs as it would without us and,
 if the server knew the tool, its outcome is then counted (without a span).
 
+Open tools off the menu (``OTEL_BREAKER_HIDE_OPEN_TOOLS``): the listing the
+client gets from ``ClientSession.list_tools`` or ``Client.list_tools`` is a copy
+without this server's open tools; the session's own per-tool state and the
+client's response cache keep the full listing, so a tool is back as soon as its
+breaker is half-open, and a call to a hidden tool still gets the rejection.
+
 Rejection: a ``CallToolResult`` with ``isError`` set and the rejection text,
 exactly what a failing server tool returns, so every MCP client loop already
 knows how to show it to the model.
@@ -35,10 +41,13 @@ knows how to show it to the model.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import re
 import threading
 import time
+import weakref
+from collections.abc import Mapping
 from typing import Any
 
 from otel_breaker.breaker import REJECTED
@@ -54,7 +63,9 @@ from otel_breaker.classify import (
 )
 from otel_breaker.degrade import Rejection
 from otel_breaker.guard import IGNORED_RESULT
-from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget, _active_call, active_call
+from otel_breaker.instrumentation.base import PatchTarget, _active_call, active_call, same_logical_call
+from otel_breaker.instrumentation.spec import SpecAdapter, tool_patch
+from otel_breaker.menu import hide_open_tools_enabled, visible_tools
 from otel_breaker.telemetry import TELEMETRY
 from otel_breaker.toolcall import ToolCall
 
@@ -93,15 +104,60 @@ def _transport_identity(client: Any) -> str | None:
     return None
 
 
+def connection_identity(connection: Any) -> str | None:
+    """The URL, or stdio command and arguments, of a connection described as a mapping
+    (``{"transport": "stdio", "command": ..., "args": [...]}`` or ``{"url": ...}``,
+    as langchain-mcp-adapters takes them); None when it names neither."""
+    if not isinstance(connection, Mapping):
+        return None
+    url = connection.get("url")
+    if isinstance(url, str) and url:
+        return _bounded_source(url.split("?", 1)[0])  # no query string: it may carry a token
+    command = connection.get("command")
+    if isinstance(command, str) and command:
+        args = connection.get("args") or ()
+        return _bounded_source(" ".join([command, *(str(a) for a in args)]))
+    return None
+
+
+# Server info from ``initialize`` for sessions that do not keep it (mcp 1.x), noted
+# by adapters that see the handshake; weak, so a closed session leaves no trace.
+_initialized: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+def note_initialized(session: Any, result: Any) -> None:
+    """Remember the ``serverInfo`` an ``initialize`` answered for ``session``."""
+    info = getattr(result, "server_info", None) or getattr(result, "serverInfo", None)
+    if info is not None:
+        try:
+            _initialized[session] = info
+        except TypeError:  # not weak-referenceable: the identity is simply unknown
+            pass
+
+
+def implementation_identity(info: Any) -> str | None:
+    """``name@version`` of an MCP ``Implementation`` (the ``serverInfo`` of ``initialize``),
+    bounded and printable; None when it has no name. Frameworks that hold the server's
+    info themselves (PydanticAI's MCP toolsets, OpenAI Agents' MCP servers) key their
+    MCP tools with it, so they agree with the session's own calls."""
+    name = getattr(info, "name", None)
+    if not isinstance(name, str) or not name:
+        return None
+    version = getattr(info, "version", None)
+    return _bounded_source(f"{name}@{version}" if isinstance(version, str) and version else name)
+
+
 def server_identity(session: Any) -> str | None:
     """``name@version`` of the server behind a ``ClientSession`` or ``Client``, from
     ``initialize``; without ``serverInfo``, the transport a ``Client`` was made with."""
     info = getattr(session, "server_info", None)
-    name = getattr(info, "name", None)
-    if not isinstance(name, str) or not name:
-        return _transport_identity(session)
-    version = getattr(info, "version", None)
-    return _bounded_source(f"{name}@{version}" if isinstance(version, str) and version else name)
+    if info is None:
+        try:
+            info = _initialized.get(session)
+        except TypeError:
+            info = None
+    identity = implementation_identity(info)
+    return identity if identity is not None else _transport_identity(session)
 
 
 def _listed_tools(instance: Any) -> dict | None:
@@ -138,19 +194,20 @@ def _name_and_arguments(args: tuple, kwargs: dict) -> tuple[Any, Any]:
     return name, arguments
 
 
-class MCPAdapter(FrameworkAdapter):
+# Inside ``Client.list_tools``: the session's listing passes through whole (the
+# client caches it, and re-absorbs a cached listing into the session's per-tool state).
+_client_listing: contextvars.ContextVar[bool] = contextvars.ContextVar("otel_breaker_mcp_listing", default=False)
+
+
+class MCPAdapter(SpecAdapter):
     """Guards the tool calls an MCP client session sends."""
 
     name = "mcp"
-    distribution = "mcp"
-    version_range = ">=2.3,<3"
-    modules = (_SESSION_MODULE, _CLIENT_MODULE)
-
-    def targets(self) -> list[PatchTarget]:
-        return [
-            PatchTarget(_CLIENT_MODULE, "Client.call_tool", self._call_tool),
-            PatchTarget(_SESSION_MODULE, "ClientSession.call_tool", self._call_tool),
-        ]
+    requires = "mcp>=2.3,<3"
+    patches = (
+        tool_patch(_CLIENT_MODULE, "Client.call_tool", "async"),
+        tool_patch(_SESSION_MODULE, "ClientSession.call_tool", "async"),
+    )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -158,38 +215,74 @@ class MCPAdapter(FrameworkAdapter):
         self._confirmed: set[tuple[str | None, str]] = set()
         self._confirmed_lock = threading.Lock()
 
-    def _describe(self, args: tuple, kwargs: dict, instance: Any = None) -> ToolCall | None:
-        def build() -> ToolCall | None:
-            name, arguments = _name_and_arguments(args, kwargs)
-            if not isinstance(name, str) or not name:
-                return None
-            # MCP has no agent and never sees the model's call id; when another
-            # framework's guarded call is in progress, the MCP call is made for its agent.
-            outer = active_call()
-            source = server_identity(instance)
-            if source is None and outer is not None and outer.framework == self.name and outer.tool == name:
-                source = outer.source  # a send of the Client's logical call: its server
-            return ToolCall(
-                tool=name,
-                framework=self.name,
-                agent=outer.agent if outer is not None else None,
-                agent_name=outer.agent_name if outer is not None else None,
-                session_id=outer.session_id if outer is not None else None,
-                tool_type="extension",
-                arguments=arguments,
-                source=source,
-            )
+    def targets(self) -> list[PatchTarget]:
+        return [
+            # Both tool patches take the one wrapper that also handles never-listed names.
+            *(PatchTarget(p.module, p.qualname, self._call_tool) for p in self.patches),
+            # The model's menu (OTEL_BREAKER_HIDE_OPEN_TOOLS): the client-side tool listing.
+            PatchTarget(_CLIENT_MODULE, "Client.list_tools", self._client_list_tools),
+            PatchTarget(_SESSION_MODULE, "ClientSession.list_tools", self._session_list_tools),
+        ]
 
-        return self.safe_tool_call(build)
+    def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
+        name, arguments = _name_and_arguments(args, kwargs)
+        if not isinstance(name, str) or not name:
+            return None
+        # MCP has no agent and never sees the model's call id; when another
+        # framework's guarded call is in progress, the MCP call is made for its agent.
+        outer = active_call()
+        source = server_identity(instance)
+        if source is None and outer is not None and outer.framework == self.name and outer.tool == name:
+            source = outer.source  # a send of the Client's logical call: its server
+        return ToolCall(
+            tool=name,
+            framework=self.name,
+            agent=outer.agent if outer is not None else None,
+            agent_name=outer.agent_name if outer is not None else None,
+            session_id=outer.session_id if outer is not None else None,
+            tool_type="extension",
+            arguments=arguments,
+            source=source,
+        )
 
     async def _call_tool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        call = self._describe(args, kwargs, instance)
+        call = self._call_of(instance, args, kwargs)
         if call is None:
             return await wrapped(*args, **kwargs)
-        active = active_call()
-        if (active is None or active.tool != call.tool) and not self._known(instance, call):
+        if not same_logical_call(active_call(), call) and not self._known(instance, call):
             return await self._first_call(call, wrapped, args, kwargs)
         return await self.run_async(call, wrapped, args, kwargs)
+
+    # -- open tools off the listing ----------------------------------------------------------
+
+    async def _client_list_tools(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        token = _client_listing.set(True)
+        try:
+            result = await wrapped(*args, **kwargs)
+        finally:
+            _client_listing.reset(token)
+        return self._visible(instance, result)
+
+    async def _session_list_tools(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        result = await wrapped(*args, **kwargs)
+        return result if _client_listing.get() else self._visible(instance, result)
+
+    def _visible(self, instance: Any, result: Any) -> Any:
+        """A copy of a ``ListToolsResult`` without this server's open tools; the
+        result itself when nothing is hidden (the session keeps its full state)."""
+        tools = getattr(result, "tools", None)
+        if not tools or not hide_open_tools_enabled():
+            return result
+        try:
+            source = server_identity(instance)
+            outer = active_call()
+            kept = visible_tools(
+                tools, lambda t: getattr(t, "name", None), lambda t: source, agent=outer.agent if outer else None
+            )
+            return result if kept is tools else result.model_copy(update={"tools": list(kept)})
+        except Exception:
+            logger.debug("otel-breaker: mcp: could not hide open tools", exc_info=True)
+            return result
 
     # -- unknown tool names: no breaker, no metric series ------------------------------------
 

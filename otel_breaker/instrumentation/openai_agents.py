@@ -31,18 +31,26 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
 from otel_breaker.classify import MISTAKE
-from otel_breaker.degrade import Rejection, augment_instructions, status_in_prompt_enabled
+from otel_breaker.degrade import Rejection, status_in_prompt_enabled
 from otel_breaker.guard import IGNORED_RESULT
-from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget, agent_display_name
+from otel_breaker.instrumentation.base import PatchTarget, agent_display_name
+from otel_breaker.instrumentation.mcp import _bounded_source, implementation_identity, server_identity
+from otel_breaker.instrumentation.spec import SpecAdapter, status_text, tool_patch
+from otel_breaker.menu import hide_open_tools_enabled, visible_tools
 from otel_breaker.toolcall import ToolCall
 
 _INVOKE = "_invoke_function_tool_with_metadata"
 _FAILURE_HOOK = "maybe_invoke_function_tool_failure_error_function"
 _INVALID_ARGUMENTS_PREFIX = "Invalid JSON input for tool"
+_MCP_UTIL = "agents.mcp.util"
+_RUN_LOOP = "agents.run_internal.run_loop"
+_TOOLS_ARG = 4  # get_new_response's all_tools
+_SERVER_ATTRIBUTE = "_otel_breaker_mcp_server"
 
 logger = logging.getLogger("otel_breaker")
 
@@ -73,26 +81,56 @@ class _FallbackInvocationResult:
     is_sdk_generated_error: bool = True
 
 
-class OpenAIAgentsAdapter(FrameworkAdapter):
+class OpenAIAgentsAdapter(SpecAdapter):
     name = "openai_agents"
-    distribution = "openai-agents"
-    version_range = ">=0.24,<0.25"
-    modules = ("agents.tool", "agents.run_internal.tool_execution", "agents.agent")
+    requires = "openai-agents>=0.24,<0.25"
+    patches = (
+        tool_patch("agents.run_internal.tool_execution", _INVOKE, "async"),
+        tool_patch("agents.tool", _INVOKE, "async"),
+    )
+    modules = ("agents.tool", "agents.run_internal.tool_execution", "agents.agent", _MCP_UTIL, _RUN_LOOP)
 
     def targets(self) -> list[PatchTarget]:
         return [
-            PatchTarget("agents.run_internal.tool_execution", _INVOKE, self._invoke),
-            PatchTarget("agents.tool", _INVOKE, self._invoke),
+            *super().targets(),
             # Looked up in agents.tool by the tool's own failure-handling invoker.
             PatchTarget("agents.tool", _FAILURE_HOOK, self._failure_hook),
             # The tool-status block, on the instructions of every model call.
             PatchTarget("agents.agent", "Agent.get_system_prompt", self._system_prompt),
+            # Which MCP server each MCP function tool calls (its breaker key's source).
+            PatchTarget(_MCP_UTIL, "MCPUtil.to_function_tool", self._mcp_tool),
+            # The tools a (non-streamed) model call is sent: open ones leave it (opt-in).
+            PatchTarget(_RUN_LOOP, "get_new_response", self._new_response),
         ]
+
+    async def _new_response(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """``get_new_response(bindings, system_prompt, input, output_schema, all_tools, ...)``
+        with the open function tools left out of ``all_tools`` when
+        ``OTEL_BREAKER_HIDE_OPEN_TOOLS`` is on. Only the model's copy changes: the turn
+        still runs the model's calls against every tool, so a call to a hidden tool
+        reaches the guard and gets the rejection."""
+        if hide_open_tools_enabled():
+            try:
+                args, kwargs = _without_open_tools(args, kwargs)
+            except Exception:
+                logger.debug("otel-breaker: openai_agents: could not hide open tools", exc_info=True)
+        return await wrapped(*args, **kwargs)
+
+    def _mcp_tool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """Remember the server an MCP tool was built for, on the ``FunctionTool`` itself."""
+        function_tool = wrapped(*args, **kwargs)
+        try:
+            server = kwargs.get("server") or next(a for a in args if hasattr(a, "call_tool") and hasattr(a, "name"))
+            setattr(function_tool, _SERVER_ATTRIBUTE, weakref.ref(server))
+        except Exception:
+            logger.debug("otel-breaker: openai_agents: could not tell an MCP tool's server", exc_info=True)
+        return function_tool
 
     # -- wrappers ----------------------------------------------------------------------
 
-    async def _invoke(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        call = self.safe_tool_call(lambda: self._describe(kwargs))
+    async def _tool_async(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """The spec's async tool wrapper, with the attempt the failure hook fills in."""
+        call = self._call_of(instance, args, kwargs)
         if call is None:
             return await wrapped(*args, **kwargs)
         outer = _attempt.get()
@@ -133,14 +171,15 @@ class OpenAIAgentsAdapter(FrameworkAdapter):
             return prompt
         try:
             # Tools run with the agent the program created, not the Runner's execution copy.
-            return augment_instructions(prompt, _public_agent(instance))
+            amended = status_text(prompt, _public_agent(instance))
+            return prompt if amended is None else amended
         except Exception:
             logger.debug("otel-breaker: openai_agents: could not add the tool-status block", exc_info=True)
             return prompt
 
     # -- describing a call -----------------------------------------------------------------
 
-    def _describe(self, kwargs: dict) -> ToolCall | None:
+    def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
         function_tool = kwargs["function_tool"]
         context = kwargs.get("context")
         agent = getattr(context, "agent", None)
@@ -153,6 +192,7 @@ class OpenAIAgentsAdapter(FrameworkAdapter):
             call_id=getattr(context, "tool_call_id", None),
             tool_type="function",
             arguments=kwargs.get("arguments"),
+            source=mcp_source(function_tool, agent),
         )
 
     # -- adapter protocol --------------------------------------------------------------------
@@ -188,6 +228,58 @@ def _invalid_arguments(error: Exception) -> bool:
     """The model sent arguments the tool's schema refuses: the tool never ran,
     so this says nothing about its health."""
     return type(error).__name__ == "ModelBehaviorError" and str(error).startswith(_INVALID_ARGUMENTS_PREFIX)
+
+
+def _without_open_tools(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    bindings = args[0] if args else kwargs["bindings"]
+    agent = getattr(bindings, "public_agent", None)
+    in_args = len(args) > _TOOLS_ARG
+    tools = args[_TOOLS_ARG] if in_args else kwargs["all_tools"]
+    kept = visible_tools(tools, _function_tool_name, lambda tool: mcp_source(tool, agent), agent=agent)
+    if kept is tools:
+        return args, kwargs
+    if in_args:
+        return (*args[:_TOOLS_ARG], list(kept), *args[_TOOLS_ARG + 1 :]), kwargs
+    return args, {**kwargs, "all_tools": list(kept)}
+
+
+def _function_tool_name(tool: Any) -> str | None:
+    """Only function tools are guarded, so only they can leave the menu."""
+    if type(tool).__name__ != "FunctionTool":
+        return None
+    name = getattr(tool, "name", None)
+    return name if isinstance(name, str) else None
+
+
+def mcp_source(function_tool: Any, agent: Any = None) -> str | None:
+    """The MCP server an MCP function tool calls (``name@version`` from its ``initialize``),
+    or None for a tool that is not an MCP server's. The server is the one recorded when
+    the SDK built the tool; else the agent's ``mcp_servers`` entry the tool's binding names."""
+    binding = getattr(function_tool, "_mcp_tool_binding", None)
+    if binding is None:
+        return None
+    ref = getattr(function_tool, _SERVER_ATTRIBUTE, None)
+    server = ref() if ref is not None else None
+    if server is None:
+        named = [s for s in getattr(agent, "mcp_servers", None) or () if _log_name(s) == binding[0]]
+        server = named[0] if len(named) == 1 else None
+    if server is None:
+        return None
+    identity = server_identity(getattr(server, "session", None))
+    if identity is None:
+        identity = implementation_identity(
+            getattr(getattr(server, "server_initialize_result", None), "server_info", None)
+        )
+    return identity if identity is not None else _bounded_source(f"mcp:{binding[0]}")
+
+
+def _log_name(server: Any) -> str | None:
+    try:
+        from agents.mcp.util import get_mcp_server_log_name
+
+        return get_mcp_server_log_name(server.name)
+    except Exception:
+        return None
 
 
 def _public_agent(agent: Any) -> Any:

@@ -45,6 +45,11 @@ none). The conversation the agent keeps is never changed. ``ChatMixin.chat``
 and ``achat`` mark the agent whose chat is running, so its own breakers are
 listed. Requests that bypass both (the Responses API path, the agent's own
 direct streaming calls of ``start(stream=True)``) get no block.
+
+Hidden tools (``OTEL_BREAKER_HIDE_OPEN_TOOLS``): the same two functions build
+each request's ``tools``; the copy sent leaves out the running agent's open
+tools. The agent keeps its tools, so a call to a hidden one still reaches the
+guard and gets the rejection.
 """
 
 from __future__ import annotations
@@ -53,16 +58,18 @@ import contextvars
 import logging
 from typing import Any
 
-from otel_breaker.degrade import Rejection, augment_instructions, status_in_prompt_enabled
+from otel_breaker.degrade import Rejection
 from otel_breaker.guard import IGNORED_RESULT
-from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget, agent_display_name
+from otel_breaker.instrumentation.base import PatchTarget, agent_display_name
+from otel_breaker.instrumentation.spec import MessageDialect, SpecAdapter, insert_status_block, tool_patch
+from otel_breaker.menu import visible_tools
 from otel_breaker.toolcall import ToolCall
-
-FRAMEWORK = "praisonai"
 
 logger = logging.getLogger("otel_breaker")
 
-# The agent whose chat is running in this context (for the tool-status block).
+_CHAT = "praisonaiagents.agent.chat_mixin"
+
+# The agent whose chat is running in this context (for the status block and the menu).
 _agent: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_breaker_praisonai_agent", default=None)
 
 # Meta-tools of praisonaiagents' tool search: ``tool_call`` re-enters
@@ -84,72 +91,87 @@ _DECISION_KEYS = (
 # that do not fit the schema); the tool itself is fine.
 _MODEL_MISTAKE_KEYS = ("available_tools", "expected_parameters")
 
+# Chat Completions messages are plain dicts.
+DIALECT = MessageDialect(
+    is_system=lambda m: isinstance(m, dict) and m.get("role") == "system",
+    text=lambda m: m.get("content") if isinstance(m.get("content"), str) else None,
+    with_text=lambda m, text: {**m, "content": text},
+    system=lambda text: {"role": "system", "content": text},
+)
+
 
 def _argument(args: tuple, kwargs: dict, index: int, name: str) -> Any:
-    if len(args) > index:
-        return args[index]
-    return kwargs.get(name)
+    return args[index] if len(args) > index else kwargs.get(name)
 
 
-class PraisonAIAdapter(FrameworkAdapter):
+def _tool_name(tool: Any) -> str | None:
+    """The name of one Chat Completions tool definition."""
+    return (tool.get("function") or {}).get("name") if isinstance(tool, dict) else None
+
+
+class PraisonAIAdapter(SpecAdapter):
     """Guards ``Agent.execute_tool`` and ``Agent.execute_tool_async``."""
 
-    name = FRAMEWORK
-    distribution = "praisonaiagents"
-    version_range = ">=1.7,<2"
+    name = "praisonai"
+    requires = "praisonaiagents>=1.7,<2"
+    patches = (
+        tool_patch("praisonaiagents.agent.tool_execution", "ToolExecutionMixin.execute_tool", "sync"),
+        tool_patch("praisonaiagents.agent.execution_mixin", "ExecutionMixin.execute_tool_async", "async"),
+    )
+    modules = (
+        "praisonaiagents.agent.tool_execution",
+        "praisonaiagents.agent.execution_mixin",
+        _CHAT,
+        "praisonaiagents.llm.openai_client",
+        "praisonaiagents.llm.llm",
+    )
 
     def targets(self) -> list[PatchTarget]:
+        # Request parameters are amended after they are built (the status block,
+        # the menu), so these are plain targets rather than prompt patches.
         return [
-            PatchTarget("praisonaiagents.agent.tool_execution", "ToolExecutionMixin.execute_tool", self._execute_tool),
-            PatchTarget(
-                "praisonaiagents.agent.execution_mixin", "ExecutionMixin.execute_tool_async", self._execute_tool_async
-            ),
-            PatchTarget("praisonaiagents.agent.chat_mixin", "ChatMixin.chat", self._chat),
-            PatchTarget("praisonaiagents.agent.chat_mixin", "ChatMixin.achat", self._achat),
+            *super().targets(),
+            PatchTarget(_CHAT, "ChatMixin.chat", self._chat),
+            PatchTarget(_CHAT, "ChatMixin.achat", self._achat),
             PatchTarget("praisonaiagents.llm.openai_client", "_normalize_chat_params", self._request_params),
             PatchTarget("praisonaiagents.llm.llm", "LLM._build_completion_params", self._request_params),
         ]
 
-    # -- describing a call -----------------------------------------------------------
+    def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
+        function_name = _argument(args, kwargs, 0, "function_name")
+        if instance is None or not isinstance(function_name, str) or not function_name:
+            return None
+        if function_name in _BRIDGE_TOOLS and getattr(instance, "_tool_search_config", None) is not None:
+            return None
+        call_id = _argument(args, kwargs, 2, "tool_call_id")
+        session_id = getattr(instance, "_session_id", None)
+        return ToolCall(
+            function_name,
+            framework=self.name,
+            agent=instance,
+            agent_name=agent_display_name(instance),
+            session_id=session_id if isinstance(session_id, str) else None,
+            call_id=call_id if isinstance(call_id, str) else None,
+            arguments=_argument(args, kwargs, 1, "arguments"),
+        )
 
-    def _describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
-        def build() -> ToolCall | None:
-            if instance is None:
-                return None
-            function_name = _argument(args, kwargs, 0, "function_name")
-            if not isinstance(function_name, str) or not function_name:
-                return None
-            if function_name in _BRIDGE_TOOLS and getattr(instance, "_tool_search_config", None) is not None:
-                return None
-            call_id = _argument(args, kwargs, 2, "tool_call_id")
-            session_id = getattr(instance, "_session_id", None)
-            return ToolCall(
-                function_name,
-                framework=FRAMEWORK,
-                agent=instance,
-                agent_name=agent_display_name(instance),
-                session_id=session_id if isinstance(session_id, str) else None,
-                call_id=call_id if isinstance(call_id, str) else None,
-                arguments=_argument(args, kwargs, 1, "arguments"),
-            )
+    def result_error(self, call: ToolCall, result: Any) -> str | None:
+        if not isinstance(result, dict) or not result.get("error"):
+            return None
+        if any(result.get(key) for key in _DECISION_KEYS):
+            return IGNORED_RESULT  # a denial or policy block: says nothing about the tool
+        if any(key in result for key in _MODEL_MISTAKE_KEYS):
+            return IGNORED_RESULT  # the model's mistake (unknown tool, bad arguments)
+        if result.get("circuit_open"):
+            return "circuit_open"
+        if result.get("timeout"):
+            return "timeout"
+        return "tool_error"
 
-        return self.safe_tool_call(build)
+    def rejection(self, call: ToolCall, info: Rejection) -> Any:
+        return {"error": info.message}
 
-    # -- wrappers ------------------------------------------------------------------------
-
-    def _execute_tool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        call = self._describe(instance, args, kwargs)
-        if call is None:
-            return wrapped(*args, **kwargs)
-        return self.run_sync(call, wrapped, args, kwargs)
-
-    async def _execute_tool_async(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        call = self._describe(instance, args, kwargs)
-        if call is None:
-            return await wrapped(*args, **kwargs)
-        return await self.run_async(call, wrapped, args, kwargs)
-
-    # -- the tool-status block in each request's system message ---------------------------
+    # -- the running agent, and each request it sends --------------------------------------
 
     def _chat(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         token = _agent.set(instance)
@@ -168,48 +190,30 @@ class PraisonAIAdapter(FrameworkAdapter):
     def _request_params(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         params = wrapped(*args, **kwargs)
         try:
-            if not status_in_prompt_enabled():
-                return params
-            if isinstance(params, dict) and isinstance(params.get("messages"), list):
-                messages = _with_status(params["messages"], _agent.get())
-                if messages is not params["messages"]:
-                    params = {**params, "messages": messages}
+            return _amended(params, _agent.get())
         except Exception:
-            logger.debug("otel-breaker: praisonai: tool status not added to the prompt", exc_info=True)
+            logger.debug("otel-breaker: praisonai: request left as built", exc_info=True)
+            return params
+
+
+def _amended(params: Any, agent: Any) -> Any:
+    """Request ``params`` with the status block and without open tools (a new dict),
+    or ``params`` itself when neither applies."""
+    if not isinstance(params, dict):
         return params
-
-    # -- the adapter protocol ------------------------------------------------------------
-
-    def result_error(self, call: ToolCall, result: Any) -> str | None:
-        if not isinstance(result, dict) or not result.get("error"):
-            return None
-        if any(result.get(key) for key in _DECISION_KEYS):
-            return IGNORED_RESULT  # a denial or policy block: says nothing about the tool
-        if any(key in result for key in _MODEL_MISTAKE_KEYS):
-            return IGNORED_RESULT  # the model's mistake (unknown tool, bad arguments)
-        if result.get("circuit_open"):
-            return "circuit_open"
-        if result.get("timeout"):
-            return "timeout"
-        return "tool_error"
-
-    def rejection(self, call: ToolCall, info: Rejection) -> Any:
-        return {"error": info.message}
+    amended = params
+    if isinstance(params.get("messages"), list):
+        messages = insert_status_block(params["messages"], DIALECT, agent)
+        if messages is not None:
+            amended = {**amended, "messages": messages}
+    tools = params.get("tools")
+    if isinstance(tools, list):
+        visible = visible_tools(tools, _tool_name, agent=agent)
+        if visible is not tools:
+            amended = {**amended, "tools": list(visible)} if visible else _without_tools(amended)
+    return amended
 
 
-def _with_status(messages: list, agent: Any) -> list:
-    """``messages`` with the status block in its system message (a new list), or
-    ``messages`` itself when there is nothing to add."""
-    index = next((i for i, m in enumerate(messages) if isinstance(m, dict) and m.get("role") == "system"), None)
-    if index is None:
-        block = augment_instructions(None, agent)
-        return [{"role": "system", "content": block}, *messages] if block else messages
-    content = messages[index].get("content")
-    if not isinstance(content, str):
-        return messages
-    text = augment_instructions(content, agent)
-    if text == content:
-        return messages
-    copied = list(messages)
-    copied[index] = {**messages[index], "content": text}
-    return copied
+def _without_tools(params: dict) -> dict:
+    """Every tool hidden: the request goes out as one without tools."""
+    return {k: v for k, v in params.items() if k not in ("tools", "tool_choice")}

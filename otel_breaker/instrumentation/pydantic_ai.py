@@ -37,12 +37,16 @@ nothing changes.
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import logging
 from typing import Any
 
 from otel_breaker.classify import RETRY_REQUEST
-from otel_breaker.degrade import STATUS_HEADER, Rejection, augment_instructions, status_in_prompt_enabled
-from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget, agent_display_name
+from otel_breaker.degrade import STATUS_HEADER, Rejection, status_in_prompt_enabled
+from otel_breaker.instrumentation.base import PatchTarget, agent_display_name, nested_failure
+from otel_breaker.instrumentation.mcp import implementation_identity
+from otel_breaker.instrumentation.spec import SpecAdapter, status_text, tool_patch
+from otel_breaker.menu import hide_open_tools_enabled, visible_tools
 from otel_breaker.toolcall import ToolCall
 
 # (ToolCallPart, wrap_validation_errors) of the call being guarded, so a rejection
@@ -53,23 +57,49 @@ _part: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_breaker_pydant
 _preparing: contextvars.ContextVar[bool] = contextvars.ContextVar("otel_breaker_pydantic_ai_request", default=False)
 
 _GRAPH = "pydantic_ai._agent_graph"
+_MAX_WRAPPERS = 16
 
 logger = logging.getLogger("otel_breaker")
 
 
-class PydanticAIAdapter(FrameworkAdapter):
+class PydanticAIAdapter(SpecAdapter):
     name = "pydantic_ai"
-    distribution = "pydantic-ai-slim"
-    version_range = ">=2.68,<3"
-    modules = ("pydantic_ai.tool_manager", _GRAPH)
+    requires = "pydantic-ai-slim>=2.68,<3"
+    patches = (tool_patch("pydantic_ai.tool_manager", "ToolManager.execute_tool_call", "async"),)
+    modules = ("pydantic_ai.tool_manager", _GRAPH)  # the extra targets below live in the graph module
 
     def targets(self) -> list[PatchTarget]:
         return [
-            PatchTarget("pydantic_ai.tool_manager", "ToolManager.execute_tool_call", self._execute),
+            *super().targets(),
             # The tool-status block, in the instructions of every model request.
             PatchTarget(_GRAPH, "ModelRequestNode._prepare_request", self._prepare_request),
             PatchTarget(_GRAPH, "_get_instructions", self._instructions),
+            # The tool definitions of every model request: open tools leave it (opt-in).
+            PatchTarget(_GRAPH, "_prepare_request_parameters", self._request_parameters),
         ]
+
+    async def _request_parameters(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """``_prepare_request_parameters(ctx, ...)``: the request's ``function_tools`` without
+        the open ones when ``OTEL_BREAKER_HIDE_OPEN_TOOLS`` is on. The run's tool manager
+        keeps them, so a call the model makes anyway still reaches the guard."""
+        parameters = await wrapped(*args, **kwargs)
+        if not hide_open_tools_enabled():
+            return parameters
+        try:
+            manager = (args[0] if args else kwargs["ctx"]).deps.tool_manager
+            tools = manager.tools or {}
+            kept = visible_tools(
+                parameters.function_tools,
+                lambda tool_def: tool_def.name,
+                lambda tool_def: toolset_source(getattr(tools.get(tool_def.name), "toolset", None)),
+                agent=getattr(manager.ctx, "agent", None),
+            )
+            if kept is parameters.function_tools:
+                return parameters
+            return dataclasses.replace(parameters, function_tools=list(kept))
+        except Exception:
+            logger.debug("otel-breaker: pydantic_ai: could not hide open tools", exc_info=True)
+            return parameters
 
     async def _prepare_request(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         if not status_in_prompt_enabled():
@@ -87,7 +117,7 @@ class PydanticAIAdapter(FrameworkAdapter):
             return parts
         try:
             run_context = args[1] if len(args) > 1 else kwargs["run_context"]
-            block = augment_instructions(None, getattr(run_context, "agent", None))
+            block = status_text(None, getattr(run_context, "agent", None))
             if not block:
                 if parts is None and _block_in_force(args[0] if args else kwargs["ctx"]):
                     # None would let the model fall back to the history's instructions,
@@ -102,8 +132,9 @@ class PydanticAIAdapter(FrameworkAdapter):
             logger.debug("otel-breaker: pydantic_ai: could not add the tool-status block", exc_info=True)
             return parts
 
-    async def _execute(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        call = self.safe_tool_call(lambda: self._describe(args, kwargs))
+    async def _tool_async(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """The spec's async tool wrapper, with the call's part at hand for :meth:`rejection`."""
+        call = self._call_of(instance, args, kwargs)
         if call is None:
             return await wrapped(*args, **kwargs)
         validated = args[0] if args else kwargs["validated"]
@@ -113,7 +144,7 @@ class PydanticAIAdapter(FrameworkAdapter):
         finally:
             _part.reset(token)
 
-    def _describe(self, args: tuple, kwargs: dict) -> ToolCall | None:
+    def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
         validated = args[0] if args else kwargs["validated"]
         if validated.args_valid is False or getattr(validated, "deferral", None) is not None:
             return None  # the tool body will not run: nothing to guard or count
@@ -130,10 +161,17 @@ class PydanticAIAdapter(FrameworkAdapter):
             call_id=part.tool_call_id,
             tool_type="function",
             arguments=part.args,
+            source=toolset_source(getattr(validated.tool, "toolset", None)),
         )
 
     def exception_hint(self, call: ToolCall, exc: BaseException) -> str | None:
-        return RETRY_REQUEST if type(exc).__name__ == "ToolRetryError" else None
+        if type(exc).__name__ != "ToolRetryError":
+            return None
+        if nested_failure():
+            # An MCP toolset's default ``tool_error_behavior="retry"`` turns the server's
+            # error result into ModelRetry: the MCP session below saw the tool fail.
+            return None
+        return RETRY_REQUEST
 
     def rejection(self, call: ToolCall, info: Rejection) -> Any:
         """Raise the run's own "tool failed" signal; returning a value would read as success."""
@@ -154,6 +192,20 @@ class PydanticAIAdapter(FrameworkAdapter):
             outcome="failed",
         )
         raise ToolFailedError(return_part)
+
+
+def toolset_source(toolset: Any) -> str | None:
+    """The MCP server behind a tool's toolset (``name@version`` from its ``initialize``),
+    looking through wrapper toolsets (prefixed, renamed, filtered...) by their
+    ``wrapped``; None for a toolset that is not an MCP server's."""
+    for _ in range(_MAX_WRAPPERS):
+        if toolset is None:
+            return None
+        info = getattr(toolset, "_server_info", None)
+        if info is not None:
+            return implementation_identity(info)
+        toolset = getattr(toolset, "wrapped", None)
+    return None
 
 
 def _block_in_force(ctx: Any) -> bool:

@@ -27,6 +27,13 @@ With ``OTEL_BREAKER_STATUS_IN_PROMPT=true`` the status block is appended to what
 ``Agent.format_instructions`` returns (every agent type's instructions) and, in a
 ``ChatCompletionAgent`` run, refreshed in the run's own system message after each
 function call, so every model call reads the breakers' state at that moment.
+
+Open tools: with ``OTEL_BREAKER_HIDE_OPEN_TOOLS=true`` the function-choice
+behavior's configuration (``FunctionChoiceBehavior._check_and_get_config``, where
+its own ``filters`` apply) leaves out the open functions, so the service is never
+told about them; in a ``ChatCompletionAgent`` run it is configured again after
+each function call, like the status block. The kernel keeps the functions, so a
+call the model makes anyway gets the rejection.
 """
 
 from __future__ import annotations
@@ -37,34 +44,28 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from otel_breaker.degrade import Rejection, status_in_prompt_enabled
-from otel_breaker.guard import IGNORED_RESULT
-from otel_breaker.instrumentation.base import PatchTarget, _active_call, agent_display_name
+from otel_breaker.instrumentation.base import PatchTarget, agent_display_name, not_a_tool_call
 from otel_breaker.instrumentation.spec import SpecAdapter, status_text, tool_patch
+from otel_breaker.menu import hide_open_tools_enabled, visible_tools
 from otel_breaker.toolcall import ToolCall
 
 logger = logging.getLogger("otel_breaker")
 
 _AGENT = "semantic_kernel.agents.chat_completion.chat_completion_agent"
 _METHOD = "semantic_kernel.functions.kernel_function_from_method"
+_CHOICE = "semantic_kernel.connectors.ai.function_choice_behavior"
 
 
 class _Run:
-    """The agent whose run step is executing, and the chat history that run built."""
+    """The agent whose run step is executing, the chat history that run built, and
+    how its model calls' function choice was configured (to configure it again)."""
 
-    __slots__ = ("agent", "history")
+    __slots__ = ("agent", "configure", "history")
 
     def __init__(self, agent: Any) -> None:
         self.agent = agent
         self.history: Any = None
-
-
-class _Neutral:
-    """An exception raised for control flow or a model mistake, carried past the breaker uncounted."""
-
-    __slots__ = ("exc",)
-
-    def __init__(self, exc: BaseException) -> None:
-        self.exc = exc
+        self.configure: Any = None
 
 
 _run: contextvars.ContextVar[_Run | None] = contextvars.ContextVar("otel_breaker_sk_run", default=None)
@@ -104,6 +105,8 @@ class SemanticKernelAdapter(SpecAdapter):
             PatchTarget(_AGENT, "ChatCompletionAgent._prepare_agent_chat_history", self._history),
             PatchTarget("semantic_kernel.agents.agent", "Agent.format_instructions", self._instructions),
             PatchTarget("semantic_kernel.kernel", "Kernel.invoke_function_call", self._after_call),
+            PatchTarget(_CHOICE, "FunctionChoiceBehavior._check_and_get_config", self._menu),
+            PatchTarget(_CHOICE, "FunctionChoiceBehavior.configure", self._configure),
         ]
 
     def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
@@ -120,22 +123,11 @@ class SemanticKernelAdapter(SpecAdapter):
         )
 
     async def run_async(self, call: ToolCall, wrapped: Any, args: tuple, kwargs: dict) -> Any:
-        failed: list[bool] = []
-
-        async def neutral_as_value(*a: Any, **k: Any) -> Any:
-            token = _binding_failed.set(failed)
-            try:
-                return await wrapped(*a, **k)
-            except Exception as exc:
-                if failed or type(exc).__name__ == "OperationCancelledException":
-                    return _Neutral(exc)
-                raise
-            finally:
-                _binding_failed.reset(token)
-
-        result = await super().run_async(call, neutral_as_value, args, kwargs)
-        if isinstance(result, _Neutral):
-            raise result.exc
+        token = _binding_failed.set([])
+        try:
+            result = await super().run_async(call, wrapped, args, kwargs)
+        finally:
+            _binding_failed.reset(token)
         if isinstance(result, str):  # rejected: the text is the method's result, as the kernel reads it
             from semantic_kernel.functions.function_result import FunctionResult
 
@@ -143,24 +135,25 @@ class SemanticKernelAdapter(SpecAdapter):
             context.result = FunctionResult(function=wrapped.__self__.metadata, value=result)
         return None
 
-    def result_error(self, call: ToolCall, result: Any) -> str | None:
-        return IGNORED_RESULT if isinstance(result, _Neutral) else None
+    def is_neutral(self, exc: BaseException) -> bool:
+        """Arguments the method cannot take (the model's mistake), or a cancellation."""
+        return bool(_binding_failed.get()) or type(exc).__name__ == "OperationCancelledException"
 
     def rejection(self, call: ToolCall, info: Rejection) -> Any:
         return info.message  # run_async makes it the FunctionResult the kernel reads
 
     async def _invoke(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         if getattr(instance, "is_prompt", False):
-            # A model call, not a tool: marked as the call in progress, so the processor skips its span.
-            token = _active_call.set(ToolCall(instance.fully_qualified_name, framework=self.name))
-        else:
-            metadata = args[2] if len(args) > 2 else kwargs.get("metadata")
-            call_id = metadata.get("id") if isinstance(metadata, dict) else None
-            token = _call_id.set(call_id if isinstance(call_id, str) else None)
+            # A model call, not a tool: the processor leaves its execute_tool span alone.
+            with not_a_tool_call(instance.fully_qualified_name, self.name):
+                return await wrapped(*args, **kwargs)
+        metadata = args[2] if len(args) > 2 else kwargs.get("metadata")
+        call_id = metadata.get("id") if isinstance(metadata, dict) else None
+        token = _call_id.set(call_id if isinstance(call_id, str) else None)
         try:
             return await wrapped(*args, **kwargs)
         finally:
-            token.var.reset(token)
+            _call_id.reset(token)
 
     def _binding(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         try:
@@ -168,7 +161,7 @@ class SemanticKernelAdapter(SpecAdapter):
         except Exception:
             failed = _binding_failed.get()
             if failed is not None:
-                failed.append(True)  # the model's arguments do not fit the method
+                failed.append(True)  # the model's arguments do not fit the method: is_neutral
             raise
 
     # -- who runs, and the tool-status block -------------------------------------------------
@@ -191,9 +184,35 @@ class SemanticKernelAdapter(SpecAdapter):
             return text if new is None else new
         return text
 
+    def _menu(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """The functions offered to the model, without the open ones."""
+        config = wrapped(*args, **kwargs)
+        if not hide_open_tools_enabled():
+            return config
+        try:
+            run = _run.get()
+            offered = config.available_functions
+            kept = visible_tools(offered, lambda f: f.fully_qualified_name, agent=run.agent if run else None)
+            if kept is not offered:
+                return type(config)(available_functions=list(kept))
+        except Exception:
+            logger.debug("otel-breaker: semantic_kernel: open tools not hidden", exc_info=True)
+        return config
+
+    def _configure(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        run = _run.get()
+        if run is not None:  # remembered, to offer the functions afresh after each function call
+            run.configure = lambda: wrapped(*args, **kwargs)
+        return wrapped(*args, **kwargs)
+
     async def _after_call(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         result = await wrapped(*args, **kwargs)
         run = _run.get()
+        if run is not None and run.configure is not None and hide_open_tools_enabled():
+            try:
+                run.configure()
+            except Exception:
+                logger.debug("otel-breaker: semantic_kernel: tool menu not refreshed", exc_info=True)
         if run is None or run.history is None or not status_in_prompt_enabled():
             return result
         try:

@@ -29,6 +29,12 @@ loop goes on, whereas a returned string would read as a successful
 observation. The exception is :class:`~otel_breaker.CircuitOpenError` carrying
 the sanitized rejection text.
 
+Open tools leave the menu (``OTEL_BREAKER_HIDE_OPEN_TOOLS``): a
+``ToolCallingAgent`` sends the model ``tools_and_managed_agents`` on every step,
+a property read nowhere else; it is replaced by one that leaves the open tools out
+(restored by ``uninstrument``). A ``CodeAgent`` renders its tools into the system
+prompt once per run: it has no seam, and the status block is what tells it.
+
 Not covered: remote executors (e2b, docker, modal, blaxel) run tools in another
 process, and managed agents are called as agents, not through ``Tool.__call__``.
 """
@@ -43,8 +49,10 @@ from collections.abc import Generator
 from typing import Any
 
 from otel_breaker.classify import MISTAKE
-from otel_breaker.degrade import Rejection, augment_instructions, status_in_prompt_enabled
-from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget, agent_display_name
+from otel_breaker.degrade import Rejection, status_in_prompt_enabled
+from otel_breaker.instrumentation.base import PatchTarget, _Patched, agent_display_name
+from otel_breaker.instrumentation.spec import MessageDialect, SpecAdapter, insert_status_block, tool_patch
+from otel_breaker.menu import visible_tools
 from otel_breaker.toolcall import ToolCall
 
 FRAMEWORK = "smolagents"
@@ -61,6 +69,8 @@ _call_ids: contextvars.ContextVar[tuple[dict[int, str], dict[str, str]] | None] 
 )
 
 _UNGUARDED_TOOLS = frozenset({"final_answer"})
+_AGENTS = "smolagents.agents"
+_MENU = "tools_and_managed_agents"
 
 
 def _scoped(gen: Generator, var: contextvars.ContextVar, value: Any) -> Generator:
@@ -97,34 +107,75 @@ def _bind_arguments(args: tuple, kwargs: dict) -> Any:
     return list(args) if args else None
 
 
-class SmolagentsAdapter(FrameworkAdapter):
+class SmolagentsAdapter(SpecAdapter):
     name = "smolagents"
-    distribution = "smolagents"
-    version_range = ">=1.20,<2"
+    requires = "smolagents>=1.20,<2"
+    patches = (
+        tool_patch("smolagents.tools", "Tool.__call__", "sync"),
+        tool_patch("smolagents.tools", "PipelineTool.__call__", "sync"),
+    )
+    modules = ("smolagents.tools", _AGENTS, "smolagents.local_python_executor")
 
     def targets(self) -> list[PatchTarget]:
         return [
-            PatchTarget("smolagents.tools", "Tool.__call__", self._tool_call),
-            PatchTarget("smolagents.tools", "PipelineTool.__call__", self._tool_call),
-            PatchTarget("smolagents.agents", "MultiStepAgent._run_stream", self._run_stream),
-            PatchTarget("smolagents.agents", "ToolCallingAgent.process_tool_calls", self._process_tool_calls),
-            PatchTarget("smolagents.agents", "ToolCallingAgent.execute_tool_call", self._execute_tool_call),
+            *super().targets(),
+            PatchTarget(_AGENTS, "MultiStepAgent._run_stream", self._run_stream),
+            PatchTarget(_AGENTS, "ToolCallingAgent.process_tool_calls", self._process_tool_calls),
+            PatchTarget(_AGENTS, "ToolCallingAgent.execute_tool_call", self._execute_tool_call),
             PatchTarget("smolagents.local_python_executor", "timeout", self._timeout),
-            PatchTarget("smolagents.agents", "MultiStepAgent.write_memory_to_messages", self._memory_messages),
+            PatchTarget(_AGENTS, "MultiStepAgent.write_memory_to_messages", self._memory_messages),
         ]
+
+    # -- open tools leave the menu (ToolCallingAgent) ---------------------------------------------
+
+    def patch(self) -> list[str]:
+        skipped = super().patch()
+        reason = self._wrap_menu()
+        return [*skipped, f"{_AGENTS}:{_MENU}: {reason}"] if reason else skipped
+
+    def patch_module(self, module_name: str) -> list[str]:
+        skipped = super().patch_module(module_name)
+        reason = self._wrap_menu() if module_name == _AGENTS else None
+        return [*skipped, f"{_AGENTS}:{_MENU}: {reason}"] if reason else skipped
+
+    def _wrap_menu(self) -> str | None:
+        """``ToolCallingAgent.tools_and_managed_agents``, the property read for every model
+        call's ``tools_to_call_from`` and nowhere else, becomes one that leaves the open
+        tools out when ``OTEL_BREAKER_HIDE_OPEN_TOOLS`` is on. Tool calls run from
+        ``agent.tools``, so a call to a hidden tool still reaches the guard."""
+        try:
+            from smolagents.agents import ToolCallingAgent
+        except ImportError as exc:
+            return f"cannot import ({exc})"
+        original = ToolCallingAgent.__dict__.get(_MENU)
+        if not isinstance(original, property) or original.fget is None:
+            return "not found"
+        if any(p.owner is ToolCallingAgent and p.attribute == _MENU for p in self._patched):
+            return "already patched"
+        adapter = self
+        fget = original.fget
+
+        def tools_and_managed_agents(agent: Any) -> Any:
+            tools = fget(agent)
+            if not adapter.enabled:
+                return tools
+            try:
+                return visible_tools(tools, _menu_tool_name(agent), agent=agent)
+            except Exception:
+                logger.debug("otel-breaker: smolagents: could not hide open tools", exc_info=True)
+                return tools
+
+        wrapper = property(tools_and_managed_agents, doc=original.__doc__)
+        setattr(ToolCallingAgent, _MENU, wrapper)
+        self._patched.append(_Patched(ToolCallingAgent, _MENU, original, wrapper))
+        return None
 
     # -- the breaker point ---------------------------------------------------------------------
 
-    def _tool_call(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
         name = getattr(instance, "name", None)
         if not isinstance(name, str) or not name or name in _UNGUARDED_TOOLS:
-            return wrapped(*args, **kwargs)
-        call = self.safe_tool_call(lambda: self._describe(name, args, kwargs))
-        if call is None:
-            return wrapped(*args, **kwargs)
-        return self.run_sync(call, wrapped, args, kwargs)
-
-    def _describe(self, name: str, args: tuple, kwargs: dict) -> ToolCall:
+            return None
         agent, call_id = _caller.get() or (None, None)
         tool_kwargs = {k: v for k, v in kwargs.items() if k != "sanitize_inputs_outputs"}
         return ToolCall(
@@ -233,40 +284,78 @@ class SmolagentsAdapter(FrameworkAdapter):
             return messages
 
 
+def _menu_tool_name(agent: Any) -> Any:
+    """The guarded name of a menu entry: tools only (managed agents are not tools here)."""
+    managed = tuple((getattr(agent, "managed_agents", None) or {}).values())
+
+    def name_of(entry: Any) -> str | None:
+        if any(entry is m for m in managed):
+            return None
+        name = getattr(entry, "name", None)
+        return name if isinstance(name, str) and name not in _UNGUARDED_TOOLS else None
+
+    return name_of
+
+
 # -- the tool-status block in the system prompt ------------------------------------------------------
 
 
-def _with_status(messages: Any, agent: Any) -> Any:
-    """``messages`` with the status block appended to its leading system message
-    (a new list and message; ``messages`` itself is not changed)."""
-    if not isinstance(messages, list) or not messages:
-        return messages
-    first = messages[0]
-    role = getattr(first, "role", None)
-    if getattr(role, "value", role) != "system":
-        return messages  # summary mode: no system prompt in this list
-    content = first.content
+def _role(message: Any) -> Any:
+    role = getattr(message, "role", None)
+    return getattr(role, "value", role)
+
+
+def _text_index(content: Any) -> int | None:
+    """The last text part of a list content (where the system prompt's text is)."""
+    for i in range(len(content) - 1, -1, -1):
+        if (
+            isinstance(content[i], dict)
+            and content[i].get("type") == "text"
+            and isinstance(content[i].get("text"), str)
+        ):
+            return i
+    return None
+
+
+def _message_text(message: Any) -> str | None:
+    content = message.content
     if isinstance(content, str):
-        text = augment_instructions(content, agent)
-        if text == content:
-            return messages
-        new_content: Any = text
-    elif isinstance(content, list):
-        index = next(
-            (
-                i
-                for i in range(len(content) - 1, -1, -1)
-                if isinstance(content[i], dict) and content[i].get("type") == "text"
-            ),
-            None,
-        )
-        if index is None or not isinstance(content[index].get("text"), str):
-            return messages
-        text = augment_instructions(content[index]["text"], agent)
-        if text == content[index]["text"]:
-            return messages
+        return content
+    if isinstance(content, list):
+        index = _text_index(content)
+        return content[index]["text"] if index is not None else None
+    return None
+
+
+def _message_with_text(message: Any, text: str) -> Any:
+    content = message.content
+    if isinstance(content, list):
+        index = _text_index(content)
         new_content = [dict(part) if isinstance(part, dict) else part for part in content]
         new_content[index]["text"] = text
-    else:
+        return dataclasses.replace(message, content=new_content)
+    return dataclasses.replace(message, content=text)
+
+
+def _system_message(text: str) -> Any:
+    from smolagents.models import ChatMessage, MessageRole
+
+    return ChatMessage(role=MessageRole.SYSTEM, content=[{"type": "text", "text": text}])
+
+
+_DIALECT = MessageDialect(
+    is_system=lambda m: _role(m) == "system",
+    text=_message_text,
+    with_text=_message_with_text,
+    system=_system_message,
+)
+
+
+def _with_status(messages: Any, agent: Any) -> Any:
+    """``messages`` with the status block in its leading system message (a new list and
+    message; ``messages`` itself is not changed). A list without a leading system
+    message (summary mode: planning, final answer) is left as it is."""
+    if not isinstance(messages, list) or not messages or _role(messages[0]) != "system":
         return messages
-    return [dataclasses.replace(first, content=new_content), *messages[1:]]
+    amended = insert_status_block(messages, _DIALECT, agent)
+    return messages if amended is None else amended

@@ -8,7 +8,12 @@ An adapter built on :class:`SpecAdapter` states
   extras test all read it;
 * ``patches``: what to wrap (:func:`tool_patch`, :func:`prompt_patch`), each a
   module, a qualname and how it runs (``sync``, ``async`` or ``asyncgen``);
-* ``describe(instance, args, kwargs) -> ToolCall | None``: who calls which tool.
+* ``describe(instance, args, kwargs) -> ToolCall | None``: who calls which tool;
+* optionally ``is_neutral(exc)``: exceptions a tool raises that are control flow
+  or the caller's mistake (neither failure nor success), and
+  ``without_open_tools(instance, args, kwargs)``: a model call's tool menu
+  without the open tools (``OTEL_BREAKER_HIDE_OPEN_TOOLS``, see
+  :mod:`otel_breaker.menu`), on a :func:`prompt_patch` or :func:`menu_patch`.
 
 The base builds every wrapper from those: the sync, async and async-generator
 tool wrappers (once per logical call, through the one guarded call path), and the
@@ -30,8 +35,10 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from otel_breaker.classify import CONTROL
 from otel_breaker.degrade import augment_instructions, status_in_prompt_enabled
 from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget
+from otel_breaker.menu import hide_open_tools_enabled
 from otel_breaker.toolcall import ToolCall
 
 logger = logging.getLogger("otel_breaker")
@@ -43,15 +50,16 @@ Kind = Literal["sync", "async", "asyncgen"]
 class Patch:
     """One method or function to wrap: ``module:qualname``.
 
-    ``role`` is ``"tool"`` (the place a tool runs: guarded) or ``"prompt"`` (a
-    model call whose instructions get the status block). ``kind`` says how the
+    ``role`` is ``"tool"`` (the place a tool runs: guarded), ``"prompt"`` (a
+    model call whose instructions get the status block and whose tool menu
+    loses open tools) or ``"menu"`` (a call that only carries the menu). ``kind`` says how the
     wrapped callable runs, so the right wrapper is built without inspecting it.
     """
 
     module: str
     qualname: str
     kind: Kind = "async"
-    role: Literal["tool", "prompt"] = "tool"
+    role: Literal["tool", "prompt", "menu"] = "tool"
 
 
 def tool_patch(module: str, qualname: str, kind: Kind = "async") -> Patch:
@@ -62,6 +70,24 @@ def tool_patch(module: str, qualname: str, kind: Kind = "async") -> Patch:
 def prompt_patch(module: str, qualname: str, kind: Kind = "async") -> Patch:
     """A model call whose instructions :meth:`SpecAdapter.with_status` may amend."""
     return Patch(module, qualname, kind, "prompt")
+
+
+def menu_patch(module: str, qualname: str, kind: Kind = "sync") -> Patch:
+    """A call carrying the tools offered to the model, which
+    :meth:`SpecAdapter.without_open_tools` may shorten (a prompt patch does both)."""
+    return Patch(module, qualname, kind, "menu")
+
+
+def argument(args: tuple, kwargs: dict, index: int, name: str, default: Any = None) -> Any:
+    """A wrapped call's argument given by position ``index`` or keyword ``name``."""
+    return args[index] if len(args) > index else kwargs.get(name, default)
+
+
+def with_argument(args: tuple, kwargs: dict, index: int, name: str, value: Any) -> tuple[tuple, dict]:
+    """``(args, kwargs)`` with that argument replaced (copies; the caller's are untouched)."""
+    if len(args) > index:
+        return (*args[:index], value, *args[index + 1 :]), kwargs
+    return args, {**kwargs, name: value}
 
 
 # -- the one status-block inserter -----------------------------------------------------
@@ -148,6 +174,27 @@ class SpecAdapter(FrameworkAdapter):
         or None to leave the call alone. Called only while the setting is on."""
         return None
 
+    def without_open_tools(self, instance: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+        """A prompt or menu patch's ``(args, kwargs)`` with the open tools off the
+        menu (:func:`otel_breaker.menu.visible_tools`), or None to leave the call
+        alone. Called only while ``OTEL_BREAKER_HIDE_OPEN_TOOLS`` is on."""
+        return None
+
+    def is_neutral(self, exc: BaseException) -> bool:
+        """True for an exception a tool raises that says nothing about the tool's
+        health (control flow, a pause for a person, the caller's mistake): it
+        propagates unchanged and counts neither as failure nor success."""
+        return False
+
+    def exception_hint(self, call: ToolCall, exc: BaseException) -> str | None:
+        """``CONTROL`` for what :meth:`is_neutral` accepts (an override that reads
+        other exceptions returns ``super().exception_hint(...)`` for the rest)."""
+        try:
+            return CONTROL if self.is_neutral(exc) else None
+        except Exception:
+            logger.debug("otel-breaker: %s: is_neutral failed", self.name, exc_info=True)
+            return None
+
     def stream_result(self, events: list[Any]) -> Any:
         """The result of an ``asyncgen`` tool call, from the events it yielded (the last one)."""
         return events[-1] if events else None
@@ -158,7 +205,7 @@ class SpecAdapter(FrameworkAdapter):
         return [PatchTarget(p.module, p.qualname, self._wrapper(p)) for p in self.patches]
 
     def _wrapper(self, patch: Patch) -> Callable[..., Any]:
-        if patch.role == "prompt":
+        if patch.role in ("prompt", "menu"):
             return self._prompt_call
         return {"sync": self._tool_sync, "async": self._tool_async, "asyncgen": self._tool_stream}[patch.kind]
 
@@ -237,16 +284,22 @@ class SpecAdapter(FrameworkAdapter):
 
     def _prompt_call(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         """A model call (sync, async or streaming: whatever it returns is returned),
-        made with the status block in its instructions when the setting is on."""
+        made with the status block in its instructions and the open tools off its
+        menu, each only while its setting is on."""
         if status_in_prompt_enabled():
-            try:
-                amended = self.with_status(instance, args, kwargs)
-            except Exception:
-                amended = None
-                logger.debug("otel-breaker: %s: could not add the tool-status block", self.name, exc_info=True)
-            if amended is not None:
-                args, kwargs = amended
+            args, kwargs = self._amend(self.with_status, "add the tool-status block", instance, args, kwargs)
+        if hide_open_tools_enabled():
+            args, kwargs = self._amend(self.without_open_tools, "hide open tools", instance, args, kwargs)
         return wrapped(*args, **kwargs)
+
+    def _amend(self, hook: Callable[..., Any], what: str, instance: Any, args: tuple, kwargs: dict) -> tuple:
+        """``hook``'s new ``(args, kwargs)``, or the call unchanged when it declines or fails."""
+        try:
+            amended = hook(instance, args, kwargs)
+        except Exception:
+            amended = None
+            logger.debug("otel-breaker: %s: could not %s", self.name, what, exc_info=True)
+        return (args, kwargs) if amended is None else amended
 
 
 # -- version requirements: one source -----------------------------------------------------

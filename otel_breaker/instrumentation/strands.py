@@ -20,6 +20,11 @@ which the loop hands to the model like any failed tool.
 Status block: the event loop calls ``stream_messages`` once per model call with
 the system prompt (a string and content blocks) and the invocation state, which
 holds the agent; both forms get the block.
+
+Open tools: with ``OTEL_BREAKER_HIDE_OPEN_TOOLS=true`` the same call's
+``tool_specs`` (what the model is offered) lose the agent's open tools, except
+one that ``tool_choice`` forces. The agent's registry keeps them, so a call the
+model makes anyway reaches ``_run_tool`` and gets the rejection.
 """
 
 from __future__ import annotations
@@ -28,7 +33,15 @@ from typing import Any
 
 from otel_breaker.degrade import STATUS_HEADER, Rejection
 from otel_breaker.guard import IGNORED_RESULT
-from otel_breaker.instrumentation.spec import SpecAdapter, prompt_patch, status_text, tool_patch
+from otel_breaker.instrumentation.spec import (
+    SpecAdapter,
+    argument,
+    prompt_patch,
+    status_text,
+    tool_patch,
+    with_argument,
+)
+from otel_breaker.menu import visible_tools
 from otel_breaker.toolcall import ToolCall
 
 _EXECUTOR = "strands.tools.executors._executor"
@@ -96,3 +109,11 @@ class StrandsAdapter(SpecAdapter):
         if len(args) > 1:
             return (args[0], text, *args[2:]), kwargs
         return args, {**kwargs, "system_prompt": text}
+
+    def without_open_tools(self, instance: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+        specs = argument(args, kwargs, 3, "tool_specs")
+        choice = kwargs.get("tool_choice")
+        forced = choice.get("tool", {}).get("name") if isinstance(choice, dict) else None
+        agent = (kwargs.get("invocation_state") or {}).get("agent")
+        kept = visible_tools(specs, lambda s: None if s["name"] == forced else s["name"], agent=agent)
+        return None if kept is specs else with_argument(args, kwargs, 3, "tool_specs", kept)

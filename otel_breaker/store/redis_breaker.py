@@ -60,6 +60,9 @@ class RedisCircuitBreaker(CircuitBreaker):
     this process's calls (exported per process, summed by the backend).
     """
 
+    awaits_store = True
+    quick_path = False
+
     def __init__(
         self,
         store: RedisStore,

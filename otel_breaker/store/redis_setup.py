@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
+from otel_breaker.words import parse_switch
+
 try:  # imported when a Redis store is configured, never during a tool call
     import redis
     import redis.asyncio
@@ -49,8 +51,6 @@ SENTINEL = "sentinel"
 
 _URL_OPTIONS = ("per_agent", "cautious", "prefix")
 _SENTINEL_OPTIONS = ("sentinel_password", "sentinel_username")
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off")
 _SCHEMES = {
     "redis": AUTO,
     "rediss": AUTO,
@@ -144,7 +144,7 @@ def parse_url(url: str) -> tuple[Target, dict[str, str]]:
     ours = {k: v for k, v in query if k in _URL_OPTIONS}
     for key in ("per_agent", "cautious"):
         value = ours.get(key)
-        if value is not None and value.lower() not in _TRUE + _FALSE:
+        if value is not None and parse_switch(value) is None:
             raise StoreError(f"invalid Redis URL {shown!r}: {key}={value!r} must be true or false")
     extra = {k: v for k, v in query if k not in _URL_OPTIONS and k not in _SENTINEL_OPTIONS}
     sentinel = {k: v for k, v in query if k in _SENTINEL_OPTIONS}

@@ -18,7 +18,6 @@ from otel_breaker.store import redis_admin
 from otel_breaker.store.redis_breaker import AGENT_TTL, SESSION_TTL, TOOL_TTL, RedisCircuitBreaker
 from otel_breaker.store.redis_feed import ChangeFeed
 from otel_breaker.store.redis_setup import (
-    _TRUE,
     AUTO,
     DEFAULT_PREFIX,
     DEFAULT_SOCKET_TIMEOUT,
@@ -29,6 +28,7 @@ from otel_breaker.store.redis_setup import (
     parse_url,
     require_redis,
 )
+from otel_breaker.words import parse_switch
 
 logger = logging.getLogger("otel_breaker")
 
@@ -147,9 +147,9 @@ class RedisStore:
         except (ValueError, TypeError) as exc:
             raise StoreError(f"invalid Redis URL {mask_url(url)!r}: {exc}") from None
         if "per_agent" in ours:
-            options.setdefault("per_agent", ours["per_agent"].lower() in _TRUE)
+            options.setdefault("per_agent", parse_switch(ours["per_agent"]) is True)
         if "cautious" in ours:
-            options.setdefault("cautious", ours["cautious"].lower() in _TRUE)
+            options.setdefault("cautious", parse_switch(ours["cautious"]) is True)
         return cls(prefix=prefix, url=url, clients=clients, **options)
 
     # -- breakers --------------------------------------------------------------

@@ -94,6 +94,28 @@ def test_demo_json_matches_the_table():
     assert row(text, "est. tokens saved (difference in tokens spent)")[1] == f"{data['tokens_saved_measured']:,}"
 
 
+def test_demo_shows_what_hiding_open_tools_saves():
+    result = run_cli("demo", "--json")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    cases = {case["case"]: case for case in data["menu_cases"]}
+    assert list(cases) == ["no_breaker", "breaker", "status", "hidden"]
+    tokens = [cases[key]["est_tokens"] for key in ("hidden", "status", "breaker", "no_breaker")]
+    assert tokens[0] <= tokens[1] <= tokens[2] < tokens[3]
+    # the first two cases are the two runs of the table above: a turn per tool call and per answer
+    assert cases["no_breaker"]["tool_calls"] == data["without_breakers"]["attempted"]
+    assert cases["breaker"]["model_turns"] == data["with_breakers"]["attempted"] + data["steps"]
+    # the cases run before telemetry exists: what is exported is the run with breakers alone
+    assert data["openings"]["web_search"] == sum(1 for m in data["timeline"] if m["to"] == "open")
+
+    section = run_cli("demo").stdout.split("What hiding open tools saves")[1]
+    for case in cases.values():
+        cells = rf"{case['model_turns']:,}\s+{case['est_tokens']:,}\s+\S+\s+{case['rejected']:,}"
+        assert re.search(rf"^  {re.escape(case['label'])}\s+{cells}$", section, re.M), section
+    assert "Figures from a scripted model" in section
+    assert "OTEL_BREAKER_HIDE_OPEN_TOOLS=true" in section
+
+
 def _run_on_a_terminal(*args: str) -> tuple[int, str]:
     """Run the demo with stderr on a pseudo-terminal; returns (exit code, what the terminal showed)."""
     controller, terminal = pty.openpty()

@@ -33,6 +33,21 @@ def test_doctor_on_a_clean_environment():
     assert result.stderr == ""
 
 
+def test_doctor_shows_each_frameworks_tested_range_from_its_adapter():
+    """The one source of a tested range (an adapter's requirement) is what doctor prints."""
+    from packaging.specifiers import SpecifierSet
+
+    from otel_breaker.instrumentation.spec import requirements, split_requirement
+
+    out = run_cli("doctor").stdout.split("Frameworks")[1]
+    for name, requirement in requirements().items():
+        distribution, specifier = split_requirement(requirement)
+        line = re.search(rf"^  {name}\s+(.+)$", out, re.M).group(1)
+        shown = re.search(r"tested ([^);\s]+)", line)
+        assert distribution in line and shown, line
+        assert SpecifierSet(shown.group(1)) == SpecifierSet(specifier), (name, line)
+
+
 def test_doctor_names_the_source_of_each_value():
     env = clean_env(
         OTEL_BREAKER_FAILURE_THRESHOLD="3",

@@ -14,6 +14,12 @@ the framework's own tool spans going through the span processor), the rejection 
 a value the loop accepts and the model reads, the status block reaches the model
 only when asked for, agent names scope breakers and spans, ``uninstrument()``
 restores exactly, and zero-code enablement works both ways.
+
+A driver that also implements the optional ``tools_sent(agent)`` (the tools on
+the model's menu at each of its calls) gets the ``OTEL_BREAKER_HIDE_OPEN_TOOLS``
+scenarios: the menu is exactly as without otel-breaker unless a tool is open, an
+open tool leaves it (or is marked unavailable where the framework cannot drop a
+tool) until its breaker is half-open, and a call to it anyway gets the rejection.
 """
 
 from __future__ import annotations
@@ -30,12 +36,13 @@ from opentelemetry import trace as trace_api
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from status_prompt import EVIL_NAME, INJECTION, breaker_settings, quick_breaker_settings
+from status_prompt import COOLDOWN, EVIL_NAME, INJECTION, breaker_settings, quick_breaker_settings
 from zero_code import launcher, run_script, script_env
 
 from otel_breaker import processor
 from otel_breaker.degrade import STATUS_HEADER
-from otel_breaker.instrumentation import load_adapter_class
+from otel_breaker.instrumentation import ADAPTERS, BreakerInstrumentor, load_adapter_class
+from otel_breaker.menu import UNAVAILABLE_NOTE
 from otel_breaker.registry import default_registry
 
 #: The instructions every contract agent is built with.
@@ -136,6 +143,11 @@ class FrameworkDriver(Protocol):
 
     def sent(self, agent: Any) -> list[Sent]:
         """What the model was sent on each of its calls so far."""
+
+    # Optional (the menu scenarios skip without it):
+    # def tools_sent(self, agent: Any) -> list[dict[str, Any]]:
+    #     """The tools the model was offered on each of its calls so far:
+    #     name -> its definition as sent (description, schema)."""
 
 
 def tool_targets(framework: str) -> dict[str, Any]:
@@ -327,6 +339,74 @@ class FrameworkContract:
         instrumentor.uninstrument()
         after = tool_targets(self.driver.framework)
         assert all(after[k] is before[k] for k in before)
+
+    # -- open tools leave the menu (OTEL_BREAKER_HIDE_OPEN_TOOLS) -------------------------
+
+    def _menus(self, agent: Any) -> list[dict[str, Any]]:
+        tools_sent = getattr(self.driver, "tools_sent", None)
+        if tools_sent is None:
+            pytest.skip("this driver does not report the tools sent to the model")
+        return tools_sent(agent)
+
+    def _healthy_menus(self) -> list[dict[str, Any]]:
+        agent = self.driver.build(
+            [Tool.healthy("primary"), Tool.healthy("backup")], [call("primary", 1), call("backup", 2), "done"]
+        )
+        assert self.driver.run(agent) == "done"
+        return self._menus(agent)
+
+    @pytest.mark.parametrize("hide", ["false", "true"])
+    def test_menu_unchanged_unless_a_tool_is_open(self, instrument, hide):
+        breaker_settings(hide_open_tools=hide)
+        baseline = self._healthy_menus()
+        assert len(baseline) == 3 and all(set(m) >= {"primary", "backup"} for m in baseline)
+        instrument(self.driver.framework)
+        assert self._healthy_menus() == baseline
+
+    def test_open_tool_leaves_the_menu_until_half_open(self, instrument, registry_clock):
+        quick_breaker_settings(hide_open_tools="true")
+        instrument(self.driver.framework)
+        primary, backup = Tool.flaky("primary", failures=2), Tool.healthy("backup")
+        steps = [call("primary", 1), call("primary", 2), call("primary", 3), call("backup", 1), "first"]
+        agent = self.driver.build([primary, backup], [*steps, call("primary", 4), "second"])
+        assert self.driver.run(agent) == "first"
+        registry_clock.advance(COOLDOWN * 2)  # past the cooldown: half-open, back for the probe
+        assert self.driver.run(agent, "again") == "second"
+        menus = self._menus(agent)
+        assert len(menus) == 7
+
+        def offered(menu: dict[str, Any]) -> bool:
+            return "primary" in menu and UNAVAILABLE_NOTE not in str(menu["primary"])
+
+        assert [offered(m) for m in menus] == [True, True, False, False, False, True, True]
+        assert all(m["backup"] == menus[0]["backup"] for m in menus)
+        assert menus[5] == menus[0] and menus[6] == menus[0]  # back exactly as it was
+        # The model called the hidden tool anyway (third call): the usual rejection, the body never ran.
+        results = self.driver.sent(agent)[4].tool_results
+        assert [UNAVAILABLE in r for r in results] == [False, False, True, False]
+        assert primary.runs == 3 and backup.runs == 1
+
+    # -- dependencies ------------------------------------------------------------------------
+
+    def test_instrument_with_only_some_frameworks_installed(self):
+        """A plain ``instrument()`` (dependency check on) works where only some frameworks are."""
+        from importlib.metadata import distribution
+
+        from opentelemetry.instrumentation.dependencies import get_dist_dependency_conflicts
+
+        absent = [n for n in ADAPTERS if load_adapter_class(n)().installed_version() is None]
+        assert absent, "the other frameworks are not installed in this session"
+        instrumentor = BreakerInstrumentor()
+        assert instrumentor._check_dependency_conflicts() is None
+        assert get_dist_dependency_conflicts(distribution("otel-breaker")) is None  # the launcher's check
+        instrumentor.instrument()
+        try:
+            assert instrumentor.is_instrumented_by_opentelemetry
+            status = instrumentor.status()
+            assert status[self.driver.framework].startswith("active"), status
+            assert all(status[n].startswith("skipped") for n in absent), status
+        finally:
+            instrumentor.uninstrument()
 
     # -- zero code ----------------------------------------------------------------------------
 

@@ -189,12 +189,48 @@ def test_asking_for_a_missing_framework_by_name_is_an_error(caplog):
         pytest.skip("every framework is installed here")
     with pytest.raises(DidNotEnable, match="not installed"):
         instrumentor.instrument(frameworks=[missing[0]])
-    assert not instrumentor.is_instrumented_by_opentelemetry or instrumentor.uninstrument() is None
-    # auto-detection is quiet about the same framework
+    # Nothing half-done: the instrumentor is not marked instrumented and holds no adapter.
+    assert not instrumentor.is_instrumented_by_opentelemetry
+    assert missing[0] not in instrumentor.adapters()
+    # auto-detection (as the start-up hook runs it) is quiet about the same framework
     with caplog.at_level(logging.WARNING, logger="otel_breaker"):
-        instrumentor.instrument()
+        instrumentor.instrument(skip_dep_check=True)
+    assert instrumentor.is_instrumented_by_opentelemetry
+    assert instrumentor.status()[missing[0]].startswith("skipped")
     instrumentor.uninstrument()
     assert missing[0] not in caplog.text
+
+
+def test_dependencies_are_the_adapters_requirements_any_one_enough(caplog):
+    """``instrumentation_dependencies()`` lists every adapter's requirement; the
+    instrumentor, like the launcher reading the ``instruments-any`` extra, needs one."""
+    from importlib.metadata import distribution
+
+    from opentelemetry.instrumentation.dependencies import get_dist_dependency_conflicts
+
+    from otel_breaker.instrumentation.spec import requirements
+
+    instrumentor = BreakerInstrumentor()
+    assert sorted(instrumentor.instrumentation_dependencies()) == sorted(set(requirements().values()))
+    usable = any(_usable(path) for path in ADAPTERS.values())
+    assert (instrumentor._check_dependency_conflicts() is None) == usable
+    assert (get_dist_dependency_conflicts(distribution("otel-breaker")) is None) == usable
+    if usable:
+        pytest.skip("a framework is installed here: the frameworks' sessions test this")
+    # No framework here: a plain instrument() reports it and patches nothing, as contrib instrumentors do.
+    with caplog.at_level(logging.ERROR):
+        assert instrumentor.instrument() is None
+    assert not instrumentor.is_instrumented_by_opentelemetry
+    assert "semantic-kernel>=1.45,<2" in caplog.text  # the conflict names what would do
+
+
+def _usable(path: str) -> bool:
+    module_name, _, class_name = path.partition(":")
+    try:
+        getattr(importlib.import_module(module_name), class_name)().check_version()
+    except DidNotEnable:
+        return False
+    return True
 
 
 def _installed(path: str) -> bool:

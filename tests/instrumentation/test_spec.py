@@ -18,6 +18,7 @@ from otel_breaker.instrumentation.spec import (
     SpecAdapter,
     insert_status_block,
     instruments_any,
+    menu_patch,
     prompt_patch,
     requirement_of,
     requirements,
@@ -25,6 +26,7 @@ from otel_breaker.instrumentation.spec import (
     status_text,
     tool_patch,
 )
+from otel_breaker.menu import visible_tools
 from otel_breaker.registry import default_registry
 
 tomllib = pytest.importorskip("tomllib")  # Python 3.11+
@@ -52,6 +54,15 @@ class Tool:
             yield {"status": "ok", "value": self.body(x)}
         finally:
             CLOSED.append(self.name)
+
+
+class Paused(Exception):  # the framework's pause for a person: control flow, not a broken tool
+    pass
+
+
+class Menu:
+    def offer(self, tools):
+        return list(tools)
 
 
 class Model:
@@ -230,3 +241,72 @@ def test_requirements_agree_with_pyproject_extras_and_instruments_any():
         assert extra is not None, f"no extra for {name}"
         assert normal(requirement) in {normal(r) for r in extra}, f"{name}: extra {extra} lacks {requirement}"
         assert requirement_of(load_adapter_class(name)) == requirement
+
+
+# -- is_neutral, the menu seam, not_a_tool_call --------------------------------------------
+
+
+class HidingToy(SpecToy):
+    name = "hidingtoy"
+    patches = (tool_patch("specframework", "Tool.run", "sync"), menu_patch("specframework", "Menu.offer", "sync"))
+    broken_hook = False
+
+    def is_neutral(self, exc):
+        return type(exc).__name__ == "Paused"
+
+    def without_open_tools(self, instance, args, kwargs):
+        if self.broken_hook:
+            raise RuntimeError("hook bug")
+        kept = visible_tools(args[0], lambda name: name, agent="toy-agent")
+        return None if kept is args[0] else ((kept,), kwargs)
+
+
+@pytest.fixture
+def hiding(specframework):
+    adapter = HidingToy()
+    adapter.patch()
+    yield adapter
+    adapter.unpatch()
+
+
+def test_neutral_exception_propagates_and_counts_neither_way(specframework, hiding):
+    set_settings(load_settings({"OTEL_BREAKER_FAILURE_THRESHOLD": "2"}))
+
+    def pause(x):
+        raise specframework.Paused("waiting for approval")
+
+    tool = specframework.Tool("approve", pause)
+    for x in range(4):
+        with pytest.raises(specframework.Paused):
+            tool.run(x)
+    (breaker,) = default_registry().find("approve")
+    assert breaker.state is State.CLOSED
+    assert (breaker.stats.failure_count, breaker.stats.success_count) == (0, 0)
+    broken = specframework.Tool("approve", _fail)  # the same tool really failing still counts
+    for x in range(2):
+        with pytest.raises(RuntimeError):
+            broken.run(x)
+    assert breaker.state is State.OPEN
+
+
+def test_menu_patch_hides_open_tools_only_when_asked(specframework, hiding):
+    set_settings(load_settings({"OTEL_BREAKER_FAILURE_THRESHOLD": "1"}))
+    menu, offered = specframework.Menu(), ["broken", "fine"]
+    with pytest.raises(RuntimeError):
+        specframework.Tool("broken", _fail).run(1)  # opens
+    assert menu.offer(offered) == offered  # the switch is off by default
+    set_settings(load_settings({"OTEL_BREAKER_FAILURE_THRESHOLD": "1", "OTEL_BREAKER_HIDE_OPEN_TOOLS": "true"}))
+    assert menu.offer(offered) == ["fine"]
+    hiding.broken_hook = True  # a failing hook leaves the call as it was
+    assert menu.offer(offered) == offered
+
+
+def test_not_a_tool_call_runs_inner_tool_calls_unguarded(specframework, hiding):
+    from otel_breaker.instrumentation.base import active_call, not_a_tool_call
+
+    with not_a_tool_call("summarize", "hidingtoy"):
+        assert active_call().tool == "summarize"
+        with pytest.raises(RuntimeError):
+            specframework.Tool("summarize", _fail).run(1)
+    assert active_call() is None
+    assert default_registry().find("summarize") == []

@@ -34,9 +34,11 @@ class ScriptedChatClient(FunctionInvocationLayer, ChatTelemetryLayer, BaseChatCl
         super().__init__(**kwargs)
         self.turns = list(turns)
         self.sent: list[list[Message]] = []
+        self.tools_sent: list[dict[str, Any]] = []
 
     def _next(self, messages: MutableSequence[Message], options: dict[str, Any]) -> list[Content]:
         self.sent.append(prepend_instructions_to_messages(list(messages), options.get("instructions")))
+        self.tools_sent.append({t.name: t.to_json_schema_spec() for t in options.get("tools") or ()})
         turn = self.turns.pop(0) if self.turns else "done"
         if isinstance(turn, str):
             return [Content.from_text(turn)]

@@ -34,6 +34,9 @@ class AgentFrameworkDriver:
             found.append(Sent(system, results))
         return found
 
+    def tools_sent(self, agent: Any) -> list[dict[str, Any]]:
+        return agent.client.tools_sent
+
 
 class TestContract(FrameworkContract):
     driver = AgentFrameworkDriver()

@@ -50,3 +50,6 @@ class AgnoDriver:
 
     def sent(self, agent: Any) -> list[Sent]:
         return [Sent(system, results) for system, results in server().sent_by_model[agent.model.id]]
+
+    def tools_sent(self, agent: Any) -> list[dict[str, Any]]:
+        return list(server().tools_by_model.get(agent.model.id, []))

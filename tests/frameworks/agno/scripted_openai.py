@@ -30,6 +30,7 @@ class ScriptedOpenAI(FakeOpenAI):
         super().__init__(calls=0)
         self.scripts: dict[str, list[Any]] = {}
         self.sent_by_model: dict[str, list[tuple[str | None, list[str]]]] = {}
+        self.tools_by_model: dict[str, list[dict[str, Any]]] = {}
 
     def script(self, steps: list[Any]) -> str:
         """A new model id answering ``steps``: ``(tool name, arguments)`` or the final text."""
@@ -46,6 +47,8 @@ class ScriptedOpenAI(FakeOpenAI):
         with self._lock:
             sent = self.sent_by_model.setdefault(model, [])
             sent.append((system, results))
+            offered = {t["function"]["name"]: t for t in body.get("tools") or () if "function" in t}
+            self.tools_by_model.setdefault(model, []).append(offered)
             steps = self.scripts.get(model) or ["done"]
             step = steps[min(len(sent), len(steps)) - 1]
         if isinstance(step, str):

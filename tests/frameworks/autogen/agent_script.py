@@ -1,10 +1,8 @@
 """An ordinary offline AutoGen program, with no breaker code in it.
 
 A replayed model asks an AssistantAgent to call a tool whose backend is down
-four times, then answers "done". It prints one JSON line: how often the tool
-body ran and the tool results the model read back, so a test can see whether
-the calls were guarded when the program is started with
-``OTEL_BREAKER_ENABLED=true`` or through ``opentelemetry-instrument``.
+five times, then answers "done". It prints one JSON line: how often the tool
+body ran, the tool results the model read and the final answer.
 """
 
 import asyncio
@@ -25,23 +23,18 @@ logging.getLogger("autogen_core").setLevel(logging.ERROR)
 warnings.filterwarnings("ignore")
 
 BODY_RUNS = [0]
+SEEN = []
 
 
-async def inventory(sku: str) -> str:
-    """Looks up the stock of a product."""
+async def inventory(x: int) -> str:
+    """Looks up the stock of product x."""
     BODY_RUNS[0] += 1
     raise ConnectionError("inventory service unreachable")
 
 
 class RecordingClient(ReplayChatCompletionClient):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.tool_results = []
-
     async def create(self, messages, **kwargs):
-        last = messages[-1]
-        if isinstance(last, FunctionExecutionResultMessage):
-            self.tool_results.extend({"is_error": r.is_error, "content": r.content} for r in last.content)
+        SEEN[:] = [r.content for m in messages if isinstance(m, FunctionExecutionResultMessage) for r in m.content]
         return await super().create(messages, **kwargs)
 
 
@@ -52,9 +45,9 @@ async def main():
             finish_reason="function_calls",
             usage=usage,
             cached=False,
-            content=[FunctionCall(id=f"call_{i}", name="inventory", arguments=json.dumps({"sku": f"A{i}"}))],
+            content=[FunctionCall(id=f"call_{i}", name="inventory", arguments=json.dumps({"x": i}))],
         )
-        for i in range(1, 5)
+        for i in range(5)
     ] + ["done"]
     model_info = {
         "vision": False,
@@ -63,13 +56,14 @@ async def main():
         "family": "unknown",
         "structured_output": False,
     }
-    client = RecordingClient(script, model_info=model_info)
     agent = AssistantAgent(
-        "shop", model_client=client, tools=[FunctionTool(inventory, description="stock")], max_tool_iterations=6
+        "shop",
+        model_client=RecordingClient(script, model_info=model_info),
+        tools=[FunctionTool(inventory, description="Looks up the stock of product x.")],
+        max_tool_iterations=7,
     )
-    result = await agent.run(task="check the stock of four products")
-    report = {"final": result.messages[-1].content, "body_runs": BODY_RUNS[0], "tool_results": client.tool_results}
-    print(json.dumps({"autogen_report": report}))
+    result = await agent.run(task="check the stock")
+    print(json.dumps({"body_runs": BODY_RUNS[0], "tool_results": SEEN, "final": result.messages[-1].content}))
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ os.environ.setdefault("AUTOGEN_DISABLE_RUNTIME_TRACING", "true")
 
 import pytest
 from autogen_agentchat.agents import AssistantAgent
-from autogen_agentchat.agents._assistant_agent import AssistantAgent as _AssistantAgent
 from autogen_agentchat.conditions import MaxMessageTermination, TextMentionTermination
 from autogen_agentchat.messages import HandoffMessage, TextMessage, ToolCallExecutionEvent
 from autogen_agentchat.teams import RoundRobinGroupChat
@@ -381,29 +380,6 @@ async def test_breaker_recovers_after_cooldown():
         assert all(not is_error and "ok:x" in content for is_error, content in agent._model_client.tool_results())
     finally:
         adapter.unpatch()
-
-
-async def test_uninstrument_restores_originals(instrument):
-    originals = (
-        BaseTool.__dict__["run_json"],
-        BaseStreamTool.__dict__["run_json_stream"],
-        _AssistantAgent.__dict__["on_messages_stream"],
-        _AssistantAgent.__dict__["_execute_tool_call"],
-    )
-    instrumentor = instrument("autogen")
-    assert BaseTool.__dict__["run_json"] is not originals[0]
-    assert isinstance(_AssistantAgent.__dict__["_execute_tool_call"], staticmethod)
-    instrumentor.uninstrument()
-    assert (
-        BaseTool.__dict__["run_json"],
-        BaseStreamTool.__dict__["run_json_stream"],
-        _AssistantAgent.__dict__["on_messages_stream"],
-        _AssistantAgent.__dict__["_execute_tool_call"],
-    ) == originals
-    _threshold(1)
-    agent, _ = _agent(flaky)
-    await agent.run(task="go")
-    assert BODY_RUNS == {"flaky": 4} and not default_registry().find("flaky")
 
 
 async def test_bad_arguments_are_the_models_mistake(otel, instrument):

@@ -10,11 +10,7 @@ import pytest
 pytest.importorskip("crewai")
 
 from crewai import Agent, Crew, Task
-from crewai.agents.agent_executor import AgentExecutor
 from crewai.tools import tool
-from crewai.tools.base_tool import BaseTool, Tool
-from crewai.tools.structured_tool import CrewStructuredTool
-from crewai.tools.tool_usage import ToolUsage
 from scripted_llm import ScriptedLLM
 
 from otel_breaker.breaker import State
@@ -204,29 +200,3 @@ def test_raise_policy_rejection_does_not_end_the_crew(instrument, threshold_two,
     assert tools.runs == runs
     assert len(llm.seen) == 2 and all(UNAVAILABLE in seen for seen in llm.seen)
     assert out.raw.strip() == "done after 2 tool results"
-
-
-def test_uninstrument_restores_originals(instrument, threshold_two):
-    targets = [
-        (AgentExecutor, "_execute_single_native_tool_call"),
-        (BaseTool, "run"),
-        (Tool, "run"),
-        (BaseTool, "arun"),
-        (Tool, "arun"),
-        (ToolUsage, "use"),
-        (ToolUsage, "ause"),
-        (CrewStructuredTool, "invoke"),
-        (CrewStructuredTool, "ainvoke"),
-    ]
-    originals = [owner.__dict__[name] for owner, name in targets]
-    instrumentor = instrument("crewai")
-    assert all(owner.__dict__[name] is not original for (owner, name), original in zip(targets, originals, strict=True))
-    instrumentor.uninstrument()
-    assert all(owner.__dict__[name] is original for (owner, name), original in zip(targets, originals, strict=True))
-
-    tools = Counted()
-    crew, _, _, llm = make_crew(tools.failing(), True)
-    kickoff(crew, False)
-    assert tools.runs == 4, "uninstrumented: every call runs the tool"
-    assert not any(UNAVAILABLE in seen for seen in llm.seen)
-    assert not default_registry().find("lookup")

@@ -11,6 +11,7 @@ import dspy
 from contract import PROMPT, Sent, Step, Tool
 from dspy.utils import DummyLM
 
+_LISTED = re.compile(r"^\s*\(\d+\) (\w+), whose description is (.*)$", re.M)
 _OBSERVATION = re.compile(r"\[\[ ## observation_\d+ ## \]\]\n(.*?)(?=\n\n\[\[ ## |\n\nRespond with |\Z)", re.S)
 
 
@@ -72,3 +73,12 @@ class DSPyDriver:
                 continue  # the final answer extraction, not a step of the loop
             sent.append(Sent(_instructions(agent, system), [r.strip() for r in _OBSERVATION.findall(user)]))
         return sent
+
+    def tools_sent(self, agent: Any) -> list[dict[str, Any]]:
+        """The tools each step's instructions list (name -> its line, without the number)."""
+        menus = []
+        for entry in agent.lm_under_test.history:
+            system = entry["messages"][0]["content"]
+            if "next_tool_name" in system:
+                menus.append({name: rest for name, rest in _LISTED.findall(system) if name != "finish"})
+        return menus

@@ -111,12 +111,47 @@ async def test_healthy_tool_identical_with_and_without(instrument):
     assert stats("healthy").success_count == 3
 
 
+async def listed(server) -> list[str]:
+    async with Client(server) as client:
+        return [tool.name for tool in await client.list_tools()]
+
+
+@pytest.mark.parametrize("hide", ["false", "true"])
+async def test_list_tools_unchanged_unless_a_tool_is_open(instrument, hide):
+    server, _ = make_server()
+    baseline = await listed(server)
+    assert baseline == ["flaky", "healthy", "ask"]
+    set_settings(load_settings({"OTEL_BREAKER_HIDE_OPEN_TOOLS": hide}))
+    instrument("fastmcp")
+    assert await listed(server) == baseline
+    await call_n(server, "healthy", 1)
+    assert await listed(server) == baseline
+
+
+async def test_open_tool_leaves_list_tools_until_half_open(instrument, registry_clock):
+    settings = {"OTEL_BREAKER_FAILURE_THRESHOLD": "2", "OTEL_BREAKER_RECOVERY_TIMEOUT": "60"}
+    set_settings(load_settings({**settings, "OTEL_BREAKER_HIDE_OPEN_TOOLS": "true"}))
+    instrument("fastmcp")
+    server, runs = make_server()
+    await call_n(server, "flaky", 2)
+    assert await listed(server) == ["healthy", "ask"]
+    # A caller that kept the old list and calls it anyway gets the usual rejection.
+    shown = await call_n(server, "flaky", 1)
+    assert runs["flaky"] == 2 and UNAVAILABLE in shown[0]
+    set_settings(load_settings(settings))  # switch off: the list is the server's again
+    assert await listed(server) == ["flaky", "healthy", "ask"]
+    set_settings(load_settings({**settings, "OTEL_BREAKER_HIDE_OPEN_TOOLS": "true"}))
+    registry_clock.advance(61)  # past the cooldown: half-open, back for the probe
+    assert await listed(server) == ["flaky", "healthy", "ask"]
+
+
 def test_uninstrument_restores_exactly(instrument):
-    before = ClientToolsMixin.__dict__["call_tool_mcp"]
+    names = ("call_tool_mcp", "list_tools")
+    before = [ClientToolsMixin.__dict__[n] for n in names]
     instrumentor = instrument("fastmcp")
-    assert ClientToolsMixin.__dict__["call_tool_mcp"] is not before
+    assert all(ClientToolsMixin.__dict__[n] is not b for n, b in zip(names, before, strict=True))
     instrumentor.uninstrument()
-    assert ClientToolsMixin.__dict__["call_tool_mcp"] is before
+    assert all(ClientToolsMixin.__dict__[n] is b for n, b in zip(names, before, strict=True))
 
 
 def test_script_unguarded_baseline():

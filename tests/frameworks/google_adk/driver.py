@@ -40,3 +40,6 @@ class ADKDriver:
 
     def sent(self, agent: Any) -> list[Sent]:
         return [Sent(r["system_instruction"], r["tool_results"]) for r in agent.model.requests]
+
+    def tools_sent(self, agent: Any) -> list[dict[str, Any]]:
+        return [r["tools"] for r in agent.model.requests]

@@ -29,7 +29,14 @@ class ScriptedLlm(BaseLlm):
             for part in content.parts or []
             if part.function_response
         ]
-        self.requests.append({"system_instruction": llm_request.config.system_instruction, "tool_results": results})
+        tools = {
+            d.name: d.model_dump(exclude_none=True)
+            for tool in llm_request.config.tools or ()
+            for d in getattr(tool, "function_declarations", None) or ()
+        }
+        self.requests.append(
+            {"system_instruction": llm_request.config.system_instruction, "tool_results": results, "tools": tools}
+        )
         step = self.steps[min(len(self.requests), len(self.steps)) - 1]
         if isinstance(step, str):
             part = types.Part.from_text(text=step)

@@ -28,9 +28,10 @@ class ScriptedModel:
     """Answers with ``steps`` in turn; records what each request carried."""
 
     def __init__(self, steps: list[Step]) -> None:
-        self.steps, self.sent = list(steps), []
+        self.steps, self.sent, self.tools_sent = list(steps), [], []
 
-    def __call__(self, messages: list[ChatMessage]) -> ChatMessage:
+    def __call__(self, messages: list[ChatMessage], tools: Any = None) -> ChatMessage:
+        self.tools_sent.append({t.name: t.tool_spec for t in tools or ()})
         system = next((m.text for m in messages if m.is_from("system")), None)
         results = [str(m.tool_call_result.result) for m in messages if m.tool_call_result is not None]
         self.sent.append(Sent(system, results))
@@ -70,3 +71,6 @@ class HaystackDriver:
 
     def sent(self, agent: Any) -> list[Sent]:
         return list(agent.scripted_model.sent)
+
+    def tools_sent(self, agent: Any) -> list[dict[str, Any]]:
+        return list(agent.scripted_model.tools_sent)

@@ -1,8 +1,9 @@
 """An ordinary offline OpenAI Agents SDK program that knows nothing of otel-breaker.
 
-It runs one agent whose tool always fails, for four tool calls, and prints
-JSON: how often the tool body ran, what the model read back, and the final
-output. The zero-code tests run it unchanged, guarded from the environment.
+The SDK's scripted model asks one agent for a tool whose backend is down five
+times, then answers "done". It prints one JSON line: how often the tool body
+ran, the tool results the model read and the final output. The zero-code tests
+run it unchanged, guarded from the environment.
 """
 
 import json
@@ -24,7 +25,7 @@ def fetch_weather(city: str) -> str:
 
 
 model = ScriptedModel(
-    [[function_call("fetch_weather", {"city": "Oslo"}, call_id=f"call_{i}")] for i in range(1, 5)]
+    [[function_call("fetch_weather", {"city": "Oslo"}, call_id=f"call_{i}")] for i in range(1, 6)]
     + [[assistant_message("done")]]
 )
 agent = Agent(name="weather_agent", instructions="Answer with the weather.", model=model, tools=[fetch_weather])
@@ -34,4 +35,4 @@ seen = [
     for item in model.calls[-1].input
     if isinstance(item, dict) and item.get("type") == "function_call_output"
 ]
-print(json.dumps({"body_runs": BODY_RUNS, "seen": seen, "final_output": result.final_output}))
+print(json.dumps({"body_runs": BODY_RUNS, "tool_results": seen, "final": result.final_output}))

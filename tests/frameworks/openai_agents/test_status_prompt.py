@@ -94,22 +94,6 @@ async def test_streamed_run_without_instructions(instrument):
     assert_lifecycle(model, base=None)
 
 
-def test_off_by_default_model_sees_exactly_what_it_sees_uninstrumented(instrument):
-    quick_breaker_settings()
-    bare, agent = make_agent(LIFECYCLE)
-    Runner.run_sync(agent, "go")
-    RUNS.clear()
-    instrument("openai_agents")
-    default_registry().get("other").force_open(60)
-    guarded, agent = make_agent(LIFECYCLE)
-    Runner.run_sync(agent, "go")
-    assert RUNS["flaky"] == 3
-    assert [(c.system_instructions, c.input) for c in guarded.calls] == [
-        (c.system_instructions, c.input) for c in bare.calls
-    ]
-    assert prompts(guarded) == [PROMPT] * 5
-
-
 def test_injection_through_tool_name_or_error_never_reaches_prompt(instrument):
     quick_breaker_settings(status_in_prompt="true")
     instrument("openai_agents")

@@ -9,6 +9,9 @@ are in, then answers ``done: <every tool result it saw, joined by " | ">``.
 Streaming (SSE) and plain responses are both served. Every tool result the
 model received is recorded in ``seen`` (in order), so tests can check what the
 model read.
+
+A ``responder`` (``body -> (assistant message, finish reason)``) replaces that
+model with a scripted one.
 """
 
 from __future__ import annotations
@@ -16,8 +19,11 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+Responder = Callable[[dict[str, Any]], tuple[dict[str, Any], str]]
 
 
 class FakeOpenAI:
@@ -27,6 +33,7 @@ class FakeOpenAI:
         self.calls = calls
         self.requests: list[dict[str, Any]] = []
         self.seen: list[str] = []
+        self.responder: Responder | None = None
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -61,6 +68,8 @@ class FakeOpenAI:
             self.requests.append(body)
             if tool_results:
                 self.seen.append(tool_results[-1])
+        if self.responder is not None:
+            return self.responder(body)
         tools = body.get("tools") or []
         if tools and len(tool_results) < self.calls:
             step = len(tool_results) + 1

@@ -11,8 +11,6 @@ import pytest
 pytest.importorskip("praisonaiagents")
 
 from praisonaiagents import Agent
-from praisonaiagents.agent.execution_mixin import ExecutionMixin
-from praisonaiagents.agent.tool_execution import ToolExecutionMixin
 from praisonaiagents.config.feature_configs import ToolConfig
 from praisonaiagents.errors import ToolExecutionError
 from praisonaiagents.tools.retry import RetryPolicy
@@ -305,20 +303,3 @@ def test_a_denial_never_closes_a_half_open_breaker():
     assert denied == {"error": "no", "approval_denied": True}
     assert breaker.state is State.HALF_OPEN
     assert breaker.stats.ignored_count == 1
-
-
-def test_uninstrument_restores_originals(model, instrument, threshold_two):
-    sync_original = ToolExecutionMixin.__dict__["execute_tool"]
-    async_original = ExecutionMixin.__dict__["execute_tool_async"]
-    instrumentor = instrument("praisonai")
-    assert ToolExecutionMixin.__dict__["execute_tool"] is not sync_original
-    assert ExecutionMixin.__dict__["execute_tool_async"] is not async_original
-    instrumentor.uninstrument()
-    assert ToolExecutionMixin.__dict__["execute_tool"] is sync_original
-    assert ExecutionMixin.__dict__["execute_tool_async"] is async_original
-
-    model.reset(calls=4)
-    tools = Counted()
-    chat(make_agent(tools.failing()), "async", False)
-    assert tools.runs == 4, "uninstrumented: every call runs the tool"
-    assert not default_registry().find("lookup")

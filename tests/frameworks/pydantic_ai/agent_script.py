@@ -1,9 +1,10 @@
 """An ordinary offline PydanticAI program that knows nothing of otel-breaker.
 
-One agent whose tool always fails (``ToolFailed``: the run carries on) is
-asked for four tool calls; the script prints JSON: how often the tool body
-ran, what the model read back, and the output. The zero-code tests run it
-unchanged, guarded from the environment.
+PydanticAI's scripted model (``FunctionModel``) asks for a tool whose backend is
+down five times (``ToolFailed``: the run carries on), then answers "done". It
+prints one JSON line: how often the tool body ran, the tool results the model
+read and the output. The zero-code tests run it unchanged, guarded from the
+environment.
 """
 
 import json
@@ -19,7 +20,7 @@ SEEN = []
 
 def scripted_model(messages, info: AgentInfo) -> ModelResponse:
     returns = [p for m in messages if isinstance(m, ModelRequest) for p in m.parts if isinstance(p, ToolReturnPart)]
-    if len(returns) < 4:
+    if len(returns) < 5:
         return ModelResponse(
             parts=[ToolCallPart("fetch_weather", {"city": "Oslo"}, tool_call_id=f"call_{len(returns) + 1}")]
         )
@@ -39,4 +40,4 @@ def fetch_weather(city: str) -> str:
 
 
 result = agent.run_sync("Weather in Oslo?")
-print(json.dumps({"body_runs": BODY_RUNS, "seen": SEEN, "final_output": result.output}))
+print(json.dumps({"body_runs": BODY_RUNS, "tool_results": SEEN, "final": result.output}))

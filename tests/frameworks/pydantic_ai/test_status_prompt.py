@@ -122,20 +122,6 @@ async def test_streamed_run_without_instructions(instrument):
     assert_lifecycle(script, base=None)
 
 
-def test_off_by_default_model_sees_exactly_what_it_sees_uninstrumented(instrument):
-    quick_breaker_settings()
-    bare, agent = make_agent(LIFECYCLE)
-    agent.run_sync("go")
-    RUNS.clear()
-    instrument("pydantic_ai")
-    default_registry().get("other").force_open(60)
-    guarded, agent = make_agent(LIFECYCLE)
-    agent.run_sync("go")
-    assert RUNS["flaky"] == 3
-    assert guarded.requests == bare.requests
-    assert guarded.instructions == bare.instructions == [PROMPT] * 5
-
-
 def test_injection_through_tool_name_or_error_never_reaches_prompt(instrument):
     quick_breaker_settings(status_in_prompt="true")
     instrument("pydantic_ai")

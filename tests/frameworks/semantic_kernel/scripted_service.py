@@ -33,14 +33,30 @@ class ScriptedChatService(ChatCompletionClientBase):
     SUPPORTS_FUNCTION_CALLING: ClassVar[bool] = True
     turns: list[Any] = Field(default_factory=list)
     sent: list[list[ChatMessageContent]] = Field(default_factory=list)
+    #: The functions the kernel configured the service to offer (as a real connector puts them in its request).
+    offered: dict[str, Any] = Field(default_factory=dict)
+    tools_sent: list[dict[str, Any]] = Field(default_factory=list)
 
     def __init__(self, turns: Sequence[Turn] = (), **kwargs: Any) -> None:
         super().__init__(ai_model_id="scripted", **kwargs)
         self.turns = list(turns)
         self.sent = []
 
+    def _update_function_choice_settings_callback(self) -> Any:
+        def update(configuration: Any, settings: Any, choice_type: Any) -> None:
+            self.offered = {
+                f.fully_qualified_name: (f.description, [(p.name, p.schema_data) for p in f.parameters])
+                for f in configuration.available_functions or ()
+            }
+
+        return update
+
+    def _reset_function_choice_settings(self, settings: Any) -> None:
+        self.offered = {}
+
     def _next(self, chat_history: Any) -> list[Any]:
         self.sent.append(copy.deepcopy(list(chat_history.messages)))  # as sent: later edits do not show
+        self.tools_sent.append(dict(self.offered))
         turn = self.turns.pop(0) if self.turns else "done"
         if isinstance(turn, str):
             return [turn]

@@ -56,6 +56,9 @@ class SemanticKernelDriver:
             found.append(Sent(system, results))
         return found
 
+    def tools_sent(self, agent: Any) -> list[dict[str, Any]]:
+        return agent.kernel.get_service().tools_sent
+
 
 class TestContract(FrameworkContract):
     driver = SemanticKernelDriver()

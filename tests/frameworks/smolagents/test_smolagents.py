@@ -15,7 +15,6 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import pytest
 from smolagents import CodeAgent, ToolCallingAgent, tool
 from smolagents.agents import ActionStep
-from smolagents.agents import ToolCallingAgent as _ToolCallingAgent
 from smolagents.models import ChatMessage, ChatMessageToolCall, ChatMessageToolCallFunction, MessageRole, Model
 from smolagents.monitoring import LogLevel
 from smolagents.tools import Tool
@@ -339,29 +338,6 @@ def test_breaker_recovers_after_cooldown():
     finally:
         adapter.unpatch()
         BACKEND_UP[0] = True
-
-
-def test_uninstrument_restores_originals(instrument):
-    originals = (
-        Tool.__dict__["__call__"],
-        _ToolCallingAgent.__dict__["execute_tool_call"],
-        _ToolCallingAgent.__dict__["process_tool_calls"],
-    )
-    instrumentor = instrument("smolagents")
-    assert Tool.__dict__["__call__"] is not originals[0]
-    instrumentor.uninstrument()
-    assert (
-        Tool.__dict__["__call__"],
-        _ToolCallingAgent.__dict__["execute_tool_call"],
-        _ToolCallingAgent.__dict__["process_tool_calls"],
-    ) == originals
-    import smolagents.local_python_executor as executor
-
-    assert not hasattr(executor.timeout, "__wrapped__")
-    _threshold(1)
-    agent, _model = _agent("tool_calling", flaky)
-    assert agent.run("go") == "done"
-    assert BODY_RUNS == {"flaky": 4} and not default_registry().find("flaky")
 
 
 class _WrongArgumentsCodeModel(Model):

@@ -37,3 +37,6 @@ class StrandsDriver:
 
     def sent(self, agent: Any) -> list[Sent]:
         return [Sent(r["system_prompt"], r["tool_results"]) for r in agent.model.requests]
+
+    def tools_sent(self, agent: Any) -> list[dict[str, Any]]:
+        return [r["tools"] for r in agent.model.requests]

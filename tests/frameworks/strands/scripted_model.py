@@ -39,7 +39,8 @@ class ScriptedModel(Model):
             for block in message["content"]
             if "toolResult" in block
         ]
-        self.requests.append({"system_prompt": system_prompt, "tool_results": results})
+        tools = {spec["name"]: spec for spec in tool_specs or ()}
+        self.requests.append({"system_prompt": system_prompt, "tool_results": results, "tools": tools})
         step = self.steps[min(self._step, len(self.steps) - 1)]
         self._step += 1
         yield {"messageStart": {"role": "assistant"}}

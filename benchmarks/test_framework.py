@@ -1,0 +1,87 @@
+"""A framework tool call with tracing on: otel-breaker's adapter against doing it by hand.
+
+LangChain's ``tool.invoke`` with the real SDK (a ``TracerProvider`` whose spans go
+to an exporter that discards them, a ``MeterProvider`` with an in-memory reader):
+
+* floor: the same ``invoke``, un-instrumented, inside a hand-written SDK span with
+  the tool span's attributes and one histogram record (what any instrumentation
+  of a tool call must do at least);
+* guarded: ``invoke`` with the LangChain adapter on (breaker, span, duration metric).
+
+The target is guarded/floor <= 1.05 in the same run (docs/performance.md).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("langchain_core")
+
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
+
+from otel_breaker import telemetry
+from otel_breaker.instrumentation import BreakerInstrumentor
+
+pytestmark = pytest.mark.benchmark(group="tracing on: one LangChain tool.invoke", min_rounds=20, warmup=True)
+
+
+class DiscardingExporter(SpanExporter):
+    def export(self, spans):
+        return SpanExportResult.SUCCESS
+
+
+@pytest.fixture
+def providers():
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(DiscardingExporter()))
+    meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    yield tracer_provider, meter_provider
+    meter_provider.shutdown()
+
+
+def make_tool():
+    from langchain_core.tools import tool
+
+    @tool
+    def lookup(city: str) -> str:
+        """Look up a city."""
+        return city
+
+    return lookup
+
+
+def test_floor_hand_written_span_and_record(benchmark, providers):
+    tracer_provider, meter_provider = providers
+    lookup = make_tool()
+    tracer = tracer_provider.get_tracer("floor")
+    histogram = meter_provider.get_meter("floor").create_histogram("floor.duration", unit="s")
+    metric_attributes = {"gen_ai.tool.name": "lookup"}
+    span_attributes = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "lookup",
+        "otel_breaker.state": "closed",
+        "otel_breaker.rejected": False,
+    }
+
+    def floor():
+        with tracer.start_as_current_span("execute_tool lookup", attributes=span_attributes):
+            result = lookup.invoke({"city": "Oslo"})
+            histogram.record(0.01, metric_attributes)
+        return result
+
+    assert benchmark(floor) == "Oslo"
+
+
+def test_guarded_langchain_invoke(benchmark, providers):
+    tracer_provider, meter_provider = providers
+    telemetry.configure(tracer_provider, meter_provider)
+    instrumentor = BreakerInstrumentor()
+    instrumentor.instrument(frameworks=["langchain"])
+    try:
+        lookup = make_tool()
+        assert benchmark(lookup.invoke, {"city": "Oslo"}) == "Oslo"
+    finally:
+        instrumentor.uninstrument()

@@ -1,0 +1,204 @@
+"""What ``otel-breaker demo`` prints: the side-by-side table, the timeline, the menu cases, or JSON."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable
+from typing import Any
+
+from otel_breaker.simulation.agent import Ledger
+from otel_breaker.simulation.cases import CaseResult
+from otel_breaker.simulation.runs import Moment
+from otel_breaker.simulation.world import BACKUP, MAX_ATTEMPTS, PRIMARY, TOOL_TIMEOUT, outage
+
+TIMELINE_LINES = 12
+
+
+def duration(seconds: float) -> str:
+    seconds = round(seconds)
+    minutes, secs = divmod(seconds, 60)
+    return f"{minutes}m {secs:02d}s" if minutes else f"{secs}s"
+
+
+def clock_time(seconds: float) -> str:
+    minutes, secs = divmod(round(seconds), 60)
+    return f"{minutes:02d}:{secs:02d}"
+
+
+ROWS: list[tuple[str, Callable[[Ledger], str]]] = [
+    ("tool calls attempted", lambda x: f"{x.attempted:,}"),
+    ("  failed", lambda x: f"{x.failed:,}"),
+    ("  rejected by a breaker (not run)", lambda x: f"{x.rejected:,}"),
+    ("est. tokens spent on tool round-trips", lambda x: f"{x.tokens_spent:,}"),
+    ("  of which on failed calls", lambda x: f"{x.tokens_failed:,}"),
+    (
+        "est. tokens saved (difference in tokens spent)",
+        lambda x: "-" if x.saved_measured is None else f"{x.saved_measured:,}",
+    ),
+    ("  counted live by otel_breaker.tokens.saved (*)", lambda x: f"{x.tokens_saved:,}"),
+    ("time waiting on a dead tool", lambda x: duration(x.dead_wait)),
+    ("switched to the backup tool", lambda x: f"{x.fallbacks_used:,}"),
+    ("session length (simulated)", lambda x: duration(x.session_seconds)),
+]
+
+
+def _saving_note(with_: Ledger) -> str:
+    """Why the metric's count differs from the measured saving (it only sees rejections)."""
+    if not with_.rejected:
+        return "(*) otel_breaker.tokens.saved counts one failed round-trip per rejected call; none was rejected."
+    per_call = with_.tokens_saved / with_.rejected
+    measured = with_.saved_measured or 0
+    relation = (
+        "below the measured saving: each rejection also spared the agent its retries of the dead tool "
+        "(it switched to the backup at once)"
+        if with_.tokens_saved < measured
+        else "the measured saving"
+        if with_.tokens_saved == measured
+        else "above the measured saving: the agent still paid for the round-trip that was rejected"
+    )
+    text = (
+        f"(*) otel_breaker.tokens.saved counts one failed round-trip (~{per_call:,.0f} tokens) per rejected call "
+        f"({with_.rejected}), as it happens; here that is {relation}."
+    )
+    return textwrap.fill(text, width=100, subsequent_indent="    ")
+
+
+def openings(transitions: dict) -> dict[str, int]:
+    """Openings per tool (from closed and from half-open), by tool name."""
+    counts: dict[str, int] = {}
+    for (tool, _agent, _from, to, _source), count in transitions.items():
+        if to == "open":
+            counts[tool] = counts.get(tool, 0) + count
+    return dict(sorted(counts.items()))
+
+
+def render(
+    steps: int,
+    without: Ledger,
+    with_: Ledger,
+    timeline: list[Moment],
+    transitions: dict,
+    prompt: list[str],
+    cases: list[CaseResult] | None = None,
+) -> str:
+    first, last = outage(steps)
+    lines = [
+        f"otel-breaker demo: a research agent answers {steps} questions (search, then fetch). "
+        f"'{PRIMARY}' is dead during questions {first}-{last}: every call hangs until its {TOOL_TIMEOUT:g}s timeout.",
+        f"The agent retries a failing tool {MAX_ATTEMPTS} times, then switches to '{BACKUP}'; "
+        f"breakers: fast_api preset (3 failures, 30s cooldown), '{PRIMARY}' falls back to '{BACKUP}'.",
+        "",
+    ]
+    label_width = max(len(label) for label, _ in ROWS)
+    header = f"{'':<{label_width}}  {'without breakers':>16}  {'with breakers':>14}"
+    lines += [header, "-" * len(header)]
+    for label, cell in ROWS:
+        lines.append(f"{label:<{label_width}}  {cell(without):>16}  {cell(with_):>14}")
+    lines.append(_saving_note(with_))
+    lines += ["", "Timeline of breaker state changes (simulated time):"]
+    shown: list[Moment | None] = list(timeline)
+    if len(timeline) > TIMELINE_LINES:
+        shown = [*timeline[:6], None, *timeline[-(TIMELINE_LINES - 7) :]]
+    for moment in shown:
+        if moment is None:
+            hidden = len(timeline) - TIMELINE_LINES + 1
+            lines.append(f"  ...    ({hidden} more: cooldown elapsed, the probe failed, open again)")
+            continue
+        arrow = f"{moment.from_state.replace('_', '-')} -> {moment.to_state.replace('_', '-')}"
+        lines.append(f"  {clock_time(moment.at)}  {moment.tool:<14} {arrow:<22} {moment.reason}")
+    if not timeline:
+        lines.append("  (none)")
+    opened = openings(transitions)
+    if opened:
+        summary = ", ".join(f"'{tool}' opened {count} times" for tool, count in opened.items())
+        lines.append(f"  ({summary}; the OtelBreakerFrequentOpenings alert fires at 3 openings in 15 minutes)")
+    if prompt:
+        lines += [
+            "",
+            "What the model read when the breaker first rejected a call:",
+            *(f"  {line}" for line in prompt[1].splitlines()),
+            "Tool-status block for the system prompt (OTEL_BREAKER_STATUS_IN_PROMPT=true):",
+            *(f"  {line}" for line in prompt[0].splitlines()),
+        ]
+    if cases:
+        lines += ["", *render_cases(cases)]
+    return "\n".join(lines)
+
+
+CASE_COLUMNS: list[tuple[str, Callable[[CaseResult, CaseResult], str]]] = [
+    ("model turns", lambda r, base: f"{r.model_turns:,}"),
+    ("est. tokens", lambda r, base: f"{r.model_tokens:,}"),
+    ("vs no breaker", lambda r, base: "-" if r is base else f"{r.model_tokens / base.model_tokens - 1:+.0%}"),
+    ("calls rejected", lambda r, base: f"{r.ledger.rejected:,}"),
+]
+
+
+def render_cases(cases: list[CaseResult]) -> list[str]:
+    """The four menu cases, compactly, with where their figures come from."""
+    base = cases[0]
+    width = max(len(r.case.label) for r in cases)
+    lines = [
+        "What hiding open tools saves: the same questions in four configurations",
+        f"  {'':<{width}}" + "".join(f"  {title:>14}" for title, _ in CASE_COLUMNS),
+    ]
+    for result in cases:
+        cells = "".join(f"  {cell(result, base):>14}" for _, cell in CASE_COLUMNS)
+        lines.append(f"  {result.case.label:<{width}}{cells}")
+    note = (
+        "Figures from a scripted model (a fixed policy, described in docs/cli.md), not a language model: "
+        "a turn per tool call and per answer. Status block: OTEL_BREAKER_STATUS_IN_PROMPT=true; hidden "
+        "tools: OTEL_BREAKER_HIDE_OPEN_TOOLS=true (off by default: a changing tool list defeats prompt caching)."
+    )
+    lines.append(textwrap.fill(note, width=100, initial_indent="  ", subsequent_indent="  "))
+    return lines
+
+
+def cases_json(cases: list[CaseResult]) -> list[dict[str, Any]]:
+    return [
+        {
+            "case": r.case.key,
+            "label": r.case.label,
+            "settings": dict(r.case.env),
+            "model_turns": r.model_turns,
+            "est_tokens": r.model_tokens,
+            "tool_calls": r.ledger.attempted,
+            "failed": r.ledger.failed,
+            "rejected": r.ledger.rejected,
+        }
+        for r in cases
+    ]
+
+
+def as_json(
+    steps: int,
+    without: Ledger,
+    with_: Ledger,
+    timeline: list[Moment],
+    transitions: dict,
+    cases: list[CaseResult] | None = None,
+) -> dict:
+    def ledger(x: Ledger) -> dict[str, Any]:
+        return {
+            "attempted": x.attempted,
+            "failed": x.failed,
+            "rejected": x.rejected,
+            "tokens_spent": x.tokens_spent,
+            "tokens_failed": x.tokens_failed,
+            "tokens_saved": x.tokens_saved,
+            "dead_wait_s": round(x.dead_wait, 3),
+            "fallbacks_used": x.fallbacks_used,
+            "degraded_reported": x.degraded_reported,
+            "session_s": round(x.session_seconds, 3),
+        }
+
+    return {
+        "steps": steps,
+        "tokens_saved_measured": with_.saved_measured,
+        "without_breakers": ledger(without),
+        "with_breakers": ledger(with_),
+        "timeline": [
+            {"at_s": m.at, "tool": m.tool, "from": m.from_state, "to": m.to_state, "reason": m.reason} for m in timeline
+        ],
+        "openings": openings(transitions),
+        "menu_cases": cases_json(cases or []),
+    }

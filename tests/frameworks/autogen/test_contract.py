@@ -1,0 +1,23 @@
+"""The shared framework contract and hidden open tools, on AutoGen's real ``AssistantAgent`` loop."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("autogen_agentchat")
+sys.path.insert(0, str(Path(__file__).parent))
+
+from contract import FrameworkContract
+from driver import AutoGenDriver
+from menu_contract import HiddenToolsContract
+
+
+class TestContract(FrameworkContract):
+    driver = AutoGenDriver()
+
+
+class TestHiddenTools(HiddenToolsContract):
+    driver = AutoGenDriver()

@@ -1,0 +1,18 @@
+"""The shared framework contract, on LangGraph's real ReAct loop (``ToolNode``)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("langgraph")
+sys.path.insert(0, str(Path(__file__).parent))
+
+from contract import FrameworkContract
+from driver import LangChainDriver
+
+
+class TestContract(FrameworkContract):
+    driver = LangChainDriver()

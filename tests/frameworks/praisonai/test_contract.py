@@ -1,0 +1,23 @@
+"""The shared framework contract and hidden open tools, on praisonaiagents' real async loop."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("praisonaiagents")
+sys.path.insert(0, str(Path(__file__).parent))
+
+from contract import FrameworkContract
+from driver import PraisonAIDriver
+from menu_contract import HiddenToolsContract
+
+
+class TestContract(FrameworkContract):
+    driver = PraisonAIDriver()
+
+
+class TestHiddenTools(HiddenToolsContract):
+    driver = PraisonAIDriver()

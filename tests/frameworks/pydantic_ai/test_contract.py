@@ -1,0 +1,18 @@
+"""The shared framework contract, on PydanticAI's real agent loop."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pydantic_ai")
+sys.path.insert(0, str(Path(__file__).parent))
+
+from contract import FrameworkContract
+from driver import PydanticAIDriver
+
+
+class TestContract(FrameworkContract):
+    driver = PydanticAIDriver()
