@@ -63,6 +63,9 @@ TO_STATE = semconv.prometheus_label(semconv.ATTR_TO_STATE)
 OUTCOME = semconv.prometheus_label(semconv.ATTR_OUTCOME)
 MODE = semconv.prometheus_label(semconv.ATTR_MODE)
 SOURCE = semconv.prometheus_label(semconv.ATTR_ESTIMATE_SOURCE)
+UPSTREAM = semconv.prometheus_label(semconv.ATTR_UPSTREAM)
+#: An upstream's own breaker is the series whose tool name is ``upstream:<name>``.
+UPSTREAM_BREAKER = f'{TOOL}=~"upstream:.+"'
 
 # Label matchers driven by the template variables. The agent label is optional on the
 # breaker metrics; ``=~".*"`` (the "All" value) also matches series without the label.
@@ -70,6 +73,8 @@ SEL = f'job=~"$service", {AGENT}=~"$agent", {TOOL}=~"$tool"'
 # Metrics that never carry the agent label (tokens saved, cost saved).
 SEL_NO_AGENT = f'job=~"$service", {TOOL}=~"$tool"'
 SEL_SERVICE = 'job=~"$service"'
+#: The upstream panels: per service, not per agent or tool (an upstream serves them all).
+SEL_UPSTREAM = f"{SEL_SERVICE}, {UPSTREAM_BREAKER}"
 
 #: Where a rejected call's trace is seen in the example stack (examples/compose.yaml):
 #: Jaeger's search for spans with otel_breaker.rejected=true.
@@ -437,6 +442,56 @@ def build() -> dash.Dashboard:
                 )
             ],
             unit="reqps",
+        )
+    )
+
+    # ---- Upstreams --------------------------------------------------------------------------
+    board = board.with_row(dash.Row("Upstreams (servers and API hosts)").id(ids()))
+    board = board.with_panel(
+        series_panel(
+            ids,
+            "Upstream breakers open",
+            "Upstream breakers (one per MCP server or OTEL_BREAKER_UPSTREAMS group) that are open: "
+            "every tool behind them is rejected without a round trip. 1 = open.",
+            [
+                query(
+                    f'max by ({UPSTREAM}) ({STATE}{{{SEL_UPSTREAM}, {BREAKER_STATE}="open"}})',
+                    legend="{{" + UPSTREAM + "}}",
+                )
+            ],
+            w=8,
+        )
+    )
+    board = board.with_panel(
+        series_panel(
+            ids,
+            "Upstream openings",
+            "Transitions of upstream breakers into the open state (repeated transport failures: "
+            "connection refused/reset, DNS, TLS, timeouts, HTTP 502/503/504, closed MCP sessions).",
+            [
+                query(
+                    f"sum by ({UPSTREAM}) (increase({TRANSITIONS}"
+                    f'{{{SEL_UPSTREAM}, {TO_STATE}="open"}}[$__rate_interval]))',
+                    legend="{{" + UPSTREAM + "}}",
+                )
+            ],
+            bars=True,
+            w=8,
+        )
+    )
+    board = board.with_panel(
+        series_panel(
+            ids,
+            "Calls rejected per upstream",
+            "Rejections by upstream breakers per second: calls that never went out to a dead server.",
+            [
+                query(
+                    f"sum by ({UPSTREAM}) (rate({REJECTED}{{{SEL_UPSTREAM}}}[$__rate_interval]))",
+                    legend="{{" + UPSTREAM + "}}",
+                )
+            ],
+            unit="reqps",
+            w=8,
         )
     )
 

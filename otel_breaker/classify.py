@@ -25,6 +25,7 @@ Outcomes are plain integers so the hot path compares ints, not enum members.
 from __future__ import annotations
 
 import asyncio
+import errno
 import re
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -86,6 +87,11 @@ _DENIAL_PATTERN = re.compile(r"(Approval|Permission|Consent)\w*(Denied|Rejected|
 
 _name_cache: dict[type, bool] = {}
 
+#: Attribute set on an exception whose transport failure an upstream breaker
+#: counted: the tool's own breaker then treats it as neutral (the tool is not
+#: to blame for a dead server).
+UPSTREAM_MARK = "_otel_breaker_upstream"
+
 
 class FailurePolicy(Protocol):
     """The part of a breaker configuration that decides outcomes."""
@@ -137,6 +143,8 @@ def classify_exception(exc: BaseException, policy: FailurePolicy, hint: str | No
     then the user's ignore list, then the user's predicate, then the record
     allow-list.
     """
+    if getattr(exc, UPSTREAM_MARK, None) is not None:
+        return IGNORED  # a transport failure its upstream's breaker counted (see upstream.py)
     if hint is not None:
         if hint == RETRY_REQUEST and getattr(policy, "count_model_retry", False):
             return FAILURE
@@ -175,3 +183,173 @@ def result_failed(result: Any, policy: FailurePolicy) -> bool:
 def error_type(exc: BaseException) -> str:
     """The ``error.type`` value for an exception: its class name."""
     return type(exc).__name__
+
+
+# -- transport or tool: what an upstream breaker counts ------------------------------------
+#
+# A tool behind an upstream (an MCP server, an API host) can fail in two ways:
+# the upstream could not be reached (connection refused or reset, DNS, TLS, a
+# transport timeout, a gateway's 502/503/504, a closed MCP session), or the
+# tool ran and failed. Only the first says anything about the other tools
+# behind the same upstream. Classes are recognised by name and module, never
+# imported, so no client library is loaded for us.
+
+TransportRule = Callable[[BaseException], "bool | None"]
+"""A user rule: True (a transport failure), False (never one: the tool's own
+error), None (no opinion: the next rule decides)."""
+
+#: HTTP statuses that mean the host or a gateway in front of it is unavailable.
+UNAVAILABLE_STATUSES = frozenset({502, 503, 504})
+
+# (module prefix, class names in the exception's MRO) of client libraries' transport errors.
+_TRANSPORT_CLASSES: tuple[tuple[str, frozenset[str]], ...] = (
+    ("httpx", frozenset({"TransportError"})),  # ConnectError, timeouts, RemoteProtocolError, ...
+    ("httpcore", frozenset({"ConnectError", "ConnectTimeout", "ReadTimeout", "WriteTimeout", "PoolTimeout"})),
+    ("httpcore", frozenset({"NetworkError", "RemoteProtocolError", "ReadError", "WriteError"})),
+    ("requests", frozenset({"ConnectionError", "Timeout"})),
+    ("urllib3", frozenset({"NewConnectionError", "NameResolutionError", "MaxRetryError", "ProtocolError"})),
+    ("urllib3", frozenset({"ConnectTimeoutError", "ReadTimeoutError", "SSLError"})),
+    ("aiohttp", frozenset({"ClientConnectionError", "ServerTimeoutError", "ClientPayloadError"})),
+    ("anyio", frozenset({"ClosedResourceError", "BrokenResourceError", "EndOfStream"})),
+    ("websockets", frozenset({"ConnectionClosed", "InvalidHandshake"})),
+)
+# Errors that carry an HTTP status: (class name, how to read the status).
+_STATUS_CLASSES = frozenset({"HTTPStatusError", "HTTPError", "ClientResponseError", "APIStatusError"})
+# MCP: the session's own errors when the server is gone (mcp.shared.exceptions.McpError
+# with CONNECTION_CLOSED, or a request that timed out waiting for the server).
+_MCP_CONNECTION_CLOSED = -32000
+_MCP_REQUEST_TIMEOUT = -32001
+_TRANSPORT_ERRNOS = frozenset(
+    getattr(errno, name)
+    for name in (
+        *("ECONNREFUSED", "ECONNRESET", "ECONNABORTED", "EPIPE", "ETIMEDOUT"),
+        *("ENETUNREACH", "EHOSTUNREACH", "ENETDOWN", "EHOSTDOWN"),
+    )
+    if hasattr(errno, name)
+)
+# Our own per-tool timeout is the tool's verdict (the tool was slow), not the transport's.
+_NOT_TRANSPORT_NAMES = frozenset({"ToolTimeoutError"})
+
+_user_rules: list[TransportRule] = []
+_transport_cache: dict[type, bool] = {}
+
+
+def register_transport_error(rule: type[BaseException] | TransportRule) -> None:
+    """Teach the classifier a transport failure of your own client.
+
+    ``rule`` is an exception class (its instances and subclasses are transport
+    failures) or a predicate ``rule(exc) -> True | False | None``: True for a
+    transport failure, False for "the tool's own error, whatever the built-in
+    rules say", None for no opinion. Rules registered later are asked first;
+    a rule that raises is skipped.
+    """
+    if isinstance(rule, type) and issubclass(rule, BaseException):
+        klass = rule
+
+        def rule(exc: BaseException) -> bool | None:
+            return True if isinstance(exc, klass) else None
+
+        rule.registered = klass  # type: ignore[attr-defined]
+    elif not callable(rule):
+        raise TypeError(f"expected an exception class or a predicate, got {rule!r}")
+    _user_rules.insert(0, rule)
+
+
+def unregister_transport_error(rule: type[BaseException] | TransportRule) -> None:
+    """Remove a rule given to :func:`register_transport_error` (no error when absent)."""
+    _user_rules[:] = [r for r in _user_rules if r is not rule and getattr(r, "registered", None) is not rule]
+
+
+def is_transport_error(exc: BaseException) -> bool:
+    """True when ``exc`` says the upstream could not be reached, not that the tool failed.
+
+    Built in: connection refused/reset/aborted, broken pipes, unreachable
+    hosts, DNS failures (``socket.gaierror``), TLS errors (``ssl.SSLError``),
+    transport timeouts (``TimeoutError``, httpx/requests/aiohttp/urllib3
+    timeouts), HTTP 502/503/504 read from the exception's ``response.status_code``,
+    ``status`` or ``code`` (httpx ``HTTPStatusError``, requests ``HTTPError``,
+    aiohttp ``ClientResponseError``, ``urllib.error.HTTPError``), httpx/anyio/
+    websockets transport and stream errors, MCP's connection-closed and
+    request-timeout errors. The cause (``raise ... from``) and the members of
+    an exception group are read too. Denials and cancellations never are.
+    Never raises.
+    """
+    try:
+        return _is_transport(exc, 0)
+    except Exception:
+        return False
+
+
+def _is_transport(exc: BaseException, depth: int) -> bool:
+    for rule in tuple(_user_rules):
+        try:
+            verdict = rule(exc)
+        except Exception:
+            continue
+        if verdict is not None:
+            return bool(verdict)
+    if is_excluded(exc):
+        return False
+    group = getattr(exc, "exceptions", None) if "ExceptionGroup" in type(exc).__name__ else None
+    if isinstance(group, (tuple, list)):
+        members = [e for e in group if isinstance(e, BaseException) and not is_excluded(e)]
+        return bool(members) and all(_is_transport(e, depth + 1) for e in members)
+    if _transport_type(type(exc)) or _status_unavailable(exc) or _mcp_transport(exc):
+        return True
+    if isinstance(exc, OSError) and exc.errno in _TRANSPORT_ERRNOS:
+        return True
+    cause = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+    return cause is not None and depth < 3 and _is_transport(cause, depth + 1)
+
+
+def _transport_type(kind: type) -> bool:
+    known = _transport_cache.get(kind)
+    if known is None:
+        known = _transport_by_class(kind)
+        if len(_transport_cache) < 4096:
+            _transport_cache[kind] = known
+    return known
+
+
+def _transport_by_class(kind: type) -> bool:
+    names = {k.__name__ for k in kind.__mro__}
+    if names & _NOT_TRANSPORT_NAMES:
+        return False
+    if issubclass(kind, (ConnectionError, TimeoutError)):
+        return True
+    if {"gaierror", "herror", "SSLError"} & names and issubclass(kind, OSError):
+        return True  # socket DNS errors, ssl.SSLError and its certificate errors
+    for klass in kind.__mro__:
+        module = getattr(klass, "__module__", "") or ""
+        for prefix, class_names in _TRANSPORT_CLASSES:
+            if klass.__name__ in class_names and (module == prefix or module.startswith(prefix + ".")):
+                return True
+    return False
+
+
+def _status_unavailable(exc: BaseException) -> bool:
+    """A 502/503/504 from an HTTP client's status error (read, never imported)."""
+    if not any(k.__name__ in _STATUS_CLASSES for k in type(exc).__mro__):
+        return False
+    for status in (
+        getattr(getattr(exc, "response", None), "status_code", None),
+        getattr(exc, "status_code", None),
+        getattr(exc, "status", None),
+        getattr(exc, "code", None),
+    ):
+        if isinstance(status, int) and not isinstance(status, bool):
+            return status in UNAVAILABLE_STATUSES
+    return False
+
+
+def _mcp_transport(exc: BaseException) -> bool:
+    """MCP's ``MCPError`` for a closed connection (-32000 "Connection closed") or a
+    request the server never answered (-32001)."""
+    if type(exc).__name__ not in ("McpError", "MCPError"):
+        return False
+    error = getattr(exc, "error", None)
+    code = getattr(error, "code", None)
+    if code == _MCP_REQUEST_TIMEOUT:
+        return True
+    message = getattr(error, "message", None)
+    return code == _MCP_CONNECTION_CLOSED and isinstance(message, str) and "connection closed" in message.lower()

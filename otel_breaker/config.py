@@ -308,6 +308,34 @@ def parse_fallbacks(raw: str) -> dict[str, tuple[str, ...]]:
     return result
 
 
+#: A glob pattern of tool names in ``OTEL_BREAKER_UPSTREAMS``: a tool name that may hold ``* ? [ ]``.
+_GLOB_PATTERN = re.compile(r"^[A-Za-z0-9_.:/@+\-*?\[\]!]{1,128}$")
+
+
+def parse_upstreams(raw: str) -> dict[str, tuple[str, ...]]:
+    """Parse ``OTEL_BREAKER_UPSTREAMS``: ``serp=web_search,news_search;github=gh_*``.
+
+    Each entry names an upstream and the tools behind it, as names or glob
+    patterns (``fnmatch``: ``*``, ``?``, ``[...]``). A tool matching several
+    upstreams belongs to the first one listed.
+    """
+    result: dict[str, tuple[str, ...]] = {}
+    for entry in filter(None, (part.strip() for part in raw.split(";"))):
+        name, sep, patterns = entry.partition("=")
+        if not sep:
+            raise ValueError(f"entry {entry!r}: expected upstream=tool[,tool_or_glob...]")
+        name = validate_tool_name(name.strip())
+        found = []
+        for pattern in filter(None, (p.strip() for p in patterns.split(","))):
+            if not _GLOB_PATTERN.match(pattern):
+                raise ValueError(f"entry {entry!r}: invalid tool pattern {pattern!r}")
+            found.append(pattern)
+        if not found:
+            raise ValueError(f"entry {entry!r}: no tool named")
+        result[name] = result.get(name, ()) + tuple(found)
+    return result
+
+
 def _parse_tool_list(raw: str) -> tuple[str, ...]:
     return tuple(validate_tool_name(t.strip()) for t in raw.replace(";", ",").split(",") if t.strip())
 
@@ -376,6 +404,8 @@ class Settings:
     status_in_prompt: bool = False
     hide_open_tools: bool = False
     fallbacks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    upstreams: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Upstream name -> tool names or glob patterns (``OTEL_BREAKER_UPSTREAMS``)."""
     high_stakes: tuple[str, ...] = ()
     max_breakers: int = 10_000
     store: str | None = None
@@ -435,7 +465,7 @@ _TEXT_SETTINGS = {
 KNOWN_VARIABLES = frozenset(
     [PREFIX + suffix for suffix in (*_PLAIN_SETTINGS, *_TEXT_SETTINGS)]
     + [PREFIX + option.upper() for option in _BREAKER_OPTIONS if option not in _TOOL_ONLY_OPTIONS]
-    + [PREFIX + suffix for suffix in ("TOOLS", "FALLBACKS", "HIGH_STAKES", "FRAMEWORKS", "STORE")]
+    + [PREFIX + suffix for suffix in ("TOOLS", "FALLBACKS", "UPSTREAMS", "HIGH_STAKES", "FRAMEWORKS", "STORE")]
 )
 
 
@@ -497,6 +527,12 @@ def load_settings(environ: Mapping[str, str] | None = None, *, strict: bool = Tr
         lambda v: values.__setitem__("fallbacks", v),
     )
     take(
+        PREFIX + "UPSTREAMS",
+        _leniently(parse_upstreams, ";", _merge_upstreams),
+        "format: upstream=tool,glob*;upstream2=...",
+        lambda v: values.__setitem__("upstreams", v),
+    )
+    take(
         PREFIX + "HIGH_STAKES",
         _leniently(_parse_tool_list, ",", lambda parts: tuple(t for part in parts for t in part)),
         "",
@@ -539,6 +575,14 @@ def load_settings(environ: Mapping[str, str] | None = None, *, strict: bool = Tr
     return Settings(defaults=defaults, sources=sources, **values)
 
 
+def _merge_upstreams(parts: list[dict[str, tuple[str, ...]]]) -> dict[str, tuple[str, ...]]:
+    merged: dict[str, tuple[str, ...]] = {}
+    for part in parts:
+        for name, patterns in part.items():
+            merged[name] = merged.get(name, ()) + patterns
+    return merged
+
+
 def _problem(var: str, raw: str, exc: Exception, allowed: str, consequence: str) -> str:
     """One line: the variable, its (bounded) value, what is wrong and allowed, what happens instead."""
     shown = raw if len(raw) <= 200 else raw[:200] + "..."
@@ -577,6 +621,7 @@ def describe_sources(settings: Settings) -> list[tuple[str, str, str]]:
     structured = {
         "TOOLS": "tools",
         "FALLBACKS": "fallbacks",
+        "UPSTREAMS": "upstreams",
         "HIGH_STAKES": "high_stakes",
         "FRAMEWORKS": "frameworks",
         "STORE": "store",

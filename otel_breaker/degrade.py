@@ -37,6 +37,7 @@ from otel_breaker.sanitize import (  # noqa: F401 - re-exported: the sanitiser a
     sanitize,
 )
 from otel_breaker.toolcall import agent_display_name
+from otel_breaker.upstream import upstream_name
 
 if TYPE_CHECKING:
     from otel_breaker.breaker import CircuitBreaker
@@ -81,6 +82,8 @@ class ToolStatus(NamedTuple):
     alternatives: tuple[str, ...]
     source: str | None = None
     """Where the tool runs (an MCP server), when its name alone does not say it."""
+    upstream: str | None = None
+    """Set when this entry is an upstream's breaker: every tool behind it is unavailable."""
 
 
 def status_in_prompt_enabled() -> bool:
@@ -134,7 +137,9 @@ def unavailable_tools(agent: Any = None, registry: BreakerRegistry | None = None
             continue
         retry = _whole_seconds(breaker.retry_after)
         source = breaker.source
-        status = ToolStatus(breaker.name, state, retry, healthy_alternatives(breaker.config.fallbacks), source)
+        status = ToolStatus(
+            breaker.name, state, retry, healthy_alternatives(breaker.config.fallbacks), source, upstream_name(breaker)
+        )
         key = (breaker.name, source or "")
         known = found.get(key)
         if known is None or _sooner(status.retry_after, known.retry_after):
@@ -160,6 +165,9 @@ def _status_line(status: ToolStatus) -> str:
     else:
         advice = "No alternative: tell the user this capability is temporarily degraded."
     where = f" on server '{safe_name(status.source)}'" if status.source else ""
+    if status.upstream is not None:
+        tool, where = f"every tool of upstream '{safe_name(status.upstream)}'", ""
+        return "- " + sanitize(f"{tool} ({state}, unreachable): {when}. {advice}", MAX_STATUS_LINE_CHARS)
     return "- " + sanitize(f"'{tool}'{where} ({state}): {when}. {advice}", MAX_STATUS_LINE_CHARS)
 
 

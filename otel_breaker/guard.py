@@ -21,7 +21,10 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from otel_breaker import breaker as _breaker_module
+from otel_breaker import config as _config
 from otel_breaker import deadline, rejection
+from otel_breaker import upstream as _upstream
+from otel_breaker import upstream_gate as _upstream_gate
 from otel_breaker.breaker import REJECTED, SHADOW, CircuitBreaker, CircuitBreakerConfig, Clock
 from otel_breaker.classify import FAILURE, IGNORED, SUCCESS, classify_exception, error_type, result_failed
 from otel_breaker.registry import BreakerRegistry, default_registry
@@ -420,6 +423,10 @@ class Guard:
         breaker = self.breaker_for(call, config)
         if breaker is None:
             return fn(*args, **(kwargs or {}))
+        # Upstream breaker (upstream_gate.py): admitted first, counts transport failures.
+        upstream = _upstream.breaker_for_call(self.registry, call)
+        if upstream is not None:
+            return _upstream_gate.run_sync(upstream, breaker, run_sync, fn, args, kwargs or {}, call, adapter)
         return run_sync(breaker, fn, args, kwargs or {}, call, adapter)
 
     async def acall(
@@ -436,6 +443,10 @@ class Guard:
         if breaker is None:
             result = fn(*args, **(kwargs or {}))
             return await result if inspect.isawaitable(result) else result
+        # Upstream breaker (upstream_gate.py): admitted first, counts transport failures.
+        upstream = _upstream.breaker_for_call(self.registry, call)
+        if upstream is not None:
+            return await _upstream_gate.run_async(upstream, breaker, run_async, fn, args, kwargs or {}, call, adapter)
         return await run_async(breaker, fn, args, kwargs or {}, call, adapter)
 
 
@@ -479,10 +490,10 @@ def guard(
         start_from_settings()  # OTEL_BREAKER_STATUS_ADDR, if set: once, never raises
         name = tool or getattr(fn, "__name__", "tool")
         if clock is not None:
-            settings = (registry or default_registry()).settings
+            settings = (registry if registry is not None else default_registry()).settings
             breaker = CircuitBreaker(name, settings.config_for(name, config), clock=clock, agent_name=agent_name)
             return _decorate(breaker, fn)
-        reg = registry or default_registry()
+        reg = registry if registry is not None else default_registry()
         call = ToolCall(name, agent=agent, agent_name=agent_name)
         if config is not None:
             reg.breaker_for(call, config)  # create it now with this config
@@ -495,18 +506,30 @@ def guard(
 
             return async_guarded
 
-        kept: list[CircuitBreaker | None] = [None]
+        kept: list[Any] = [None, None]
 
         @functools.wraps(fn)
         def guarded(*args: Any, **kwargs: Any) -> Any:
-            # The registry lookup, kept while the registry says it cannot change.
+            # The registry lookup, kept while the registry says it cannot change
+            # (and the settings that could put the tool behind an upstream stay the same).
             breaker = kept[0]
-            if breaker is not None and not breaker.retired and _session_of_context() is None:
+            if (
+                breaker is not None
+                and not breaker.retired
+                and _config._settings is kept[1]
+                and _session_of_context() is None
+            ):
                 return breaker.call(fn, *args, **kwargs)
             breaker = guard_.breaker_for(call, config)
             if breaker is None:
                 return fn(*args, **kwargs)
+            # Upstream breaker (upstream_gate.py): admitted first, counts transport failures.
+            upstream = _upstream.breaker_for_call(reg, call)
+            if upstream is not None:
+                kept[0] = None
+                return _upstream_gate.run_sync(upstream, breaker, run_sync, fn, args, kwargs, call)
             kept[0] = breaker if _holds_for_good(reg, call, breaker) else None
+            kept[1] = _config._settings
             return run_sync(breaker, fn, args, kwargs, call)
 
         return guarded

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 from otel_breaker.breaker import State
 from otel_breaker.degrade import _breakers_for
+from otel_breaker.upstream import upstream_name, upstream_of
 
 T = TypeVar("T")
 
@@ -42,8 +43,27 @@ def hide_open_tools_enabled() -> bool:
     return bool(get_settings().hide_open_tools)
 
 
+class OpenTools(frozenset):
+    """``(tool, source)`` pairs of open tools, plus the open upstreams: a pair is
+    ``in`` it when its tool is open or the upstream it runs behind is (so every
+    tool of a dead server leaves the menu, called before or not)."""
+
+    upstreams: frozenset[str] = frozenset()
+
+    def __contains__(self, key: object) -> bool:
+        if frozenset.__contains__(self, key):
+            return True
+        if self.upstreams and isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], str):
+            return upstream_of(key[0], key[1]) in self.upstreams
+        return False
+
+    def __bool__(self) -> bool:
+        return bool(len(self) or self.upstreams)
+
+
 def open_tools(agent: Any = None, registry: Any = None) -> frozenset[tuple[str, str | None]]:
-    """``(tool, source)`` of every tool a call of ``agent`` would find open now.
+    """``(tool, source)`` of every tool a call of ``agent`` would find open now,
+    including every tool behind an open upstream (see :class:`OpenTools`).
 
     ``source`` is None for a tool keyed by name alone; :func:`is_hidden` treats
     an open breaker without a source as covering the name from any source only
@@ -54,10 +74,17 @@ def open_tools(agent: Any = None, registry: Any = None) -> frozenset[tuple[str, 
 
         registry = default_registry()
     found: set[tuple[str, str | None]] = set()
+    upstreams: set[str] = set()
     for breaker in _breakers_for(registry, agent):
         if breaker.state is State.OPEN:
-            found.add((breaker.name, breaker.source))
-    return frozenset(found)
+            name = upstream_name(breaker)
+            if name is not None:
+                upstreams.add(name)
+            else:
+                found.add((breaker.name, breaker.source))
+    result = OpenTools(found)
+    result.upstreams = frozenset(upstreams)
+    return result
 
 
 def is_hidden(tool: str, source: str | None = None, *, agent: Any = None, opened: frozenset | None = None) -> bool:

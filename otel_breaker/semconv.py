@@ -40,6 +40,9 @@ ATTR_AGENT = "gen_ai.agent.name"
 ATTR_MODEL = "gen_ai.request.model"
 #: Where the tool runs when its name alone does not say it (an MCP server's ``name@version``).
 ATTR_SOURCE = "otel_breaker.tool.source"
+#: The upstream a tool runs behind (an MCP server, a group of ``OTEL_BREAKER_UPSTREAMS``).
+#: On an upstream's own breaker series (``gen_ai.tool.name`` = ``upstream:<name>``) it names that upstream.
+ATTR_UPSTREAM = "otel_breaker.upstream"
 ATTR_ERROR_TYPE = "error.type"
 ATTR_EXCEPTION_TYPE = "exception.type"
 ATTR_STATE = "otel_breaker.state"

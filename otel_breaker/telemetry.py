@@ -67,6 +67,7 @@ from otel_breaker.semconv import (  # noqa: F401 - re-exported: the names other 
     ATTR_TOOL_ARGUMENTS,
     ATTR_TOOL_CALL_ID,
     ATTR_TOOL_TYPE,
+    ATTR_UPSTREAM,
     ATTR_WOULD_REJECT,
     DURATION_BUCKETS,
     ERROR_CIRCUIT_OPEN,
@@ -79,6 +80,7 @@ from otel_breaker.semconv import (  # noqa: F401 - re-exported: the names other 
     span_name,
 )
 from otel_breaker.tokens import TokenEstimator, parse_prices
+from otel_breaker.upstream import label_of as _upstream_label
 
 if TYPE_CHECKING:
     from otel_breaker.rejection import Rejection
@@ -125,6 +127,9 @@ def _labels(breaker: CircuitBreaker) -> dict[str, str]:
         labels[ATTR_AGENT] = bounded(breaker.agent_name)
     if breaker.source:
         labels[ATTR_SOURCE] = bounded(breaker.source)
+    upstream = _upstream_label(breaker.name, breaker.source)
+    if upstream:
+        labels[ATTR_UPSTREAM] = bounded(upstream)
     return labels
 
 
@@ -135,6 +140,9 @@ def _key_labels(tool: str, agent: str | None, source: str | None = None) -> dict
         labels[ATTR_AGENT] = bounded(agent)
     if source:
         labels[ATTR_SOURCE] = bounded(source)
+    upstream = _upstream_label(tool, source)
+    if upstream:
+        labels[ATTR_UPSTREAM] = bounded(upstream)
     return labels
 
 
@@ -144,6 +152,9 @@ def _call_labels(call: ToolCall) -> dict[str, Any]:
         labels[ATTR_AGENT] = bounded(call.agent_name)
     if call.call_id is not None:
         labels[ATTR_TOOL_CALL_ID] = bounded(call.call_id)
+    upstream = _upstream_label(call.tool, call.source)
+    if upstream:
+        labels[ATTR_UPSTREAM] = bounded(upstream)
     return labels
 
 
@@ -489,6 +500,9 @@ class Telemetry:
             attributes[ATTR_AGENT] = bounded(call.agent_name)
         if call.source:
             attributes[ATTR_SOURCE] = bounded(call.source)
+        upstream = _upstream_label(call.tool, call.source)
+        if upstream:
+            attributes[ATTR_UPSTREAM] = bounded(upstream)
         if call.framework != "python":
             attributes[ATTR_FRAMEWORK] = call.framework
         if self.capture_content and call.arguments is not None:

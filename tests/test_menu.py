@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from otel_breaker import menu
 from otel_breaker.breaker import FAILURE, CircuitBreakerConfig
-from otel_breaker.config import set_settings
+from otel_breaker.config import load_settings, set_settings
 from otel_breaker.registry import default_registry
 
 
@@ -50,3 +50,21 @@ def test_unavailable_description_marks_once():
     once = menu.unavailable_description("Search the web.")
     assert once.startswith("Search the web.") and menu.UNAVAILABLE_NOTE in once
     assert menu.unavailable_description(once) == once
+
+
+def test_every_tool_behind_an_open_upstream_leaves_the_menu():
+    """An open upstream hides all its tools, including ones never called yet."""
+    from otel_breaker import upstream
+    from otel_breaker.menu import hidden_names, is_hidden, open_tools, visible_tools
+
+    set_settings(load_settings({"OTEL_BREAKER_HIDE_OPEN_TOOLS": "true", "OTEL_BREAKER_UPSTREAMS": "serp=web_*"}))
+    assert not open_tools()
+    upstream.breaker_of(default_registry(), "serp").force_open(60)
+    tools = ["web_search", "web_news", "calculator"]
+    assert visible_tools(tools, str) == ["calculator"]
+    assert hidden_names(tools) == {"web_search", "web_news"}
+    assert is_hidden("web_search") and not is_hidden("calculator")
+    # An MCP server's tools (grouped by their source) leave with it.
+    upstream.breaker_of(default_registry(), "files@1.0").force_open(60)
+    assert hidden_names(["read", "write"], source="files@1.0") == {"read", "write"}
+    assert not hidden_names(["read"], source="other@1.0")

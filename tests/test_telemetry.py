@@ -219,8 +219,11 @@ def test_same_named_tools_of_two_sources_are_two_metric_series(otel):
     for _ in range(5):  # the default failure threshold
         with pytest.raises(Down):
             guard.call(ToolCall("search", source="web@2"), fail)
-    points = otel.metrics()["otel_breaker.calls"]
+    points = [p for p in otel.metrics()["otel_breaker.calls"] if p.attributes.get("gen_ai.tool.name") == "search"]
     assert {p.attributes.get("otel_breaker.tool.source") for p in points} == {"docs@1", "web@2"}
+    # Each source is an upstream too: its tools' series say which, and its own breaker has a series.
+    assert {p.attributes.get("otel_breaker.upstream") for p in points} == {"docs@1", "web@2"}
+    assert otel.value("otel_breaker.calls", gen_ai_tool_name="upstream:web@2", otel_breaker_outcome="ignored") == 5
     assert otel.value("otel_breaker.calls", otel_breaker_tool_source="docs@1", otel_breaker_outcome="success") == 1
     assert otel.value("otel_breaker.calls", otel_breaker_tool_source="docs@1", otel_breaker_outcome="failure") == 0
     assert otel.value("otel_breaker.calls", otel_breaker_tool_source="web@2", otel_breaker_outcome="failure") == 5

@@ -216,6 +216,9 @@ def stack(tmp_path_factory):
             "healthy": healthy,
             "agent": agent,
             "tripped_once": once,
+            "upstream": hello["upstream"],
+            "upstream_breaker": "upstream:" + hello["upstream"],
+            "behind_upstream": hello["behind_upstream"],
             "once_open_seen": once_open_seen,
         }
     finally:
@@ -255,7 +258,13 @@ def test_tool_variable_filters_every_query(stack, dashboard, variables):
     """With all tools selected every workload tool may show up; with one, only that one."""
     prometheus = stack["prometheus"]
     values = _variable_sets(stack)[variables]
-    everything = {stack["flaky"], stack["healthy"], stack["tripped_once"]}
+    everything = {
+        stack["flaky"],
+        stack["healthy"],
+        stack["tripped_once"],
+        stack["upstream_breaker"],
+        stack["behind_upstream"],
+    }
     tools = everything if variables == "all" else {stack["flaky"]}
     for where, raw, _target in dashboard_queries(dashboard):
         for series in prometheus.query_range(substitute(raw, values), stack["start"], time.time()):
@@ -271,7 +280,13 @@ def test_state_timeline_shows_open_and_closed(stack, dashboard):
         r["metric"]["gen_ai_tool_name"]: float(r["value"][1])
         for r in prometheus.query(substitute(raw, _variable_sets(stack)["all"]))
     }
-    assert result == {stack["flaky"]: 2.0, stack["healthy"]: 0.0, stack["tripped_once"]: 2.0}
+    assert result == {
+        stack["flaky"]: 2.0,
+        stack["healthy"]: 0.0,
+        stack["tripped_once"]: 2.0,
+        stack["upstream_breaker"]: 2.0,  # the dead upstream: open
+        stack["behind_upstream"]: 0.0,  # its tool: transport failures are the upstream's, not its own
+    }
 
 
 def test_variable_queries_return_values(stack, dashboard):
@@ -323,13 +338,14 @@ def test_stuck_open_expression(stack):
     window = max(1, int(time.time() - stack["once_open_seen"]))
     short = rule["expr"].replace("[10m]", f"[{window}s]").replace("offset 10m", f"offset {window}s")
     result = prometheus.query(short)
-    assert {r["metric"]["gen_ai_tool_name"] for r in result} == {stack["flaky"], stack["tripped_once"]}, result
+    expected = {stack["flaky"], stack["tripped_once"], stack["upstream_breaker"]}
+    assert {r["metric"]["gen_ai_tool_name"] for r in result} == expected, result
     # A window that reaches back to when the once-tripped tool was closed excludes it; the flaky
-    # tool was never seen closed (it opened before the first scrape).
+    # tool and the dead upstream were never seen closed (they opened before the first scrape).
     window = int(time.time() - stack["start"]) + 5
     wide = rule["expr"].replace("[10m]", f"[{window}s]").replace("offset 10m", "offset 1s")
     result = prometheus.query(wide)
-    assert {r["metric"]["gen_ai_tool_name"] for r in result} == {stack["flaky"]}, result
+    assert {r["metric"]["gen_ai_tool_name"] for r in result} == {stack["flaky"], stack["upstream_breaker"]}, result
 
 
 def test_rules_load_and_frequent_openings_alert_fires(stack):

@@ -11,6 +11,9 @@ Two guarded tools share a fake clock (cooldowns pass by advancing it, never by s
   call is a half-open probe that fails and opens the breaker again.
 * ``lookup_weather`` always succeeds; its breaker stays closed.
 * ``fetch_page`` succeeds until the ``trip`` command; then two failures open its breaker once.
+* ``search_news`` runs behind the upstream ``search_api`` (``OTEL_BREAKER_UPSTREAMS``), whose host
+  refuses connections: two transport failures open the upstream's breaker (``upstream:search_api``)
+  at start-up, for the whole run; the tool's own breaker stays closed.
 
 Metrics are exported with the OpenTelemetry SDK ``PrometheusMetricReader`` on
 ``prometheus_client``'s HTTP server. The script prints one JSON line per step on stdout
@@ -32,11 +35,15 @@ from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client import start_http_server
 
 from otel_breaker import CircuitBreakerConfig, CircuitOpenError, guard, telemetry
+from otel_breaker.config import Settings
+from otel_breaker.registry import BreakerRegistry
 from otel_breaker.tokens import Price, TokenEstimator
 
 FLAKY = "search_web"
 HEALTHY = "lookup_weather"
 TRIPPED_ONCE = "fetch_page"
+UPSTREAM = "search_api"
+BEHIND_UPSTREAM = "search_news"
 AGENT = "research_agent"
 MODEL = "example-model"
 RECOVERY_TIMEOUT = 30.0
@@ -107,6 +114,26 @@ def main(argv: list[str] | None = None) -> int:
             raise TimeoutError(f"{url} did not answer")
         return "<html></html>"
 
+    # The upstream's breaker and its tool's come from a registry that knows the grouping.
+    upstream_registry = BreakerRegistry(
+        settings=Settings(
+            defaults=config.with_changes(recovery_timeout=24 * 3600.0), upstreams={UPSTREAM: (BEHIND_UPSTREAM,)}
+        ),
+        clock=clock,
+    )
+
+    @guard(BEHIND_UPSTREAM, registry=upstream_registry)
+    def search_news(query: str) -> str:
+        clock.advance(0.2)
+        raise ConnectionRefusedError(f"[Errno 111] Connection refused: news for {query!r}")
+
+    def upstream_down() -> None:
+        for _ in range(4):
+            try:
+                search_news("otel")
+            except (ConnectionRefusedError, CircuitOpenError):
+                pass
+
     counts = {"openings": 0, "rejected": 0, "failures": 0, "successes": 0}
 
     def state_of(fn) -> str:
@@ -153,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     # calls are rejected, and one failed probe opens it again. Both "to open" transition series
     # (from closed, from half_open) then exist before the first scrape.
     healthy(10)
+    upstream_down()
     fetch_page("https://example.invalid/")
     for _ in range(2):
         call_flaky()
@@ -164,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         flaky=FLAKY,
         healthy=HEALTHY,
         tripped_once=TRIPPED_ONCE,
+        upstream=UPSTREAM,
+        behind_upstream=BEHIND_UPSTREAM,
         agent=AGENT,
         state=state_of(search_web),
         **counts,

@@ -104,8 +104,13 @@ async def test_a_broken_server_opens_its_own_breaker_only(instrument, threshold,
     # Server B's search is another tool: 3 answers out of 3.
     assert b == [("success", f"beta: 3 results for 'q{i}'") for i in range(3)]
 
-    breakers = {(br.name, br.source): br for br in default_registry().breakers()}
     mcp_version = metadata.version("mcp")
+    everything = default_registry().breakers()
+    # Each server also has its upstream breaker: a tool's own errors never open it.
+    upstreams = [br for br in everything if br.name.startswith("upstream:")]
+    assert {br.name for br in upstreams} == {f"upstream:alpha@{mcp_version}", f"upstream:beta@{mcp_version}"}
+    assert all(br.state.value == "closed" for br in upstreams)
+    breakers = {(br.name, br.source): br for br in everything if br not in upstreams}
     alpha, beta = breakers[("search", f"alpha@{mcp_version}")], breakers[("search", f"beta@{mcp_version}")]
     assert alpha.state.value == "open" and beta.state.value == "closed"
     assert set(breakers) == {("search", f"alpha@{mcp_version}"), ("search", f"beta@{mcp_version}")}

@@ -1,0 +1,265 @@
+"""The upstream breaker's place in the call path: admit first, count transport failures.
+
+``Guard.call``/``Guard.acall`` hand a call with an upstream (see ``upstream.py``)
+to :func:`run_sync`/:func:`run_async` here, which wrap the ordinary guarded
+path:
+
+1. the upstream breaker admits the call first. While it is open the call is
+   rejected without a round trip, with a rejection that names the upstream
+   (the tool's own breaker is not consulted and counts nothing). Half-open, it
+   admits one probe at a time, through whichever of its tools is called next;
+2. the tool's own breaker then runs the call as always;
+3. outcomes, decided where the tool is actually called:
+
+   * a transport failure (:func:`otel_breaker.classify.is_transport_error`)
+     counts for the upstream only: the exception is marked so the tool's
+     breaker treats it as neutral. A dead server must not leave every tool
+     with a failure streak once it is back;
+   * any returned value, including a tool's own error result (MCP ``isError``),
+     is a success for the upstream: the server answered. The result is judged
+     by the tool's breaker as always, so a tool's own errors open only that tool;
+   * any other exception (the tool's own error, a cancellation, a mistake of
+     the model) is neutral for the upstream and judged by the tool's breaker;
+   * a call the tool's breaker rejected never reached the upstream: neutral.
+
+A failure of this bookkeeping never fails the call: the call then runs as if
+it had no upstream.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from opentelemetry import trace as trace_api
+from opentelemetry.trace import Status, StatusCode
+
+from otel_breaker import rejection
+from otel_breaker.breaker import REJECTED, SHADOW, CircuitBreaker
+from otel_breaker.classify import FAILURE, IGNORED, SUCCESS, UPSTREAM_MARK, error_type, is_transport_error
+from otel_breaker.sanitize import MAX_ALTERNATIVES, safe_name, sanitize
+from otel_breaker.semconv import ATTR_ERROR_TYPE, ATTR_GUARDED
+from otel_breaker.telemetry import TELEMETRY
+from otel_breaker.toolcall import ToolCall
+from otel_breaker.upstream import upstream_name, upstream_of
+
+logger = logging.getLogger("otel_breaker")
+
+
+class UpstreamRejection(rejection.Rejection):
+    """A call rejected because the upstream its tool runs behind is open."""
+
+    __slots__ = ("tool_breaker", "upstream")
+
+    def __init__(self, breaker: CircuitBreaker, call: ToolCall, tool_breaker: CircuitBreaker) -> None:
+        super().__init__(breaker, call)
+        self.upstream = upstream_name(breaker) or breaker.name
+        self.tool_breaker = tool_breaker
+
+    @property
+    def alternatives(self) -> tuple[str, ...]:
+        """The tool's configured fallbacks that are healthy and not behind the same upstream."""
+        if self._alternatives is None:
+            names = tuple(
+                n for n in self.tool_breaker.config.fallbacks if upstream_of(n, self.call.source) != self.upstream
+            )
+            healthy = rejection.healthy_alternatives(names)[:MAX_ALTERNATIVES]
+            self._alternatives = tuple(safe_name(n) for n in healthy)
+        return self._alternatives
+
+    @property
+    def summary(self) -> str:
+        return (
+            f"Tool '{safe_name(self.call.tool)}' unavailable: upstream '{safe_name(self.upstream)}' "
+            "circuit breaker open - too many recent transport failures"
+        )
+
+    @property
+    def message(self) -> str:
+        tool = safe_name(self.call.tool)
+        state = self.state.value.replace("_", "-")
+        return sanitize(
+            f"Tool '{tool}' is temporarily unavailable: upstream '{safe_name(self.upstream)}', which it runs "
+            f"behind, is unreachable (its circuit breaker is {state} after repeated transport failures), "
+            f"so the call was not made. Every tool of '{safe_name(self.upstream)}' is unavailable until then. "
+            f"{self.remediation}"
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        result = super().as_dict()
+        result["upstream"] = safe_name(self.upstream)
+        return result
+
+
+def _failed(where: str) -> None:
+    logger.debug("otel-breaker: upstream %s failed; the call runs without its upstream breaker", where, exc_info=True)
+
+
+def _admit(upstream: CircuitBreaker) -> Any:
+    try:
+        return upstream.acquire()
+    except Exception:
+        _failed("admission")
+        return None
+
+
+def _record(upstream: CircuitBreaker, permit: Any, outcome: int) -> None:
+    if permit is None:
+        return
+    try:
+        upstream.record(permit, outcome)
+    except Exception:
+        _failed("recording")
+
+
+def _mark(exc: BaseException, upstream: CircuitBreaker) -> None:
+    try:
+        setattr(exc, UPSTREAM_MARK, upstream.name)
+    except Exception:  # an exception class that takes no attributes: the tool counts it too
+        pass
+
+
+def _reject(upstream: CircuitBreaker, breaker: CircuitBreaker, call: ToolCall, adapter: Any) -> tuple[bool, Any]:
+    """A call the open upstream rejects: (run_anyway, value), like the guard's own rejection."""
+    info = UpstreamRejection(upstream, call, breaker)
+    config = breaker.config
+    if config.high_stakes and rejection.escalation_approves(call, info):
+        return True, None
+    span = None
+    try:
+        span = TELEMETRY.start(call, upstream)
+        TELEMETRY.rejected(span, call, upstream, info)
+    except Exception:
+        _failed("reporting a rejection")
+    finally:
+        if span is not None:
+            TELEMETRY.detach(span)
+    if adapter is not None:
+        return False, adapter.rejection(call, info)
+    if config.graceful_degradation:
+        return False, info.as_dict()
+    raise info.error()
+
+
+Runner = Callable[..., Any]
+
+
+def run_sync(
+    upstream: CircuitBreaker,
+    breaker: CircuitBreaker,
+    runner: Runner,
+    fn: Callable[..., Any],
+    args: tuple,
+    kwargs: dict,
+    call: ToolCall,
+    adapter: Any = None,
+) -> Any:
+    """``runner(breaker, fn, ...)`` (the guard's ``run_sync``) behind ``upstream``."""
+    permit = _admit(upstream)
+    if permit == REJECTED:
+        run_anyway, value = _reject(upstream, breaker, call, adapter)
+        if not run_anyway:
+            return value
+        permit = SHADOW
+    reached = [False]
+
+    def through(*a: Any, **kw: Any) -> Any:
+        reached[0] = True
+        try:
+            result = fn(*a, **kw)
+        except BaseException as exc:
+            _settle(upstream, permit, exc)
+            raise
+        _record(upstream, permit, SUCCESS)
+        return result
+
+    try:
+        return runner(breaker, through, args, kwargs, call, adapter)
+    finally:
+        if not reached[0]:
+            _record(upstream, permit, IGNORED)  # rejected by the tool's breaker: nothing learned
+
+
+async def run_async(
+    upstream: CircuitBreaker,
+    breaker: CircuitBreaker,
+    runner: Runner,
+    fn: Callable[..., Any],
+    args: tuple,
+    kwargs: dict,
+    call: ToolCall,
+    adapter: Any = None,
+) -> Any:
+    """``await runner(breaker, fn, ...)`` (the guard's ``run_async``) behind ``upstream``."""
+    shared = getattr(upstream, "aacquire", None) is not None  # a store with an asyncio client
+    permit = await _aadmit(upstream) if shared else _admit(upstream)
+    if permit == REJECTED:
+        run_anyway, value = _reject(upstream, breaker, call, adapter)
+        if not run_anyway:
+            return value
+        permit = SHADOW
+    reached = [False]
+
+    async def through(*a: Any, **kw: Any) -> Any:
+        reached[0] = True
+        try:
+            result = fn(*a, **kw)
+            if inspect.isawaitable(result):
+                result = await result
+        except BaseException as exc:
+            await _arecord(upstream, permit, _settle_outcome(upstream, exc), shared)
+            raise
+        await _arecord(upstream, permit, SUCCESS, shared)
+        return result
+
+    try:
+        return await runner(breaker, through, args, kwargs, call, adapter)
+    finally:
+        if not reached[0]:
+            await _arecord(upstream, permit, IGNORED, shared)
+
+
+def _settle(upstream: CircuitBreaker, permit: Any, exc: BaseException) -> None:
+    _record(upstream, permit, _settle_outcome(upstream, exc))
+
+
+def _settle_outcome(upstream: CircuitBreaker, exc: BaseException) -> int:
+    """An exception from the tool: the upstream's failure when it is a transport one
+    (then marked neutral for the tool), else neutral for the upstream."""
+    if is_transport_error(exc):
+        _mark(exc, upstream)
+        _note_on_span(exc)
+        return FAILURE
+    return IGNORED
+
+
+def _note_on_span(exc: BaseException) -> None:
+    """The tool's span still shows the call failed (``error.type``, status ERROR),
+    though its breaker does not count it: the upstream's breaker did."""
+    try:
+        span = trace_api.get_current_span()
+        if span.is_recording() and getattr(span, "attributes", {}).get(ATTR_GUARDED):
+            span.set_attribute(ATTR_ERROR_TYPE, error_type(exc))
+            span.set_status(Status(StatusCode.ERROR))
+    except Exception:
+        _failed("noting a transport failure on the span")
+
+
+async def _aadmit(upstream: CircuitBreaker) -> Any:
+    try:
+        return await upstream.aacquire()
+    except Exception:
+        _failed("admission")
+        return None
+
+
+async def _arecord(upstream: CircuitBreaker, permit: Any, outcome: int, shared: bool) -> None:
+    if not shared or permit is None:
+        _record(upstream, permit, outcome)
+        return
+    try:
+        await upstream.arecord(permit, outcome)
+    except Exception:
+        _failed("recording")

@@ -1,0 +1,40 @@
+"""An MCP server with 20 tools over stdio, for the upstream-breaker tests.
+
+``tool_00`` .. ``tool_19`` answer ``ok``; ``broken`` always returns an error
+result (``isError``); ``pid`` tells the client which process to kill to make
+the server die.
+"""
+
+import logging
+import os
+
+from mcp.server.mcpserver import MCPServer
+
+logging.disable(logging.ERROR)
+server = MCPServer("twenty-tools", version="1.0.0")
+
+
+def _make(i: int) -> None:
+    @server.tool(name=f"tool_{i:02d}", description=f"Tool number {i}.")
+    def tool(x: int) -> str:
+        return f"ok {i} {x}"
+
+
+for _i in range(20):
+    _make(_i)
+
+
+@server.tool()
+def broken(x: int) -> str:
+    """Fails on its own: the server is fine."""
+    raise RuntimeError("the tool's own error")
+
+
+@server.tool()
+def pid() -> str:
+    """The server's process id."""
+    return str(os.getpid())
+
+
+if __name__ == "__main__":
+    server.run("stdio")
