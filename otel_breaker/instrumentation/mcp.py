@@ -42,6 +42,7 @@ knows how to show it to the model.
 from __future__ import annotations
 
 import contextvars
+import hashlib
 import logging
 import re
 import threading
@@ -88,8 +89,19 @@ _MAX_CONFIRMED = 4096
 
 
 def _bounded_source(text: str) -> str | None:
+    """``text`` printable and at most ``_MAX_SOURCE_CHARS`` long, still telling servers apart.
+
+    A long stdio command (an interpreter's and a script's full paths, then the
+    arguments that pick the server) must not be cut at the end: two servers would
+    share a breaker. Past the limit it keeps the head, the tail and a digest of the whole.
+    """
     text = "".join(ch for ch in text if ch.isprintable())
-    return text[:_MAX_SOURCE_CHARS] or None
+    if len(text) <= _MAX_SOURCE_CHARS:
+        return text or None
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    keep = _MAX_SOURCE_CHARS - len(digest) - 2
+    head = keep // 3
+    return f"{text[:head]}…{text[len(text) - (keep - head) :]}#{digest}"
 
 
 def _transport_identity(client: Any) -> str | None:

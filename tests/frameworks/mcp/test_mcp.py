@@ -221,3 +221,15 @@ async def test_a_tool_called_before_any_listing_still_gets_its_span_and_points(i
     assert spans[0].attributes.get("otel_breaker.tool.source") == "demo-server@1.0.0"
     assert otel.tool_spans("nope") == []
     assert otel.metric_value("otel_breaker.calls", gen_ai_tool_name="healthy") == 2
+
+
+def test_long_server_commands_stay_apart_within_the_bound():
+    """Two stdio servers whose command lines differ only past the bound never share a key."""
+    from otel_breaker.instrumentation.mcp import _MAX_SOURCE_CHARS, _bounded_source
+
+    base = "/opt/" + "deep/" * 40 + "python server.py"
+    alpha, beta = _bounded_source(base + " alpha broken"), _bounded_source(base + " beta")
+    assert alpha != beta
+    assert len(alpha) == len(beta) == _MAX_SOURCE_CHARS
+    assert " alpha broken#" in alpha  # the tail that tells them apart is kept
+    assert _bounded_source("python server.py beta") == "python server.py beta"  # short: unchanged
