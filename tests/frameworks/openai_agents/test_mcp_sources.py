@@ -20,6 +20,7 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 from otel_breaker.breaker import State
 from otel_breaker.config import load_settings, set_settings
 from otel_breaker.registry import default_registry
+from otel_breaker.upstream import upstream_name
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from mcp_search_server import stdio_command
@@ -84,8 +85,12 @@ def test_each_call_is_counted_once_across_function_tool_and_session(instrument):
     instrument("openai_agents", "mcp")
     agent = Agent(name="researcher", instructions="Find products.")
     run(agent, server("catalogue-a", "down"), 1)
-    (breaker,) = default_registry().breakers()
+    tools = [b for b in default_registry().breakers() if upstream_name(b) is None]
+    (breaker,) = tools
     assert (breaker.name, breaker.source, breaker.state) == ("search", "catalogue-a@1.0.0", State.CLOSED)
+    # The server answered (with the tool's own error): its upstream breaker saw a success.
+    (server_breaker,) = [b for b in default_registry().breakers() if upstream_name(b) is not None]
+    assert server_breaker.state is State.CLOSED and server_breaker.stats.failure_count == 0
 
 
 def test_healthy_mcp_servers_answer_the_same_with_and_without_breakers(instrument):
