@@ -369,10 +369,7 @@ def _decorate(breaker: CircuitBreaker, fn: Callable[..., Any]) -> Callable[..., 
         async_guarded.breaker = breaker  # type: ignore[attr-defined]
         return async_guarded
 
-    @functools.wraps(fn)
-    def guarded(*args: Any, **kwargs: Any) -> Any:
-        return breaker.call(fn, *args, **kwargs)
-
+    guarded = functools.wraps(fn)(_breaker_module.decorated(breaker, fn))
     guarded.breaker = breaker  # type: ignore[attr-defined]
     return guarded
 
@@ -382,12 +379,8 @@ def _after_raise(breaker: CircuitBreaker, permit: Any, exc: BaseException) -> No
     _record(breaker, permit, _raised(breaker, None, None, exc)[0])
 
 
-def _quiet_rejection(breaker: CircuitBreaker) -> Any:
-    """The rejection :func:`_reject` answers when nothing watches and no adapter is involved."""
-    return _rejection_result(breaker, None)
-
-
-_breaker_module.install_runner(run_sync, run_async, _decorate, _after_raise, _quiet_rejection)
+# The rejection :func:`_reject` answers when nothing watches and no adapter is involved.
+_breaker_module.install_runner(run_sync, run_async, _decorate, _after_raise, _rejection_result)
 
 
 class Guard:
@@ -497,18 +490,14 @@ def guard(
 
         kept: list[CircuitBreaker | None] = [None]
 
-        @functools.wraps(fn)
-        def guarded(*args: Any, **kwargs: Any) -> Any:
+        def look_up(*args: Any, **kwargs: Any) -> Any:
             # The registry lookup, kept while the registry says it cannot change.
-            breaker = kept[0]
-            if breaker is not None and not breaker.retired and _session_of_context() is None:
-                return breaker.call(fn, *args, **kwargs)
             breaker = guard_.breaker_for(call, config)
             if breaker is None:
                 return fn(*args, **kwargs)
             kept[0] = breaker if _holds_for_good(reg, call, breaker) else None
             return run_sync(breaker, fn, args, kwargs, call)
 
-        return guarded
+        return functools.wraps(fn)(_breaker_module.kept_decorated(kept, fn, _session_of_context, look_up))
 
     return decorate
