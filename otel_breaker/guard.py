@@ -123,7 +123,7 @@ def _result_error(breaker: CircuitBreaker, call: ToolCall | None, result: Any, a
             err = adapter.result_error(call, result)
             if err is not None:
                 return err
-        if result_failed(result, breaker.config):
+        if breaker._config.is_failure_result is not None and result_failed(result, breaker._config):
             return INVALID_RESULT_ERROR_TYPE
     except Exception:
         _bookkeeping_failed("classifying a result")
@@ -410,7 +410,13 @@ class Guard:
         config: CircuitBreakerConfig | None = None,
     ) -> Any:
         """Run ``fn(*args, **kwargs)`` as tool call ``call`` (``config`` for a breaker created now)."""
-        breaker = self.breaker_for(call, config)
+        # breaker_for, inlined: every framework tool call comes this way
+        registry = self._registry if self._registry is not None else default_registry()
+        try:
+            breaker = registry.breaker_for(call, config)
+        except Exception:
+            _bookkeeping_failed("finding a breaker")
+            breaker = None
         if breaker is None:
             return fn(*args, **(kwargs or {}))
         return run_sync(breaker, fn, args, kwargs or {}, call, adapter)
