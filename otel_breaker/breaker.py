@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, NamedTuple
 
 from otel_breaker.classify import FAILURE, IGNORED, SUCCESS
+from otel_breaker.toolcall import ToolCall
 
 logger = logging.getLogger("otel_breaker")
 
@@ -331,6 +332,18 @@ def all_breakers() -> list[CircuitBreaker]:
     return list(_ALL_BREAKERS)
 
 
+class CachedRejection(NamedTuple):
+    """A rejection's graceful result, reused while ``valid_from <= clock() < valid_until``
+    (the whole seconds of ``retry_after`` hold), for the same caller and generation.
+    ``rejection.rejection_result`` fills it; :meth:`CircuitBreaker.call` reads it inline."""
+
+    valid_from: float
+    valid_until: float
+    call: ToolCall | None
+    generation: int
+    result: dict[str, Any]
+
+
 class CircuitBreaker:
     """A per-tool circuit breaker.
 
@@ -388,11 +401,12 @@ class CircuitBreaker:
         self._baseline = (0, 0, 0, 0, 0, 0)
         #: Set when a registry pruned this breaker and folded its counts away.
         self.retired = False
-        #: Free for telemetry to cache per-breaker data (attribute sets).
-        self.telemetry_cache: Any = None
-        #: Free for the call path to cache per-breaker data (default call, rejection).
-        self.call_cache: Any = None
-        self.rejection_cache: Any = None
+        #: Telemetry's attribute sets for this breaker's duration records, by ``error.type``.
+        self.telemetry_cache: dict[str | None, dict[str, Any]] | None = None
+        #: The call path's ToolCall for calls made without one (``breaker.call``, the decorator).
+        self.call_cache: ToolCall | None = None
+        #: The graceful result of a rejection while it stays true (see :class:`CachedRejection`).
+        self.rejection_cache: CachedRejection | None = None
         _ALL_BREAKERS.add(self)
 
     # -- introspection ---------------------------------------------------
@@ -732,15 +746,14 @@ class CircuitBreaker:
         telemetry provider). Anything else takes the guard's full path.
         """
         permit = self._generation  # generation first, then state: as in acquire
-        if (
-            self._state is _CLOSED
-            and self._simple
-            and not self._consecutive
-            and _w1.get(_k1) is None  # nobody watching: unwatched(), inlined
-            and _w2.get(_k2) is None
-            and _w3.get(_k3) is None
-            and _w4.get(_k4) is None
-        ):
+        state = self._state
+        try:
+            # nobody watching: unwatched(), inlined (a subscript, cheaper than .get;
+            # a slot whose name was deleted raises KeyError: the general path then)
+            quiet = _w1[_k1] is None and _w2[_k2] is None and _w3[_k3] is None and _w4[_k4] is None
+        except KeyError:
+            quiet = False
+        if state is _CLOSED and quiet and self._simple and not self._consecutive:
             next(self._request_counter)
             try:
                 result = fn(*args, **kwargs)
@@ -752,19 +765,22 @@ class CircuitBreaker:
             else:
                 self.record(permit, SUCCESS)
             return result
-        if (
-            self._state is _OPEN
-            and self._quiet_rejection
-            and _w1.get(_k1) is None
-            and _w2.get(_k2) is None
-            and _w3.get(_k3) is None
-            and _w4.get(_k4) is None
-            and self._clock() < self._open_until
-        ):
-            # acquire's open branch; the graceful result comes from the guard's one cache.
-            next(self._request_counter)
-            next(self._rejected_open_counter)
-            return _rejection(self)
+        if state is _OPEN and quiet and self._quiet_rejection:
+            now = self._clock()
+            if now < self._open_until:
+                # acquire's open branch; the graceful result from the guard's one cache
+                # (its check inlined: valid while the generation and whole seconds hold).
+                next(self._request_counter)
+                next(self._rejected_open_counter)
+                cached = self.rejection_cache
+                if (
+                    cached is not None
+                    and cached[0] <= now < cached[1]
+                    and cached[2] is None
+                    and cached[3] == self._generation
+                ):
+                    return cached[4].copy()
+                return _rejection(self, None)
         return _run_sync(self, fn, args, kwargs)
 
     async def acall(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
@@ -774,6 +790,77 @@ class CircuitBreaker:
     def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Use the breaker as a decorator on sync and async functions."""
         return _decorate(self, fn)
+
+
+def decorated(breaker: CircuitBreaker, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` behind ``breaker``: the decorator's wrapper.
+
+    :meth:`CircuitBreaker.call`'s quick path inline, so a healthy call does not
+    pay for handing ``*args, **kwargs`` on to ``call``; every other case (a
+    watcher, a streak, a timeout, not closed) goes through ``call`` itself.
+    """
+
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        permit = breaker._generation  # generation first, then state: as in acquire
+        try:
+            quiet = _w1[_k1] is None and _w2[_k2] is None and _w3[_k3] is None and _w4[_k4] is None
+        except KeyError:
+            quiet = False
+        if quiet and breaker._state is _CLOSED and breaker._simple and not breaker._consecutive:
+            next(breaker._request_counter)
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as exc:
+                _after_raise(breaker, permit, exc)
+                raise
+            if permit == breaker._generation and not breaker._consecutive:
+                next(breaker._success_counter)
+            else:
+                breaker.record(permit, SUCCESS)
+            return result
+        return breaker.call(fn, *args, **kwargs)
+
+    return guarded
+
+
+def kept_decorated(
+    kept: list[CircuitBreaker | None],
+    fn: Callable[..., Any],
+    session_of: Callable[[], str | None],
+    look_up: Callable[..., Any],
+) -> Callable[..., Any]:
+    """``fn`` behind the breaker in ``kept[0]``: ``@guard``'s wrapper.
+
+    While the kept breaker is there, not retired (a cleared or pruned registry
+    retires it) and no session scope is active, a healthy call takes
+    :func:`decorated`'s inline quick path; otherwise ``look_up(*args, **kwargs)``
+    asks the registry (and decides whether to keep its answer).
+    """
+
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        breaker = kept[0]
+        if breaker is None or breaker.retired or session_of() is not None:
+            return look_up(*args, **kwargs)
+        permit = breaker._generation
+        try:
+            quiet = _w1[_k1] is None and _w2[_k2] is None and _w3[_k3] is None and _w4[_k4] is None
+        except KeyError:
+            quiet = False
+        if quiet and breaker._state is _CLOSED and breaker._simple and not breaker._consecutive:
+            next(breaker._request_counter)
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as exc:
+                _after_raise(breaker, permit, exc)
+                raise
+            if permit == breaker._generation and not breaker._consecutive:
+                next(breaker._success_counter)
+            else:
+                breaker.record(permit, SUCCESS)
+            return result
+        return breaker.call(fn, *args, **kwargs)
+
+    return guarded
 
 
 def _reinit_after_fork() -> None:
@@ -805,8 +892,8 @@ _run_async: Callable[..., Any] = _not_loaded
 _decorate: Callable[..., Any] = _not_loaded
 #: ``_after_raise(breaker, permit, exc)``: classify and record a call that raised.
 _after_raise: Callable[[CircuitBreaker, Any, BaseException], None] = _not_loaded
-#: ``_rejection(breaker)``: the graceful result of a call the open breaker rejected.
-_rejection: Callable[[CircuitBreaker], Any] = _not_loaded
+#: ``_rejection(breaker, call)``: the graceful result of a call the open breaker rejected.
+_rejection: Callable[[CircuitBreaker, ToolCall | None], dict[str, Any]] = _not_loaded
 
 
 def install_runner(
@@ -814,7 +901,7 @@ def install_runner(
     run_async: Callable[..., Any],
     decorate: Callable[..., Any],
     after_raise: Callable[[CircuitBreaker, Any, BaseException], None],
-    rejection: Callable[[CircuitBreaker], Any],
+    rejection: Callable[[CircuitBreaker, ToolCall | None], dict[str, Any]],
 ) -> None:
     global _run_sync, _run_async, _decorate, _after_raise, _rejection
     _run_sync, _run_async, _decorate, _after_raise, _rejection = run_sync, run_async, decorate, after_raise, rejection

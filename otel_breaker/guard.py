@@ -126,7 +126,7 @@ def _result_error(breaker: CircuitBreaker, call: ToolCall | None, result: Any, a
             err = adapter.result_error(call, result)
             if err is not None:
                 return err
-        if result_failed(result, breaker.config):
+        if breaker._config.is_failure_result is not None and result_failed(result, breaker._config):
             return INVALID_RESULT_ERROR_TYPE
     except Exception:
         _bookkeeping_failed("classifying a result")
@@ -372,10 +372,7 @@ def _decorate(breaker: CircuitBreaker, fn: Callable[..., Any]) -> Callable[..., 
         async_guarded.breaker = breaker  # type: ignore[attr-defined]
         return async_guarded
 
-    @functools.wraps(fn)
-    def guarded(*args: Any, **kwargs: Any) -> Any:
-        return breaker.call(fn, *args, **kwargs)
-
+    guarded = functools.wraps(fn)(_breaker_module.decorated(breaker, fn))
     guarded.breaker = breaker  # type: ignore[attr-defined]
     return guarded
 
@@ -385,12 +382,8 @@ def _after_raise(breaker: CircuitBreaker, permit: Any, exc: BaseException) -> No
     _record(breaker, permit, _raised(breaker, None, None, exc)[0])
 
 
-def _quiet_rejection(breaker: CircuitBreaker) -> Any:
-    """The rejection :func:`_reject` answers when nothing watches and no adapter is involved."""
-    return _rejection_result(breaker, None)
-
-
-_breaker_module.install_runner(run_sync, run_async, _decorate, _after_raise, _quiet_rejection)
+# The rejection :func:`_reject` answers when nothing watches and no adapter is involved.
+_breaker_module.install_runner(run_sync, run_async, _decorate, _after_raise, _rejection_result)
 
 
 class Guard:
@@ -420,7 +413,13 @@ class Guard:
         config: CircuitBreakerConfig | None = None,
     ) -> Any:
         """Run ``fn(*args, **kwargs)`` as tool call ``call`` (``config`` for a breaker created now)."""
-        breaker = self.breaker_for(call, config)
+        # breaker_for, inlined: every framework tool call comes this way
+        registry = self._registry if self._registry is not None else default_registry()
+        try:
+            breaker = registry.breaker_for(call, config)
+        except Exception:
+            _bookkeeping_failed("finding a breaker")
+            breaker = None
         if breaker is None:
             return fn(*args, **(kwargs or {}))
         # Upstream breaker (upstream_gate.py): admitted first, counts transport failures.
@@ -508,18 +507,9 @@ def guard(
 
         kept: list[Any] = [None, None]
 
-        @functools.wraps(fn)
-        def guarded(*args: Any, **kwargs: Any) -> Any:
+        def look_up(*args: Any, **kwargs: Any) -> Any:
             # The registry lookup, kept while the registry says it cannot change
             # (and the settings that could put the tool behind an upstream stay the same).
-            breaker = kept[0]
-            if (
-                breaker is not None
-                and not breaker.retired
-                and _config._settings is kept[1]
-                and _session_of_context() is None
-            ):
-                return breaker.call(fn, *args, **kwargs)
             breaker = guard_.breaker_for(call, config)
             if breaker is None:
                 return fn(*args, **kwargs)
@@ -532,6 +522,11 @@ def guard(
             kept[1] = _config._settings
             return run_sync(breaker, fn, args, kwargs, call)
 
-        return guarded
+        def must_look_up() -> Any:
+            """Non-None when the kept breaker may no longer be the answer: a session
+            scope is active, or the settings (upstream groups) were replaced."""
+            return True if _config._settings is not kept[1] else _session_of_context()
+
+        return functools.wraps(fn)(_breaker_module.kept_decorated(kept, fn, must_look_up, look_up))
 
     return decorate

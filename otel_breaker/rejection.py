@@ -13,7 +13,14 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from otel_breaker.breaker import CircuitOpenError, State, StateChange, add_follow_listener, add_global_listener
+from otel_breaker.breaker import (
+    CachedRejection,
+    CircuitOpenError,
+    State,
+    StateChange,
+    add_follow_listener,
+    add_global_listener,
+)
 from otel_breaker.sanitize import MAX_ALTERNATIVES, optional_name, safe_name, sanitize
 from otel_breaker.toolcall import ToolCall
 
@@ -148,7 +155,7 @@ def rejection_result(breaker: CircuitBreaker, call: ToolCall | None) -> dict[str
         epoch = _fallback_epoch[0]
     result = info.as_dict()
     if not fallbacks or epoch == _fallback_epoch[0]:
-        breaker.rejection_cache = (valid[0], valid[1], call, generation, result)
+        breaker.rejection_cache = CachedRejection(valid[0], valid[1], call, generation, result)
     return result.copy()
 
 

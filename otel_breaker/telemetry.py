@@ -189,12 +189,17 @@ def _log_record(name: str, severity: tuple[SeverityNumber, str], attributes: dic
     )
 
 
+# ``State.X.value`` is an enum property (slow on a per-call path): the texts, read once.
+_STATE_TEXT: dict[State, str] = {state: state.value for state in State}
+_CLOSED_TEXT, _OPEN_TEXT, _HALF_OPEN_TEXT = State.CLOSED.value, State.OPEN.value, State.HALF_OPEN.value
+
+
 def _admitted_state(permit: Any) -> str:
     if isinstance(permit, tuple):
-        return State.HALF_OPEN.value
+        return _HALF_OPEN_TEXT
     if permit == SHADOW:
-        return State.OPEN.value
-    return State.CLOSED.value
+        return _OPEN_TEXT
+    return _CLOSED_TEXT
 
 
 def _global_provider_slots() -> tuple[Mapping[str, Any], Mapping[str, Any], Mapping[str, Any]]:
@@ -484,7 +489,7 @@ class Telemetry:
             return None
         # The state before admission is nearly always the admitted one: set it now, in
         # one go with the rest, and correct it in finish() in the rare other case.
-        state = breaker._state.value
+        state = _STATE_TEXT[breaker._state]
         attributes = {
             ATTR_OPERATION: OPERATION,
             ATTR_TOOL: bounded(call.tool),

@@ -84,6 +84,66 @@ def test_guard_per_agent():
     assert search_second() == "fine"
 
 
+def test_guard_keeps_no_retired_breaker_after_the_registry_is_cleared():
+    """The inline closed path of ``@guard`` follows the registry: after a clear the
+    next call counts on the new breaker, not on the one it kept."""
+
+    @guard("lookup")
+    def lookup(x):
+        return x
+
+    assert lookup(1) == 1 and lookup(2) == 2
+    first = get_circuit_breaker("lookup")
+    assert first.stats.success_count == 2
+    default_registry().clear()
+    assert first.retired
+    assert lookup(3) == 3
+    second = get_circuit_breaker("lookup")
+    assert second is not first and second.stats.success_count == 1
+
+
+def test_decorated_closed_path_is_watched_once_telemetry_is_on():
+    """Decorated functions called before telemetry existed: once a provider is
+    there, their calls take the full path and get their span."""
+    from otel_support import Otel
+
+    breaker = CircuitBreaker("lookup")
+    lookup = breaker(lambda x: x)
+
+    @guard("kept")
+    def kept(x):
+        return x
+
+    assert kept(1) == 1 and lookup(1) == 1  # the registry breaker is kept from here on
+    otel = Otel()
+    assert lookup(2) == 2 and kept(2) == 2
+    assert [s.attributes["gen_ai.tool.name"] for s in otel.tool_spans()] == ["lookup", "kept"]
+    assert breaker.stats.success_count == 2
+
+
+def test_decorated_closed_path_follows_a_new_timeout_and_a_failure_streak(clock):
+    breaker = CircuitBreaker("slow", CircuitBreakerConfig(failure_threshold=2), clock=clock)
+    calls = []
+
+    @breaker
+    def slow(fail=False):
+        calls.append(fail)
+        clock.advance(5)
+        if fail:
+            raise Down
+        return "ok"
+
+    with pytest.raises(Down):
+        slow(True)
+    assert slow() == "ok"  # the streak is cleared by a success on the full path
+    breaker.configure(CircuitBreakerConfig(failure_threshold=2, timeout=1))
+    assert slow() == "ok"  # ran past the timeout: counted as a failure
+    assert slow() == "ok"
+    assert breaker.state is State.OPEN
+    assert slow()["circuit_open"] is True
+    assert len(calls) == 4
+
+
 def test_guard_inside_a_session_scope():
     @guard("search", config=CircuitBreakerConfig(failure_threshold=1))
     def search(fail):

@@ -13,8 +13,10 @@ function ``_handle_tool_error`` is wrapped to notice that. Argument
 validation errors are the model's mistake, not the tool's, and are never
 counted: handled ones (``_handle_validation_error``) and also unhandled ones,
 which leave ``run`` and which LangGraph's ``ToolNode`` turns into an error
-message for the model; ``_to_args_and_kwargs``, where arguments are parsed,
-is wrapped to tell them apart from a validation error raised by the tool body.
+message for the model. An unhandled one is told apart from a validation
+error raised by the tool body by where it was raised: its traceback passes
+through ``_to_args_and_kwargs``/``_parse_input``, where langchain-core parses the
+arguments (read only for a call that raised: nothing is added to a healthy call).
 
 MCP tools (langchain-mcp-adapters): a tool made from an MCP server's tool
 carries that server's identity as ``ToolCall.source`` (see ``langchain_mcp``),
@@ -80,8 +82,8 @@ _DEFAULT_GRAPH_NAME = "LangGraph"
 
 logger = logging.getLogger("otel_breaker")
 
-# Errors seen inside the ``run``/``arun`` call of this context: a list of
-# ("tool" | "validation" | "arguments", error type name or exception id), or None outside a call.
+# Errors handled inside the ``run``/``arun`` call of this context: a list of
+# ("tool" | "validation", error type name), or None outside a call.
 _handled: contextvars.ContextVar[list[tuple[str, str]] | None] = contextvars.ContextVar(
     "otel_breaker_langchain_handled", default=None
 )
@@ -130,7 +132,6 @@ class LangChainAdapter(SpecAdapter):
             *super().targets(),
             PatchTarget(_MODULE, "_handle_tool_error", self._note("tool")),
             PatchTarget(_MODULE, "_handle_validation_error", self._note("validation")),
-            PatchTarget(_MODULE, "BaseTool._to_args_and_kwargs", self._parse_arguments),
             # Graph names, for the agent a tool call belongs to.
             PatchTarget(_GRAPH_MODULE, "Pregel.stream", self._graph_run),
             PatchTarget(_GRAPH_MODULE, "Pregel.astream", self._graph_run),
@@ -191,16 +192,6 @@ class LangChainAdapter(SpecAdapter):
 
         return note
 
-    def _parse_arguments(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        """Arguments the model sent that do not fit the tool's schema: its mistake."""
-        try:
-            return wrapped(*args, **kwargs)
-        except Exception as exc:
-            seen = _handled.get()
-            if seen is not None:
-                seen.append(("arguments", str(id(exc))))
-            raise
-
     def _graph_run(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         """``Pregel.stream``/``astream``: the run's config carries this graph's name
         (or none, for an unnamed graph) to the tools it calls."""
@@ -213,11 +204,10 @@ class LangChainAdapter(SpecAdapter):
     # -- outcomes ------------------------------------------------------------------------------
 
     def exception_hint(self, call: ToolCall, exc: BaseException) -> str | None:
-        seen = _handled.get() or ()
-        return MISTAKE if ("arguments", str(id(exc))) in seen else None
+        return MISTAKE if _raised_parsing_arguments(exc) else None
 
     def result_error(self, call: ToolCall, result: Any) -> str | None:
-        seen = [entry for entry in (_handled.get() or ()) if entry[0] != "arguments"]
+        seen = _handled.get()
         if seen:
             kind, error = seen[-1]
             return error if kind == "tool" else None
@@ -263,6 +253,29 @@ class LangChainAdapter(SpecAdapter):
         if messages is None:
             return None
         return ((messages, *args[1:]), kwargs) if args else (args, {**kwargs, "input": messages})
+
+
+# Where langchain-core parses a call's arguments, and where it enters the tool body.
+_PARSING_FRAMES = frozenset({"_to_args_and_kwargs", "_parse_input"})
+_BODY_FRAMES = frozenset({"_run", "_arun"})
+
+
+def _raised_parsing_arguments(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised while langchain-core parsed the model's arguments,
+    not by the tool body: going down its traceback (``run`` re-raises the exception
+    object, which keeps the frames it was first raised through), the first of
+    langchain-core's tool frames that parses arguments or enters a body is a
+    parsing one. (A tool whose body calls another tool with bad arguments has failed.)"""
+    tb = exc.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        name = frame.f_code.co_name
+        if (name in _PARSING_FRAMES or name in _BODY_FRAMES) and str(frame.f_globals.get("__name__", "")).startswith(
+            "langchain_core.tools"
+        ):
+            return name in _PARSING_FRAMES
+        tb = tb.tb_next
+    return False
 
 
 def _with_graph_name(graph: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:

@@ -105,6 +105,30 @@ def test_validation_error_raised_by_the_tool_body_is_a_failure(instrument, otel)
     assert isinstance(out, ToolMessage) and UNAVAILABLE in out.content
 
 
+def test_a_tool_body_calling_another_tool_with_bad_arguments_has_failed(instrument, otel):
+    """The arguments the model sent are fine; the body's own call of another tool
+    is not: the outer tool failed (the inner one saw a caller's mistake)."""
+    from pydantic import ValidationError
+
+    add, runs = make_add()
+
+    @tool
+    def total(numbers: str) -> int:
+        """Adds two comma-separated numbers."""
+        a, b = numbers.split(",")
+        return add.invoke({"a": a, "b": b})
+
+    instrument("langchain")
+    assert total.invoke({"numbers": "1,2"}) == 3
+    for i in range(3):
+        with pytest.raises(ValidationError):
+            total.invoke({"name": "total", "args": {"numbers": "x,1"}, "id": f"t{i}", "type": "tool_call"})
+    out = total.invoke({"name": "total", "args": {"numbers": "1,2"}, "id": "t9", "type": "tool_call"})
+    assert isinstance(out, ToolMessage) and UNAVAILABLE in out.content
+    assert runs["add"] == 1
+    assert otel.metric_value("otel_breaker.calls", gen_ai_tool_name="add", otel_breaker_outcome="failure") == 0
+
+
 def test_unknown_tool_name_creates_no_breaker(instrument, otel):
     add, _ = make_add()
     responses = [call("nope", {}, f"n{i}") for i in range(6)] + [AIMessage("done")]
