@@ -24,7 +24,7 @@ import time
 import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from otel_breaker.classify import FAILURE, IGNORED, SUCCESS
 from otel_breaker.toolcall import ToolCall
@@ -344,11 +344,72 @@ class CachedRejection(NamedTuple):
     result: dict[str, Any]
 
 
+Permit = int | tuple[int, int]
+
+
+class BreakerStorage(Protocol):
+    """Where a breaker's state is shared with other processes (the Redis store).
+
+    Without one (``storage=None``) the state lives in the breaker's own fields:
+    the in-memory storage, the fastest place, with the lock-free closed and open
+    paths. A shared storage keeps the breaker as the one owner of the entry
+    points (``acquire``/``record``, manual control) and runs each decision on the
+    shared state, mirroring the answer into those same fields, so ``stats``,
+    ``state`` and telemetry read one place whatever the storage. Every method
+    that talks to the shared state answers None/False when it is unusable: the
+    breaker then decides with its in-memory state machine, and a tool call never
+    waits on a broken server.
+    """
+
+    #: True when decisions may await an asyncio client (the breaker's ``awaits_store``).
+    awaits: bool
+    #: Half-open with every probe slot held elsewhere (``retry_after`` is then short, not 0).
+    probe_busy: bool
+
+    def configure(self, breaker: CircuitBreaker) -> None:
+        """The breaker's configuration changed (and at creation): the shared rules use it."""
+
+    def acquire(self, breaker: CircuitBreaker) -> Permit | None:
+        """Admission when the mirror is not enough to admit locally; None: decide in memory."""
+
+    async def aacquire(self, breaker: CircuitBreaker) -> Permit | None:
+        """``acquire`` without blocking the event loop on the server."""
+
+    def record(self, breaker: CircuitBreaker, permit: Permit, outcome: int) -> bool:
+        """Every outcome goes to the shared state (other processes count it); False: record in memory."""
+
+    async def arecord(self, breaker: CircuitBreaker, permit: Permit, outcome: int) -> bool:
+        """``record`` without blocking the event loop on the server."""
+
+    def refresh(self, breaker: CircuitBreaker) -> bool:
+        """Read the shared state into the breaker now (the CLI and the failover tests ask)."""
+
+    def force_open(self, breaker: CircuitBreaker, duration: float | None) -> bool:
+        """Manual open for every process sharing the state."""
+
+    def force_close(self, breaker: CircuitBreaker) -> bool:
+        """Manual close for every process sharing the state."""
+
+    def reset(self, breaker: CircuitBreaker) -> bool:
+        """A fresh closed breaker for every process sharing the state."""
+
+    def health_check_passed(self, breaker: CircuitBreaker) -> bool | None:
+        """A passing health check moves the shared open state to half-open; None: unusable."""
+
+    def recent_failure_rate(self, breaker: CircuitBreaker) -> float | None:
+        """The shared window's failure ratio (every process's calls); None: unusable."""
+
+    def close(self, breaker: CircuitBreaker) -> None:
+        """The registry dropped the breaker: stop following the shared state for it."""
+
+
 class CircuitBreaker:
     """A per-tool circuit breaker.
 
     ``call``/``acall`` run a function through it (and it works as a decorator);
     ``acquire``/``record`` are the two halves for code that runs the call itself.
+    ``storage`` shares its state with other processes (see :class:`BreakerStorage`);
+    without one the state lives in this object.
     """
 
     #: Where the tool runs (an MCP server), set by the registry for tools that have one.
@@ -366,6 +427,7 @@ class CircuitBreaker:
         clock: Clock | None = None,
         agent_name: str | None = None,
         session_id: str | None = None,
+        storage: BreakerStorage | None = None,
     ) -> None:
         self.name = name
         self.agent_name = agent_name
@@ -373,6 +435,12 @@ class CircuitBreaker:
         self._config = config or CircuitBreakerConfig()
         self._clock: Clock = clock or time.monotonic
         self._lock = threading.Lock()
+        self._storage = storage
+        # Closed-state admission needs no storage round trip: always in memory; with a
+        # shared storage only while its mirror is known closed, proven healthy and watched.
+        self._local_admit = storage is None
+        if storage is not None:
+            self.awaits_store = storage.awaits
         self._listeners: list[StateListener] = []
         self._state = _CLOSED
         self._generation = 0
@@ -407,16 +475,24 @@ class CircuitBreaker:
         self.call_cache: ToolCall | None = None
         #: The graceful result of a rejection while it stays true (see :class:`CachedRejection`).
         self.rejection_cache: CachedRejection | None = None
+        if storage is not None:
+            storage.configure(self)
         _ALL_BREAKERS.add(self)
 
     # -- introspection ---------------------------------------------------
 
     def __repr__(self) -> str:
-        return f"<CircuitBreaker {self.name!r} {self._state.value}>"
+        shared = "" if self._storage is None else f" {self._storage!r}"
+        return f"<CircuitBreaker {self.name!r} {self._state.value}{shared}>"
 
     @property
     def config(self) -> CircuitBreakerConfig:
         return self._config
+
+    @property
+    def storage(self) -> BreakerStorage | None:
+        """The shared storage this breaker delegates to; None when its state is in memory."""
+        return self._storage
 
     @property
     def clock(self) -> Clock:
@@ -457,7 +533,10 @@ class CircuitBreaker:
     def _retry_after_locked(self, now: float) -> float:
         if self._state is _OPEN:
             return max(0.0, self._open_until - now)
-        if self._state is _HALF_OPEN and len(self._probe_leases) >= self._config.half_open_max_calls:
+        if self._state is _HALF_OPEN and (
+            len(self._probe_leases) >= self._config.half_open_max_calls
+            or (self._storage is not None and self._storage.probe_busy)
+        ):
             return min(1.0, self._config.recovery_timeout)
         return 0.0
 
@@ -497,6 +576,10 @@ class CircuitBreaker:
 
     def recent_failure_rate(self) -> float | None:
         """Failure ratio over ``monitor_window`` when a rate threshold is configured."""
+        if self._storage is not None and self._config.failure_rate_threshold:
+            rate = self._storage.recent_failure_rate(self)
+            if rate is not None:
+                return rate
         if self._window is None:
             return None
         with self._lock:
@@ -516,17 +599,43 @@ class CircuitBreaker:
                 self._window = None
             self._simple = self._quick_path_allowed()
         self._quiet_rejection = self._quiet_rejection_allowed()
+        if self._storage is not None:
+            self._storage.configure(self)
+
+    def close(self) -> None:
+        """Stop following shared state (the registry calls this when it drops a breaker)."""
+        if self._storage is not None:
+            self._storage.close(self)
+
+    def refresh(self) -> State:
+        """Read the shared state now (one round trip with a shared storage) and return the state."""
+        if self._storage is not None:
+            self._storage.refresh(self)
+            return self._state
+        return self.state
 
     def _quiet_rejection_allowed(self) -> bool:
         """Whether :meth:`call` may answer a rejection itself: a graceful result, no
         escalation gate, enforce mode (observe mode runs the call)."""
         c = self._config
-        return self.quick_path and c.graceful_degradation and not c.high_stakes and c.mode == "enforce"
+        return (
+            self.quick_path
+            and self._storage is None
+            and c.graceful_degradation
+            and not c.high_stakes
+            and c.mode == "enforce"
+        )
 
     def _quick_path_allowed(self) -> bool:
         """Whether :meth:`call`'s quick path may decide for this breaker's configuration."""
         c = self._config
-        return self.quick_path and self._window is None and c.timeout is None and c.is_failure_result is None
+        return (
+            self.quick_path
+            and self._storage is None
+            and self._window is None
+            and c.timeout is None
+            and c.is_failure_result is None
+        )
 
     def on_state_change(self, callback: StateListener) -> StateListener:
         """Call ``callback(change)`` after every transition of this breaker.
@@ -547,15 +656,31 @@ class CircuitBreaker:
         """
         permit = self._generation
         state = self._state
-        if state is _CLOSED:
+        if state is _CLOSED and self._local_admit:
             # Lock-free: a transition racing with this read leaves ``permit`` at
             # the older generation, whose outcome then only counts in stats.
             next(self._request_counter)
             return permit
-        if state is _OPEN and self._clock() < self._open_until:
+        storage = self._storage
+        if storage is not None:
+            shared = storage.acquire(self)
+            if shared is not None:
+                return shared
+        elif state is _OPEN and self._clock() < self._open_until:
             next(self._request_counter)
             next(self._rejected_open_counter)
             return SHADOW if self._observe else REJECTED
+        return self._acquire_locked()
+
+    async def aacquire(self) -> int | tuple[int, int]:
+        """``acquire`` that awaits a shared storage's asyncio client instead of blocking."""
+        storage = self._storage
+        if storage is None or (self._state is _CLOSED and self._local_admit):
+            return self.acquire()
+        shared = await storage.aacquire(self)
+        return self._acquire_locked() if shared is None else shared
+
+    def _acquire_locked(self) -> int | tuple[int, int]:
         with self._lock:
             permit, change = self._acquire_slow()
         if change is not None:
@@ -594,12 +719,31 @@ class CircuitBreaker:
     def record(self, permit: int | tuple[int, int], outcome: int) -> None:
         """Report the outcome (``SUCCESS``/``FAILURE``/``IGNORED``) of a call
         that ``acquire`` let through."""
-        if outcome == SUCCESS and permit == self._generation and self._window is None and not self._consecutive:
+        if (
+            outcome == SUCCESS
+            and permit == self._generation
+            and self._window is None
+            and not self._consecutive
+            and self._storage is None
+        ):
             # Closed, current generation, no failure streak to clear: the common
             # case needs no lock. (A failure racing with it takes the lock and
             # reads as having happened after this success.)
             next(self._success_counter)
             return
+        if self._storage is not None and self._storage.record(self, permit, outcome):
+            return
+        self._record_locked(permit, outcome)
+
+    async def arecord(self, permit: int | tuple[int, int], outcome: int) -> None:
+        """``record`` that awaits a shared storage's asyncio client instead of blocking."""
+        storage = self._storage
+        if storage is None:
+            self.record(permit, outcome)
+        elif not await storage.arecord(self, permit, outcome):
+            self._record_locked(permit, outcome)
+
+    def _record_locked(self, permit: int | tuple[int, int], outcome: int) -> None:
         with self._lock:
             change = self._record_slow(permit, outcome)
         if change is not None:
@@ -688,10 +832,14 @@ class CircuitBreaker:
 
     def force_open(self, duration: float | None = None) -> None:
         """Open now. Stays open until ``force_close``/``reset`` unless ``duration`` is given."""
+        if self._storage is not None and self._storage.force_open(self, duration):
+            return
         self._change(lambda now: self._open(now, "manual", math.inf if duration is None else now + duration))
 
     def force_close(self) -> None:
         """Close now, clearing the failure streak."""
+        if self._storage is not None and self._storage.force_close(self):
+            return
         self._change(lambda now: self._transition(_CLOSED, "manual", now))
 
     def reset(self) -> None:
@@ -700,7 +848,7 @@ class CircuitBreaker:
         Telemetry counters stay monotonic (they read lifetime counts).
         """
 
-        def apply(now: float) -> StateChange | None:
+        def baseline() -> None:
             self._baseline = (
                 self._successes,
                 self._failures,
@@ -709,6 +857,15 @@ class CircuitBreaker:
                 self._rejected_open + self._rejected_half_open,
                 self._opened_count,
             )
+
+        if self._storage is not None:
+            with self._lock:
+                baseline()
+            if self._storage.reset(self):
+                return
+
+        def apply(now: float) -> StateChange | None:
+            baseline()
             change = self._transition(_CLOSED, "reset", now)
             self._last_change = None if change is None else now
             return change
@@ -720,6 +877,10 @@ class CircuitBreaker:
 
         Returns True when it did. A manually forced open breaker stays open.
         """
+        if self._storage is not None:
+            shared = self._storage.health_check_passed(self)
+            if shared is not None:
+                return shared
         moved = False
 
         def apply(now: float) -> StateChange | None:

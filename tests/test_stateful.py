@@ -3,14 +3,18 @@ against a small independent model of the state machine.
 
 The machine runs once per way a call reaches a breaker: ``acquire``/``record``,
 ``breaker.call``, ``@guard`` on a sync and on an async function (through a
-registry, as users write it), so no path can drift from the model. Held probes
-(calls still in flight) always use ``acquire``/``record`` on the same breaker.
+registry, as users write it), and ``acquire``/``record`` on a breaker whose state
+lives in Redis (when one answers on 127.0.0.1:6379), so no path and no storage
+can drift from the model. Held probes (calls still in flight) always use
+``acquire``/``record`` on the same breaker.
 """
 
 from __future__ import annotations
 
 import asyncio
+import uuid
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
@@ -245,6 +249,48 @@ class GuardAsyncMachine(GuardSyncMachine):
         return asyncio.run(self.guarded())
 
 
+REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+def _redis_store():
+    """The Redis store the machine shares across examples, or None when Redis does not answer."""
+    try:
+        from otel_breaker.store.redis import RedisStore
+
+        # watch=False: every decision is a script run, none is a local shortcut the
+        # change feed would license. cautious=False: the model has no pending calls.
+        store = RedisStore.from_url(REDIS_URL, cautious=False, watch=False, socket_timeout=5.0, prefix="stateful")
+    except Exception:
+        return None
+    try:
+        store.check()
+    except Exception:
+        store.close()
+        return None
+    return store
+
+
+_REDIS = _redis_store()
+
+
+class RedisStoreMachine(BreakerMachine):
+    """``acquire``/``record`` on a breaker delegating to the Redis storage, whose script
+    runs on the model's clock (``RedisStorage.use_clock``) instead of the server's."""
+
+    def make_breaker(self, config: CircuitBreakerConfig) -> CircuitBreaker:
+        assert _REDIS is not None
+        breaker = _REDIS.create(f"tool-{uuid.uuid4().hex[:12]}", config, clock=lambda: self.now)
+        breaker.storage.use_clock(lambda: self.now)
+        self.shared = breaker
+        return breaker
+
+    def teardown(self) -> None:
+        shared = getattr(self, "shared", None)
+        if shared is not None:
+            _REDIS.client.delete(*shared.storage.keys)
+            shared.close()
+
+
 _SETTINGS = settings(max_examples=300, stateful_step_count=60, deadline=None)
 _FEWER = settings(max_examples=100, stateful_step_count=60, deadline=None)
 
@@ -256,3 +302,7 @@ TestGuardSync = GuardSyncMachine.TestCase
 TestGuardSync.settings = _FEWER
 TestGuardAsync = GuardAsyncMachine.TestCase
 TestGuardAsync.settings = _FEWER
+TestRedisStore = pytest.mark.skipif(_REDIS is None, reason=f"no Redis answers on {REDIS_URL}")(
+    RedisStoreMachine.TestCase
+)
+TestRedisStore.settings = _FEWER

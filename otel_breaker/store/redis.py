@@ -9,7 +9,8 @@ any Cluster node works (the store asks ``INFO cluster`` once and then uses
 or an asyncio client.
 
 The parts live in their own modules: ``redis_setup`` (URLs and clients),
-``redis_breaker`` (the breaker), ``redis_store`` (the store), ``redis_feed``
+``redis_storage`` (the storage a ``CircuitBreaker`` delegates to: the
+script's calls and the local mirror), ``redis_store`` (the store), ``redis_feed``
 (the change feed) and ``redis_admin`` (what the command line reads); this
 module keeps the public names in one place.
 
@@ -52,13 +53,6 @@ Keys (all one breaker's keys share a hash tag, so Cluster keeps them in one slot
 
 from __future__ import annotations
 
-from otel_breaker.store.redis_breaker import (
-    AGENT_TTL,
-    DEFAULT_LEASE_SECONDS,
-    SESSION_TTL,
-    TOOL_TTL,
-    RedisCircuitBreaker,
-)
 from otel_breaker.store.redis_setup import (
     DEFAULT_PREFIX,
     DEFAULT_SOCKET_TIMEOUT,
@@ -66,6 +60,13 @@ from otel_breaker.store.redis_setup import (
     describe_error,
     mask_url,
     parse_url,
+)
+from otel_breaker.store.redis_storage import (
+    AGENT_TTL,
+    DEFAULT_LEASE_SECONDS,
+    SESSION_TTL,
+    TOOL_TTL,
+    RedisStorage,
 )
 from otel_breaker.store.redis_store import REJOIN_INTERVAL, SCRIPT, RedisStore
 
@@ -78,7 +79,7 @@ __all__ = [
     "SCRIPT",
     "SESSION_TTL",
     "TOOL_TTL",
-    "RedisCircuitBreaker",
+    "RedisStorage",
     "RedisStore",
     "StoreError",
     "describe_error",

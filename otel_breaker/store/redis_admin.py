@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from otel_breaker.breaker import State
-from otel_breaker.store.redis_breaker import STATES, RedisCircuitBreaker, text
+from otel_breaker.breaker import CircuitBreaker, State
 from otel_breaker.store.redis_setup import is_cluster_client
+from otel_breaker.store.redis_storage import AGENT_TTL, SESSION_TTL, STATES, TOOL_TTL, RedisStorage, text
 
 if TYPE_CHECKING:
     from otel_breaker.store.redis_store import RedisStore
@@ -20,8 +20,10 @@ def control(
     store: RedisStore, key: str, op: str, *extra: Any, tool: str = "", agent: str = "", session: str = ""
 ) -> None:
     """Run a manual operation (``open``/``close``/``reset``) on the breaker stored at ``key``."""
-    breaker = RedisCircuitBreaker.detached(store, key, tool, agent, session)
-    store._eval(breaker._keys, op, breaker._args, extra)
+    storage = RedisStorage(store, key, SESSION_TTL if session else (AGENT_TTL if agent else TOOL_TTL))
+    # A breaker the store does not follow: it only supplies the script's arguments.
+    storage.configure(CircuitBreaker(tool or key, None, agent_name=agent or None, session_id=session or None))
+    store._eval(storage.keys, op, storage.args, extra)
 
 
 def scan_keys(client: Any, pattern: str) -> list[str]:

@@ -28,8 +28,8 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
-from otel_breaker.store.redis_breaker import STATES, text
 from otel_breaker.store.redis_setup import SENTINEL, is_cluster_client
+from otel_breaker.store.redis_storage import STATES, text
 
 if TYPE_CHECKING:
     from otel_breaker.store.redis_store import RedisStore
@@ -143,6 +143,6 @@ class ChangeFeed:
                 return
             state = STATES[int(st)]
             for breaker in list(group):
-                breaker._on_published(int(ver), int(gen), state, int(retry), int(cf), free == "1")
+                breaker.storage.follow(breaker, int(ver), int(gen), state, int(retry), int(cf), free == "1")
         except Exception:
             logger.debug("otel-breaker: ignoring a malformed change message %r", data, exc_info=True)

@@ -10,13 +10,21 @@
 -- Reply: {result, token, state, generation, retry ms, consecutive failures, free,
 --         version, transition from (-1: none), reason, window calls, window failures}
 -- result: 0 admitted, 1 admitted as a pending call (token), 2 probe (token = lease), -1 rejected.
+-- Time is the server's TIME; an op written "acquire@<ms>" runs at <ms> instead (tests only:
+-- a reference model drives cooldowns from its fake clock).
 if ARGV[1] == 'ping' then
   return 1
 end
 local H, L, P = KEYS[1], KEYS[2], KEYS[3]
-local op = ARGV[1]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local op, at = string.match(ARGV[1], '^(%a+)@(%-?%d+)$')
+local now
+if op then
+  now = tonumber(at)
+else
+  op = ARGV[1]
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
 local ttl = tonumber(ARGV[3])
 local threshold = tonumber(ARGV[4])
 local success_threshold = tonumber(ARGV[5])

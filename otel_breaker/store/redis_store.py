@@ -13,9 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from typing import Any
 
-from otel_breaker.breaker import CircuitBreakerConfig, Clock
+from otel_breaker.breaker import CircuitBreaker, CircuitBreakerConfig, Clock
 from otel_breaker.store import redis_admin
-from otel_breaker.store.redis_breaker import AGENT_TTL, SESSION_TTL, TOOL_TTL, RedisCircuitBreaker
 from otel_breaker.store.redis_feed import ChangeFeed
 from otel_breaker.store.redis_setup import (
     AUTO,
@@ -28,6 +27,7 @@ from otel_breaker.store.redis_setup import (
     parse_url,
     require_redis,
 )
+from otel_breaker.store.redis_storage import AGENT_TTL, SESSION_TTL, TOOL_TTL, RedisStorage
 from otel_breaker.words import parse_switch
 
 logger = logging.getLogger("otel_breaker")
@@ -89,7 +89,7 @@ class RedisStore:
         self._retry_at = 0.0
         self._lock = threading.Lock()
         self._watch_epoch = 0
-        self._breakers: dict[str, weakref.WeakSet[RedisCircuitBreaker]] = {}
+        self._breakers: dict[str, weakref.WeakSet[CircuitBreaker]] = {}
         self._watch = watch
         self._feed = ChangeFeed(self)
         self._script: Any = None
@@ -172,7 +172,7 @@ class RedisStore:
         clock: Clock | None = None,
         agent_name: str | None = None,
         session_id: str | None = None,
-    ) -> RedisCircuitBreaker:
+    ) -> CircuitBreaker:
         if session_id is not None:
             ttl = SESSION_TTL
         elif agent_name and self.per_agent:
@@ -180,25 +180,27 @@ class RedisStore:
         else:
             ttl = TOOL_TTL
         redis_key = self.key_for(key, agent_name, session_id)
-        breaker = RedisCircuitBreaker(
-            self, redis_key, key, config, clock=clock, agent_name=agent_name, session_id=session_id, ttl=ttl
+        storage = RedisStorage(self, redis_key, ttl)
+        breaker = CircuitBreaker(
+            key, config, clock=clock, agent_name=agent_name, session_id=session_id, storage=storage
         )
         with self._lock:
             self._breakers.setdefault(redis_key, weakref.WeakSet()).add(breaker)
         self._start_watching()
         return breaker
 
-    def breakers(self) -> list[RedisCircuitBreaker]:
+    def breakers(self) -> list[CircuitBreaker]:
         with self._lock:
             return [b for group in self._breakers.values() for b in group]
 
-    def _forget(self, breaker: RedisCircuitBreaker) -> None:
+    def _forget(self, breaker: CircuitBreaker) -> None:
+        key = breaker.storage.key  # type: ignore[union-attr]
         with self._lock:
-            group = self._breakers.get(breaker.key)
+            group = self._breakers.get(key)
             if group is not None:
                 group.discard(breaker)
                 if not group:
-                    del self._breakers[breaker.key]
+                    del self._breakers[key]
 
     # -- talking to Redis ------------------------------------------------------------
 
@@ -280,8 +282,7 @@ class RedisStore:
     def _invalidate(self) -> None:
         """Local decisions are no longer safe (a feed gap or an outage): every breaker asks Redis next time."""
         for breaker in self.breakers():
-            breaker._free = False
-            breaker._stale = True
+            breaker.storage.invalidate(breaker)  # type: ignore[union-attr]
 
     # -- following other workers' changes ---------------------------------------------------
 

@@ -106,6 +106,6 @@ def test_redis_down_at_start_up_is_joined_when_it_comes_up(make_server):
         assert store.degraded and store.error_count == 1
         server.start()
         wait_for(lambda: breaker.call(ok) == "ok" and not store.degraded, what="the store to join")
-        assert server.client().exists(breaker.key) == 1
+        assert server.client().exists(breaker.storage.key) == 1
     finally:
         store.close()

@@ -16,7 +16,7 @@ from otel_breaker.classify import FAILURE, IGNORED, SUCCESS
 from otel_breaker.config import Settings
 from otel_breaker.registry import BreakerRegistry
 from otel_breaker.store import store_from_url
-from otel_breaker.store.redis import RedisCircuitBreaker, RedisStore
+from otel_breaker.store.redis import RedisStorage, RedisStore
 from otel_breaker.toolcall import ToolCall
 from tests.store.conftest import wait_for, wait_watching
 
@@ -54,7 +54,7 @@ def transitions():
 
 def test_opens_after_threshold_and_rejects_without_running_the_tool(make_store, transitions):
     breaker = make_store().create("search", CircuitBreakerConfig(failure_threshold=3, recovery_timeout=30))
-    assert isinstance(breaker, RedisCircuitBreaker)
+    assert isinstance(breaker.storage, RedisStorage)
     for _ in range(3):
         assert isinstance(run(breaker, boom), ConnectionError)
     assert breaker.state is State.OPEN
@@ -265,7 +265,7 @@ def test_same_decisions_as_the_in_memory_state_machine(make_store, ops, threshol
             local.force_open()
         assert shared.state is local.state, op
         assert shared.stats.consecutive_failures == local.stats.consecutive_failures, op
-    store.client.delete(*shared._keys)
+    store.client.delete(*shared.storage.keys)
 
 
 # -- sharing between workers ------------------------------------------------------------------
@@ -295,12 +295,12 @@ def test_agents_share_by_tool_unless_per_agent(make_store, prefix, redis_server)
     store = make_store()
     one = store.create("tool", CircuitBreakerConfig(), agent_name="planner")
     two = store.create("tool", CircuitBreakerConfig(), agent_name="writer")
-    assert one.key == two.key == "{" + prefix + ":t:tool}"
+    assert one.storage.key == two.storage.key == "{" + prefix + ":t:tool}"
     per_agent = make_store(redis_server.url + "?per_agent=true")
     three = per_agent.create("tool", CircuitBreakerConfig(), agent_name="planner")
-    assert three.key == "{" + prefix + ":a:planner:tool}"
+    assert three.storage.key == "{" + prefix + ":a:planner:tool}"
     three.acquire()
-    ttl = per_agent.client.pttl(three.key)
+    ttl = per_agent.client.pttl(three.storage.key)
     assert 0 < ttl <= 7 * 86400 * 1000
 
 
@@ -310,10 +310,10 @@ def test_session_scope_keys_live_under_the_prefix_and_expire(make_store, prefix)
     with registry.session("sess-1"):
         breaker = registry.breaker_for(ToolCall("lookup"))
         assert breaker.call(ok) == "ok"
-    assert breaker.key == "{" + prefix + ":s:sess-1:lookup}"
-    assert 0 < store.client.pttl(breaker.key) <= 3600 * 1000
+    assert breaker.storage.key == "{" + prefix + ":s:sess-1:lookup}"
+    assert 0 < store.client.pttl(breaker.storage.key) <= 3600 * 1000
     other = registry.breaker_for(ToolCall("lookup"))
-    assert other.key == "{" + prefix + ":t:lookup}"
+    assert other.storage.key == "{" + prefix + ":t:lookup}"
 
 
 def test_registry_picks_the_store_from_settings(redis_server, prefix):
@@ -326,7 +326,7 @@ def test_registry_picks_the_store_from_settings(redis_server, prefix):
         assert isinstance(registry.store, RedisStore)
         assert registry.store.prefix == prefix
         breaker = registry.get("via_env")
-        assert isinstance(breaker, RedisCircuitBreaker) and breaker.call(ok) == "ok"
+        assert isinstance(breaker.storage, RedisStorage) and breaker.call(ok) == "ok"
         assert registry.store.error_count == 0 and registry.store.name == "redis"
     finally:
         set_settings(None)
@@ -354,7 +354,7 @@ def test_keys_share_one_cluster_slot(make_store):
     from redis.crc import key_slot
 
     breaker = make_store().create("slot", CircuitBreakerConfig())
-    slots = {key_slot(k.encode()) for k in breaker._keys}
+    slots = {key_slot(k.encode()) for k in breaker.storage.keys}
     assert len(slots) == 1
 
 
