@@ -142,7 +142,10 @@ class ChangeFeed:
             if not group:
                 return
             state = STATES[int(st)]
+            # "free:origin" (an older publisher sends "free" alone, which reads as not free: safe)
+            free, _, origin = free.partition(":")
+            own = bool(origin) and origin == self._store.origin
             for breaker in list(group):
-                breaker.storage.follow(breaker, int(ver), int(gen), state, int(retry), int(cf), free == "1")
+                breaker.storage.follow(breaker, int(ver), int(gen), state, int(retry), int(cf), free == "1", own)
         except Exception:
             logger.debug("otel-breaker: ignoring a malformed change message %r", data, exc_info=True)

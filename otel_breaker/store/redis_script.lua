@@ -16,6 +16,12 @@ if ARGV[1] == 'ping' then
   return 1
 end
 local H, L, P = KEYS[1], KEYS[2], KEYS[3]
+-- ARGV[2] is "<origin>@<channel>": the publishing store's id rides along with the change,
+-- so the store that made a change never mistakes it for another worker's.
+local origin, channel = string.match(ARGV[2], '^(%x+)@(.+)$')
+if not channel then
+  origin, channel = '', ARGV[2]
+end
 local op, at = string.match(ARGV[1], '^(%a+)@(%-?%d+)$')
 local now
 if op then
@@ -276,6 +282,6 @@ if st == 0 and (pv == 1 or not cautious) then
   free = 1
 end
 if published then
-  redis.call('PUBLISH', ARGV[2], ver .. '|' .. gen .. '|' .. st .. '|' .. retry .. '|' .. cf .. '|' .. free .. '|' .. H)
+  redis.call('PUBLISH', channel, ver .. '|' .. gen .. '|' .. st .. '|' .. retry .. '|' .. cf .. '|' .. free .. ':' .. origin .. '|' .. H)
 end
 return {result, token, st, gen, retry, cf, free, ver, tr_from, tr_reason, wcalls, wfailures}

@@ -96,7 +96,7 @@ class RedisStorage:
         c = breaker.config
         lease = c.timeout if c.timeout is not None else DEFAULT_LEASE_SECONDS
         self.args = (
-            self.store.channel,
+            f"{self.store.origin}@{self.store.channel}",
             max(1, int(self.ttl * 1000)),
             c.failure_threshold,
             c.success_threshold,
@@ -159,10 +159,22 @@ class RedisStorage:
             breaker._open_until = _INF if retry_ms < 0 else now + retry_ms / 1000.0
 
     def follow(
-        self, breaker: CircuitBreaker, ver: int, gen: int, state: State, retry_ms: int, consecutive: int, free: bool
+        self,
+        breaker: CircuitBreaker,
+        ver: int,
+        gen: int,
+        state: State,
+        retry_ms: int,
+        consecutive: int,
+        free: bool,
+        own: bool = False,
     ) -> None:
-        """Another worker changed the shared state (heard on the change feed): follow it.
-        The transition is that worker's to count; this process only logs what its breaker now shows."""
+        """A change heard on the change feed: follow it. Another worker's transition is
+        that worker's to count; this process only logs what its breaker now shows.
+
+        ``own``: this store made the change. Its message can arrive before the script's
+        reply is applied; the state is mirrored, but the transition is logged once, by
+        the reply (as this worker's own), never also as a followed change."""
         with breaker._lock:
             before = breaker._state
             if ver > self._ver:
@@ -171,7 +183,8 @@ class RedisStorage:
                 breaker._local_admit = free and self.store.watching
                 self.probe_busy = False
             after = breaker._state
-        notify_followed(breaker, before, after)
+        if not own:
+            notify_followed(breaker, before, after)
 
     def invalidate(self, breaker: CircuitBreaker) -> None:
         """Local decisions are no longer safe (a feed gap or an outage): ask Redis next time."""

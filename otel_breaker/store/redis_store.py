@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import secrets
 import threading
 import time
 import weakref
@@ -79,6 +80,8 @@ class RedisStore:
         self.rejoin_interval = rejoin_interval
         self.url = url
         self.channel = f"{prefix}:events"
+        #: This store's id on the change feed (new in a forked child): its own changes are not followed.
+        self.origin = secrets.token_hex(6)
         #: Errors talking to Redis (exported as ``otel_breaker.store.errors``).
         self.error_count = 0
         #: True while Redis is unusable and breakers decide locally.
@@ -293,6 +296,10 @@ class RedisStore:
     def _after_fork(self) -> None:
         """In a forked child the change feed thread and the sockets are the parent's: start over."""
         self._lock = threading.Lock()
+        self.origin = secrets.token_hex(6)  # the parent's changes are another worker's now
+        for group in list(self._breakers.values()):
+            for breaker in list(group):
+                breaker.storage.configure(breaker)
         self._clients.after_fork()
         self._feed.after_fork()
         self.watching = False

@@ -515,3 +515,36 @@ def test_a_health_check_after_the_cooldown_moves_nothing_read_or_not(make_store)
     local.state  # noqa: B018 - a dashboard read applies the elapsed cooldown on one side only
     assert (shared.health_check_passed(), local.health_check_passed()) == (False, False)
     assert shared.state is local.state is State.HALF_OPEN
+
+
+def test_a_change_heard_before_its_own_reply_is_not_a_followed_change(make_store, otel):
+    """A store's own change can reach its change feed before the script's reply is
+    applied: it is mirrored, but never logged as another worker's change. The same
+    message from another store is."""
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
+
+    from otel_breaker import semconv, telemetry
+
+    exporter = InMemoryLogRecordExporter()
+    provider = LoggerProvider()
+    provider.add_log_record_processor(SimpleLogRecordProcessor(exporter))
+    telemetry.configure(logger_provider=provider)
+    store = make_store(watch=False)
+    breaker = store.create("own_echo", CircuitBreakerConfig(failure_threshold=1, recovery_timeout=60))
+    assert run(breaker, ok) == "ok"
+    key, ver = breaker.storage.key, breaker.storage._ver
+
+    def followed() -> int:
+        return sum(
+            1
+            for data in exporter.get_finished_logs()
+            if data.log_record.event_name == semconv.EVENT_STATE_CHANGE
+            and data.log_record.attributes.get(semconv.ATTR_REASON) == telemetry.REASON_SHARED_STORE
+        )
+
+    store._feed._apply(f"{ver + 1}|7|1|60000|1|0:{store.origin}|{key}")  # our own opening, heard early
+    assert breaker.state is State.OPEN and followed() == 0
+    store._feed._apply(f"{ver + 2}|8|0|0|0|1:{'0' * 12}|{key}")  # another worker closed it
+    assert breaker.state is State.CLOSED and followed() == 1
+    provider.shutdown()
