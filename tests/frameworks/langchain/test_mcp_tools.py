@@ -30,6 +30,7 @@ with warnings.catch_warnings():
     from langgraph.prebuilt import ToolNode, create_react_agent
 
 from otel_breaker.config import load_settings, set_settings
+from otel_breaker.instrumentation.mcp import _bounded_source
 from otel_breaker.registry import default_registry
 
 UNAVAILABLE = "is temporarily unavailable"
@@ -146,8 +147,9 @@ async def test_multi_server_client_keys_tools_by_their_connection(instrument, th
     assert [UNAVAILABLE in text for _, text in a] == [False, False, False, True]
     assert b == [("success", f"beta: 3 results for 'q{i}'") for i in range(3)]
     sources = {br.source: br for br in default_registry().breakers() if br.name == "search"}
-    alpha_source = f"{sys.executable} {SERVER_SCRIPT} alpha broken"
-    beta_source = f"{sys.executable} {SERVER_SCRIPT} beta"
+    # The command line, bounded as every source is (a deep checkout's paths get cut).
+    alpha_source = _bounded_source(f"{sys.executable} {SERVER_SCRIPT} alpha broken")
+    beta_source = _bounded_source(f"{sys.executable} {SERVER_SCRIPT} beta")
     assert set(sources) == {alpha_source, beta_source}
     assert sources[alpha_source].state.value == "open"
     assert sources[beta_source].lifetime_counts() == (3, 0, 0, 0, 0)
