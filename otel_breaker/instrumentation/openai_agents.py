@@ -25,12 +25,22 @@ Tool status in the prompt (``OTEL_BREAKER_STATUS_IN_PROMPT``): the Runner asks
 streamed or not, after every handoff), so that public method is wrapped. When the
 setting is on, the instructions it returns get the status block of the tools open
 or half-open for that agent; with the setting off they pass through untouched.
+
+Open tools leave the menu (``OTEL_BREAKER_HIDE_OPEN_TOOLS``): a ``Runner.run`` turn
+hands the model its tools through ``get_new_response(..., all_tools, ...)``, which is
+wrapped. A ``Runner.run_streamed`` turn builds its request inline, as a
+``get_stream`` closure over the turn's ``all_tools`` passed to
+``stream_response_with_retry``; that call is wrapped too and the closure is rebuilt
+with the visible tools in place of ``all_tools``. Either way only the model's copy
+changes: the turn still resolves the model's calls against every tool, so a call to
+a hidden tool reaches the guard and gets the rejection.
 """
 
 from __future__ import annotations
 
 import contextvars
 import logging
+import types
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +60,7 @@ _INVALID_ARGUMENTS_PREFIX = "Invalid JSON input for tool"
 _MCP_UTIL = "agents.mcp.util"
 _RUN_LOOP = "agents.run_internal.run_loop"
 _TOOLS_ARG = 4  # get_new_response's all_tools
+_STREAM_TOOLS = "all_tools"  # the streamed turn's get_stream closes over it
 _SERVER_ATTRIBUTE = "_otel_breaker_mcp_server"
 
 logger = logging.getLogger("otel_breaker")
@@ -71,6 +82,8 @@ class _Attempt:
 
 
 _attempt: contextvars.ContextVar[_Attempt | None] = contextvars.ContextVar("otel_breaker_openai_agents", default=None)
+#: The agent of the streamed turn in progress (its breakers decide what is hidden).
+_streamed_agent: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_breaker_streamed_agent", default=None)
 
 
 @dataclass(frozen=True)
@@ -101,7 +114,33 @@ class OpenAIAgentsAdapter(SpecAdapter):
             PatchTarget(_MCP_UTIL, "MCPUtil.to_function_tool", self._mcp_tool),
             # The tools a (non-streamed) model call is sent: open ones leave it (opt-in).
             PatchTarget(_RUN_LOOP, "get_new_response", self._new_response),
+            # The same for a streamed turn: its agent, then the tools its request closes over.
+            PatchTarget(_RUN_LOOP, "run_single_turn_streamed", self._streamed_turn),
+            PatchTarget(_RUN_LOOP, "stream_response_with_retry", self._stream_with_retry),
         ]
+
+    async def _streamed_turn(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """``run_single_turn_streamed(streamed_result, bindings, ...)``: remembers the turn's
+        agent for :meth:`_stream_with_retry`."""
+        bindings = args[1] if len(args) > 1 else kwargs.get("bindings")
+        token = _streamed_agent.set(getattr(bindings, "public_agent", None))
+        try:
+            return await wrapped(*args, **kwargs)
+        finally:
+            _streamed_agent.reset(token)
+
+    def _stream_with_retry(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """``stream_response_with_retry(get_stream=lambda: model.stream_response(..., all_tools,
+        ...), ...)`` with ``get_stream`` rebuilt to send the model only the visible tools,
+        when ``OTEL_BREAKER_HIDE_OPEN_TOOLS`` is on. Any surprise in its shape leaves it as is."""
+        get_stream = kwargs.get("get_stream")
+        agent = _streamed_agent.get()
+        if get_stream is not None and agent is not None and hide_open_tools_enabled():
+            try:
+                kwargs = {**kwargs, "get_stream": _stream_without_open_tools(get_stream, agent)}
+            except Exception:
+                logger.debug("otel-breaker: openai_agents: could not hide open tools (streamed)", exc_info=True)
+        return wrapped(*args, **kwargs)
 
     async def _new_response(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         """``get_new_response(bindings, system_prompt, input, output_schema, all_tools, ...)``
@@ -241,6 +280,21 @@ def _without_open_tools(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     if in_args:
         return (*args[:_TOOLS_ARG], list(kept), *args[_TOOLS_ARG + 1 :]), kwargs
     return args, {**kwargs, "all_tools": list(kept)}
+
+
+def _stream_without_open_tools(get_stream: Any, agent: Any) -> Any:
+    """``get_stream`` itself when nothing is hidden; else the same function over a copy
+    of its closure whose ``all_tools`` cell holds the visible tools only."""
+    index = get_stream.__code__.co_freevars.index(_STREAM_TOOLS)
+    tools = get_stream.__closure__[index].cell_contents
+    kept = visible_tools(tools, _function_tool_name, lambda tool: mcp_source(tool, agent), agent=agent)
+    if kept is tools:
+        return get_stream
+    closure = list(get_stream.__closure__)
+    closure[index] = types.CellType(list(kept))
+    return types.FunctionType(
+        get_stream.__code__, get_stream.__globals__, get_stream.__name__, get_stream.__defaults__, tuple(closure)
+    )
 
 
 def _function_tool_name(tool: Any) -> str | None:

@@ -15,11 +15,13 @@ a value the loop accepts and the model reads, the status block reaches the model
 only when asked for, agent names scope breakers and spans, ``uninstrument()``
 restores exactly, and zero-code enablement works both ways.
 
-A driver that also implements the optional ``tools_sent(agent)`` (the tools on
-the model's menu at each of its calls) gets the ``OTEL_BREAKER_HIDE_OPEN_TOOLS``
-scenarios: the menu is exactly as without otel-breaker unless a tool is open, an
-open tool leaves it (or is marked unavailable where the framework cannot drop a
-tool) until its breaker is half-open, and a call to it anyway gets the rejection.
+Every driver also implements ``tools_sent(agent)`` (the tools on the model's
+menu at each of its calls), for the ``OTEL_BREAKER_HIDE_OPEN_TOOLS`` scenarios:
+switched off, the menu is exactly as without otel-breaker even with a tool open;
+switched on, it is exactly the same while nothing is open; an open tool leaves it
+(or is marked unavailable where the framework cannot drop a tool) while the
+healthy alternative stays, it is back once its breaker is half-open, and a call to
+it anyway gets the usual rejection.
 """
 
 from __future__ import annotations
@@ -144,10 +146,9 @@ class FrameworkDriver(Protocol):
     def sent(self, agent: Any) -> list[Sent]:
         """What the model was sent on each of its calls so far."""
 
-    # Optional (the menu scenarios skip without it):
-    # def tools_sent(self, agent: Any) -> list[dict[str, Any]]:
-    #     """The tools the model was offered on each of its calls so far:
-    #     name -> its definition as sent (description, schema)."""
+    def tools_sent(self, agent: Any) -> list[dict[str, Any]]:
+        """The tools the model was offered on each of its calls so far:
+        name -> its definition as sent (description, schema)."""
 
 
 def tool_targets(framework: str) -> dict[str, Any]:
@@ -343,10 +344,7 @@ class FrameworkContract:
     # -- open tools leave the menu (OTEL_BREAKER_HIDE_OPEN_TOOLS) -------------------------
 
     def _menus(self, agent: Any) -> list[dict[str, Any]]:
-        tools_sent = getattr(self.driver, "tools_sent", None)
-        if tools_sent is None:
-            pytest.skip("this driver does not report the tools sent to the model")
-        return tools_sent(agent)
+        return self.driver.tools_sent(agent)
 
     def _healthy_menus(self) -> list[dict[str, Any]]:
         agent = self.driver.build(
@@ -362,6 +360,23 @@ class FrameworkContract:
         assert len(baseline) == 3 and all(set(m) >= {"primary", "backup"} for m in baseline)
         instrument(self.driver.framework)
         assert self._healthy_menus() == baseline
+
+    def _dead_primary_menus(self) -> tuple[list[dict[str, Any]], tuple[int, int]]:
+        primary, backup = Tool.failing("primary"), Tool.healthy("backup")
+        agent = self.driver.build(
+            [primary, backup], [call("primary", 1), call("primary", 2), call("primary", 3), call("backup", 4), "done"]
+        )
+        assert self.driver.run(agent) == "done"
+        return self._menus(agent), (primary.runs, backup.runs)
+
+    def test_switch_off_an_open_tool_stays_on_the_menu(self, instrument):
+        quick_breaker_settings()  # hiding is off by default
+        baseline, _ = self._dead_primary_menus()
+        assert len(baseline) == 5 and all(set(m) >= {"primary", "backup"} for m in baseline)
+        instrument(self.driver.framework)
+        menus, runs = self._dead_primary_menus()
+        assert runs == (2, 1)  # the breaker was open for the third call
+        assert menus == baseline
 
     def test_open_tool_leaves_the_menu_until_half_open(self, instrument, registry_clock):
         quick_breaker_settings(hide_open_tools="true")

@@ -57,11 +57,12 @@ class RecordingClient(ReplayChatCompletionClient):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.requests: list[list[Any]] = []
-        self.menus: list[list[str]] = []
+        self.tools_sent: list[dict[str, Any]] = []
 
     def _record(self, messages: Any, tools: Any) -> None:
         self.requests.append(list(messages))
-        self.menus.append([t["name"] if isinstance(t, dict) else t.name for t in tools or ()])
+        schemas = [t if isinstance(t, dict) else t.schema for t in tools or ()]
+        self.tools_sent.append({s["name"]: s for s in schemas})
 
     async def create(self, messages, *, tools=(), **kwargs):
         self._record(messages, tools)
@@ -100,6 +101,5 @@ class AutoGenDriver:
             sent.append(Sent(system, results))
         return sent
 
-    def menus(self, agent: Any) -> list[list[str]]:
-        """The names of the tools offered on each model call so far."""
-        return list(agent._model_client.menus)
+    def tools_sent(self, agent: Any) -> list[dict[str, Any]]:
+        return list(agent._model_client.tools_sent)

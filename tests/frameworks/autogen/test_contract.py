@@ -1,4 +1,4 @@
-"""The shared framework contract and hidden open tools, on AutoGen's real ``AssistantAgent`` loop."""
+"""The shared framework contract on AutoGen's real ``AssistantAgent`` loop."""
 
 from __future__ import annotations
 
@@ -12,12 +12,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from contract import FrameworkContract
 from driver import AutoGenDriver
-from menu_contract import HiddenToolsContract
 
 
 class TestContract(FrameworkContract):
-    driver = AutoGenDriver()
-
-
-class TestHiddenTools(HiddenToolsContract):
     driver = AutoGenDriver()

@@ -30,7 +30,7 @@ class StepLLM(BaseLLM):
     steps: list[Any] = Field(default_factory=list)
     instructions: str = PROMPT
     _sent: list[Sent] = PrivateAttr(default_factory=list)
-    _menus: list[list[str]] = PrivateAttr(default_factory=list)
+    _tools_sent: list[dict[str, Any]] = PrivateAttr(default_factory=list)
 
     def supports_function_calling(self) -> bool:
         return True
@@ -49,7 +49,7 @@ class StepLLM(BaseLLM):
             # CrewAI puts the agent's role before its instructions.
             system = system[system.index(self.instructions) :]
         self._sent.append(Sent(system, [str(m.get("content")) for m in messages if m.get("role") == "tool"]))
-        self._menus.append([t["function"]["name"] for t in tools or ()])
+        self._tools_sent.append({t["function"]["name"]: t for t in tools or ()})
         step = self.steps[min(len(self._sent), len(self.steps)) - 1]
         if isinstance(step, str):
             return step
@@ -84,5 +84,5 @@ class CrewAIDriver:
     def sent(self, agent: Any) -> list[Sent]:
         return list(agent.llm._sent)
 
-    def menus(self, agent: Any) -> list[list[str]]:
-        return list(agent.llm._menus)
+    def tools_sent(self, agent: Any) -> list[dict[str, Any]]:
+        return list(agent.llm._tools_sent)

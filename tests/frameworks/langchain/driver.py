@@ -11,6 +11,7 @@ from contract import PROMPT, Sent, Step, Tool
 from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 from langchain_core.tools import StructuredTool
+from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import Field
 
 with warnings.catch_warnings():
@@ -19,15 +20,18 @@ with warnings.catch_warnings():
 
 
 class RecordingModel(FakeMessagesListChatModel):
-    """The framework's own fake chat model, recording every message list it was sent."""
+    """The framework's own fake chat model, binding tools as provider models do
+    (``bind(tools=[<OpenAI tool dicts>])``) and recording every request's messages and tools."""
 
     seen: list = Field(default_factory=list)
+    tools_sent: list = Field(default_factory=list)
 
     def bind_tools(self, tools, **kwargs):
-        return self
+        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
 
     def _generate(self, messages, stop=None, run_manager=None, **kwargs):
         self.seen.append(list(messages))
+        self.tools_sent.append({t["function"]["name"]: t for t in kwargs.get("tools") or ()})
         return super()._generate(messages, stop=stop, run_manager=run_manager, **kwargs)
 
 
@@ -60,7 +64,7 @@ class LangChainDriver:
     script = pathlib.Path(__file__).with_name("agent_script.py")
 
     def build(self, tools: list[Tool], steps: list[Step], *, name: str = "assistant", instructions: str = PROMPT):
-        model = RecordingModel(responses=responses(steps), seen=[])
+        model = RecordingModel(responses=responses(steps), seen=[], tools_sent=[])
         node = ToolNode([langchain_tool(t) for t in tools], handle_tool_errors=True)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -80,3 +84,6 @@ class LangChainDriver:
             results = [m.text for m in messages if isinstance(m, ToolMessage)]
             sent.append(Sent(system.text if system is not None else None, results))
         return sent
+
+    def tools_sent(self, agent: Agent) -> list[dict[str, Any]]:
+        return list(agent.model.tools_sent)

@@ -21,15 +21,23 @@ def llama_tool(tool: Tool) -> FunctionTool:
     return FunctionTool.from_defaults(fn, name=tool.name, description=f"Looks up {tool.name} for x.")
 
 
+def _definition(tool: Any) -> tuple[str, Any]:
+    """A tool as the model is offered it: name -> its OpenAI tool definition."""
+    spec = tool if isinstance(tool, dict) else tool.metadata.to_openai_tool()
+    return spec.get("function", spec)["name"], spec
+
+
 @dataclass
 class Script:
     """The scripted model: one step per request, every request recorded."""
 
     steps: list[Step]
     requests: list[list[ChatMessage]] = field(default_factory=list)
+    tools_sent: list[dict[str, Any]] = field(default_factory=list)
 
     def generate(self, messages: Any, **kwargs: Any) -> ChatMessage:
         self.requests.append(list(messages))
+        self.tools_sent.append(dict(_definition(t) for t in kwargs.get("tools") or ()))
         step = self.steps[len(self.requests) - 1]
         if isinstance(step, str):
             return ChatMessage(role=MessageRole.ASSISTANT, content=step)
@@ -72,3 +80,6 @@ class LlamaIndexDriver:
             results = [m.content or "" for m in messages if m.role == MessageRole.TOOL]
             sent.append(Sent(system.content if system is not None else None, results))
         return sent
+
+    def tools_sent(self, agent: Agent) -> list[dict[str, Any]]:
+        return list(agent.script.tools_sent)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import pathlib
 from dataclasses import dataclass, field
+from typing import Any
 
 from contract import PROMPT, Sent, Step, Tool
 from mcp.client.client import Client
@@ -35,6 +36,7 @@ class Agent:
     instructions: str
     next_step: int = 0
     requests: list[Sent] = field(default_factory=list)
+    tools_sent: list[dict[str, Any]] = field(default_factory=list)
 
 
 class MCPDriver:
@@ -47,8 +49,11 @@ class MCPDriver:
     async def arun(self, agent: Agent, prompt: str = "go") -> str:
         results: list[str] = []
         async with Client(agent.server) as client:
-            await client.list_tools()
             while True:
+                # The host lists the server's tools for each model request, as hosts that follow
+                # ``notifications/tools/list_changed`` do.
+                listed = await client.list_tools()
+                agent.tools_sent.append({t.name: (t.description, t.input_schema) for t in listed.tools})
                 agent.requests.append(Sent(agent.instructions, list(results)))
                 step = agent.steps[agent.next_step]
                 agent.next_step += 1
@@ -63,3 +68,6 @@ class MCPDriver:
 
     def sent(self, agent: Agent) -> list[Sent]:
         return agent.requests
+
+    def tools_sent(self, agent: Agent) -> list[dict[str, Any]]:
+        return agent.tools_sent

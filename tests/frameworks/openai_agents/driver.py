@@ -54,3 +54,9 @@ class OpenAIAgentsDriver:
             )
             for call in agent.model.calls
         ]
+
+    def tools_sent(self, agent: Any) -> list[dict[str, Any]]:
+        return [
+            {t.name: (t.description, getattr(t, "params_json_schema", None)) for t in call.tools}
+            for call in agent.model.calls
+        ]

@@ -35,7 +35,7 @@ class ScriptedModel:
     """Answers with ``steps`` in turn; records what each request carried."""
 
     def __init__(self, steps: list[Step], instructions: str) -> None:
-        self.steps, self.instructions, self.sent, self.menus = list(steps), instructions, [], []
+        self.steps, self.instructions, self.sent, self.tools_sent = list(steps), instructions, [], []
 
     def __call__(self, body: dict[str, Any]) -> tuple[dict[str, Any], str]:
         messages = body.get("messages", [])
@@ -44,7 +44,7 @@ class ScriptedModel:
             # praisonaiagents puts its own guidance before the agent's instructions.
             system = system[system.index(self.instructions) :]
         self.sent.append(Sent(system, [str(m.get("content")) for m in messages if m.get("role") == "tool"]))
-        self.menus.append([t["function"]["name"] for t in body.get("tools") or ()])
+        self.tools_sent.append({t["function"]["name"]: t for t in body.get("tools") or ()})
         step = self.steps[min(len(self.sent), len(self.steps)) - 1]
         if isinstance(step, str):
             return {"role": "assistant", "content": step}, "stop"
@@ -105,5 +105,5 @@ class PraisonAIDriver:
     def sent(self, agent: Any) -> list[Sent]:
         return list(agent.scripted_model.sent)
 
-    def menus(self, agent: Any) -> list[list[str]]:
-        return list(agent.scripted_model.menus)
+    def tools_sent(self, agent: Any) -> list[dict[str, Any]]:
+        return list(agent.scripted_model.tools_sent)

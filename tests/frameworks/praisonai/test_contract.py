@@ -1,4 +1,4 @@
-"""The shared framework contract and hidden open tools, on praisonaiagents' real async loop."""
+"""The shared framework contract on praisonaiagents' real async loop."""
 
 from __future__ import annotations
 
@@ -12,12 +12,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from contract import FrameworkContract
 from driver import PraisonAIDriver
-from menu_contract import HiddenToolsContract
 
 
 class TestContract(FrameworkContract):
-    driver = PraisonAIDriver()
-
-
-class TestHiddenTools(HiddenToolsContract):
     driver = PraisonAIDriver()

@@ -33,6 +33,7 @@ class _Script:
     def __init__(self, steps: list[Step]) -> None:
         self.steps = list(steps)
         self.sent: list[Sent] = []
+        self.tools_sent: list[dict[str, Any]] = []
         self.calls = 0
 
     def respond(self, messages: list, info: AgentInfo) -> ModelResponse:
@@ -44,6 +45,7 @@ class _Script:
             if isinstance(p, ToolReturnPart)
         ]
         self.sent.append(Sent(info.instructions, results))
+        self.tools_sent.append({t.name: t for t in info.function_tools})
         step = self.steps.pop(0)
         if isinstance(step, str):
             return ModelResponse(parts=[TextPart(step)])
@@ -69,3 +71,6 @@ class PydanticAIDriver:
 
     def sent(self, agent: Any) -> list[Sent]:
         return list(agent.script_under_test.sent)
+
+    def tools_sent(self, agent: Any) -> list[dict[str, Any]]:
+        return list(agent.script_under_test.tools_sent)

@@ -43,9 +43,11 @@ class _Script(Model):
         super().__init__(model_id="scripted")
         self.steps = list(steps)
         self.received: list[list[ChatMessage]] = []
+        self.tools_sent: list[dict[str, Any]] = []
 
     def generate(self, messages, stop_sequences=None, response_format=None, tools_to_call_from=None, **kwargs):
         self.received.append(list(messages))
+        self.tools_sent.append({t.name: (t.description, t.inputs) for t in tools_to_call_from or ()})
         step = self.steps.pop(0)
         name, arguments = ("final_answer", {"answer": step}) if isinstance(step, str) else step
         call = ChatMessageToolCall(
@@ -86,3 +88,6 @@ class SmolagentsDriver:
             results = [_text(m) for m in messages if m.role == MessageRole.TOOL_RESPONSE]
             sent.append(Sent(agent.instructions_under_test + extra, results))
         return sent
+
+    def tools_sent(self, agent: Any) -> list[dict[str, Any]]:
+        return list(agent.model.tools_sent)
