@@ -260,6 +260,39 @@ def unregister_transport_error(rule: type[BaseException] | TransportRule) -> Non
     _user_rules[:] = [r for r in _user_rules if r is not rule and getattr(r, "registered", None) is not rule]
 
 
+#: What frameworks that turn a tool's exception into text keep of a transport failure.
+_TRANSPORT_TEXT = re.compile(
+    r"connection ?(refused|reset|aborted)|broken pipe|connect(ion)? ?(error|timeout)|"
+    r"name or service not known|nodename nor servname|temporary failure in name resolution|"
+    r"getaddrinfo failed|no route to host|network is unreachable|host is unreachable|"
+    r"timed ?out|certificate verify failed|ssl ?error|tlsv?1|"
+    r"bad gateway|service unavailable|gateway time-?out|remote ?protocol ?error|server disconnected",
+    re.IGNORECASE,
+)
+_user_texts: list[re.Pattern[str]] = []
+
+
+def register_transport_text(pattern: str) -> None:
+    """Teach the classifier a transport failure as a framework's error *text* shows it.
+
+    Some frameworks catch a tool's exception and hand the model (and us) only its
+    text (the OpenAI Agents SDK, Agno, Haystack, LlamaIndex, PraisonAI, Strands):
+    for those, :func:`is_transport_text` decides from the text. ``pattern`` is a
+    regular expression, matched case-insensitively anywhere in the text.
+    """
+    _user_texts.insert(0, re.compile(pattern, re.IGNORECASE))
+
+
+def is_transport_text(text: str) -> bool:
+    """True when a framework's error text (a swallowed exception) reads as a
+    transport failure: the same kinds as :func:`is_transport_error`. Never raises."""
+    try:
+        sample = text[:2000]
+        return any(p.search(sample) for p in _user_texts) or _TRANSPORT_TEXT.search(sample) is not None
+    except Exception:
+        return False
+
+
 def is_transport_error(exc: BaseException) -> bool:
     """True when ``exc`` says the upstream could not be reached, not that the tool failed.
 

@@ -38,7 +38,15 @@ from opentelemetry.trace import Status, StatusCode
 
 from otel_breaker import rejection
 from otel_breaker.breaker import REJECTED, SHADOW, CircuitBreaker
-from otel_breaker.classify import FAILURE, IGNORED, SUCCESS, UPSTREAM_MARK, error_type, is_transport_error
+from otel_breaker.classify import (
+    FAILURE,
+    IGNORED,
+    SUCCESS,
+    UPSTREAM_MARK,
+    error_type,
+    is_transport_error,
+    is_transport_text,
+)
 from otel_breaker.sanitize import MAX_ALTERNATIVES, safe_name, sanitize
 from otel_breaker.semconv import ATTR_ERROR_TYPE, ATTR_GUARDED
 from otel_breaker.telemetry import TELEMETRY
@@ -114,6 +122,35 @@ def _record(upstream: CircuitBreaker, permit: Any, outcome: int) -> None:
         _failed("recording")
 
 
+def _answered(adapter: Any, call: ToolCall, result: Any) -> int:
+    """The upstream's outcome of a returned value.
+
+    A value the tool's own upstream returned (MCP's ``isError`` included) means the
+    server answered: a success. But many frameworks catch a tool's exception and
+    return its text: for those (the adapter's ``error_results_are_answers`` is
+    False) an error result whose text reads as a transport failure
+    (:func:`~otel_breaker.classify.is_transport_text`) is a failure of the
+    upstream, and any other error result is neutral for it.
+    """
+    if adapter is None or getattr(adapter, "error_results_are_answers", True):
+        return SUCCESS
+    try:
+        err = adapter.result_error(call, result)
+    except Exception:
+        return SUCCESS
+    if err is None:
+        return SUCCESS
+    if not isinstance(err, str):
+        return IGNORED
+    if is_transport_text(err):
+        return FAILURE
+    try:  # adapters name the failure with a short code; the framework's value keeps the text
+        text = str(result)[:2000]
+    except Exception:
+        return IGNORED
+    return FAILURE if is_transport_text(text) else IGNORED
+
+
 def _mark(exc: BaseException, upstream: CircuitBreaker) -> None:
     try:
         setattr(exc, UPSTREAM_MARK, upstream.name)
@@ -172,7 +209,7 @@ def run_sync(
         except BaseException as exc:
             _settle(upstream, permit, exc)
             raise
-        _record(upstream, permit, SUCCESS)
+        _record(upstream, permit, _answered(adapter, call, result))
         return result
 
     try:
@@ -211,7 +248,7 @@ async def run_async(
         except BaseException as exc:
             await _arecord(upstream, permit, _settle_outcome(upstream, exc), shared)
             raise
-        await _arecord(upstream, permit, SUCCESS, shared)
+        await _arecord(upstream, permit, _answered(adapter, call, result), shared)
         return result
 
     try:

@@ -229,3 +229,19 @@ def test_status_block_names_the_open_upstream(serp):
     upstream.breaker_of(default_registry(), "serp").force_open(30)
     block = tool_status_block()
     assert "- every tool of upstream 'serp' (open, unreachable): may be retried in about 30s." in block
+
+
+def test_transport_text_for_frameworks_that_return_an_exception_as_text():
+    from otel_breaker.classify import _user_texts, is_transport_text, register_transport_text
+
+    assert is_transport_text("Error: [Errno 111] Connection refused")
+    assert is_transport_text("HTTP 503 Service Unavailable from api.example")
+    assert is_transport_text("Failed to resolve: Temporary failure in name resolution")
+    assert not is_transport_text("ValueError: city 'Atlantis' not found")
+    assert not is_transport_text("the model's arguments were invalid")
+    register_transport_text(r"quota backend offline")
+    try:
+        assert is_transport_text("Error: Quota backend OFFLINE, try later")
+    finally:
+        _user_texts.clear()
+    assert not is_transport_text("Error: Quota backend OFFLINE, try later")

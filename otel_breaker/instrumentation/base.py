@@ -99,6 +99,10 @@ class _OuterCall:
     def exception_hint(self, call: ToolCall, exc: BaseException) -> str | None:
         return self.adapter.exception_hint(call, exc)
 
+    @property
+    def error_results_are_answers(self) -> bool:
+        return self.adapter.error_results_are_answers
+
 
 def nested_failure() -> bool:
     """Whether a nested layer of the guarded call in progress (the MCP session below a
@@ -163,6 +167,10 @@ class FrameworkAdapter:
     version_range: str = ""
     #: Modules whose import triggers patching (post-import hooks).
     modules: tuple[str, ...] = ()
+    #: Whether an error result is the upstream's own answer (MCP's ``isError``: the
+    #: server answered) rather than a tool exception the framework turned into a value.
+    #: False: an upstream breaker reads the error's text (``classify.is_transport_text``).
+    error_results_are_answers: bool = False
 
     def __init__(self, guard: Guard | None = None) -> None:
         self.guard = guard or default_guard()

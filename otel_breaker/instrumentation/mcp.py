@@ -216,6 +216,7 @@ class MCPAdapter(SpecAdapter):
 
     name = "mcp"
     requires = "mcp>=2.3,<3"
+    error_results_are_answers = True  # an isError result: the server answered
     patches = (
         tool_patch(_CLIENT_MODULE, "Client.call_tool", "async"),
         tool_patch(_SESSION_MODULE, "ClientSession.call_tool", "async"),

@@ -91,6 +91,15 @@ class Tool:
         return cls(name, fn)
 
     @classmethod
+    def unreachable(cls, name: str) -> Tool:
+        """Its host refuses connections: a transport failure, not the tool's own error."""
+
+        def fn(x: int) -> str:
+            raise ConnectionRefusedError(111, "Connection refused")
+
+        return cls(name, fn)
+
+    @classmethod
     def healthy(cls, name: str) -> Tool:
         return cls(name, lambda x: f"{name} ok {x}")
 
@@ -311,6 +320,30 @@ class FrameworkContract:
         assert sent[0].instructions and sent[0].instructions.startswith(PROMPT)
         assert all(s.instructions == sent[0].instructions for s in sent)
         assert STATUS_HEADER not in sent[0].instructions
+
+    # -- one breaker for everything behind a dead upstream ------------------------------------
+
+    def test_healthy_agent_identical_with_upstreams_configured(self, instrument):
+        breaker_settings(upstreams="echoes=echo,ec*")
+        baseline = self._healthy_outcome()
+        instrument(self.driver.framework)
+        assert self._healthy_outcome() == baseline
+
+    def test_a_dead_upstream_opens_once_for_all_its_tools(self, instrument):
+        # OTEL_BREAKER_UPSTREAMS groups the tools; transport failures of one open the group,
+        # so a tool of the group that never ran is rejected without a round trip.
+        if not getattr(self.driver, "tools_run_in_process", True):
+            pytest.skip("the tools run on a server: their errors are its answers, not transport failures")
+        breaker_settings(failure_threshold="2", upstreams="serp=web_search,news_search")
+        instrument(self.driver.framework)
+        web, news = Tool.unreachable("web_search"), Tool.unreachable("news_search")
+        steps = [call("web_search", 1), call("web_search", 2), call("news_search", 3), call("web_search", 4), "done"]
+        agent = self.driver.build([web, news], steps)
+        assert self.driver.run(agent) == "done"
+        assert (web.runs, news.runs) == (2, 0)
+        results = self.driver.sent(agent)[-1].tool_results
+        assert [UNAVAILABLE in r for r in results] == [False, False, True, True]
+        assert "'serp'" in results[2]
 
     # -- agent identity ----------------------------------------------------------------------
 

@@ -41,6 +41,8 @@ class Agent:
 
 class MCPDriver:
     framework = "mcp"
+    #: The tools run in the server: their exceptions come back as isError answers.
+    tools_run_in_process = False
     script = pathlib.Path(__file__).with_name("agent_script.py")
 
     def build(self, tools: list[Tool], steps: list[Step], *, name: str = "assistant", instructions: str = PROMPT):
