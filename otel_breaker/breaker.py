@@ -985,22 +985,29 @@ def decorated(breaker: CircuitBreaker, fn: Callable[..., Any]) -> Callable[..., 
 
 
 def kept_decorated(
-    kept: list[CircuitBreaker | None],
+    kept: list[Any],
     fn: Callable[..., Any],
     session_of: Callable[[], str | None],
     look_up: Callable[..., Any],
+    settings_holder: Any = None,
 ) -> Callable[..., Any]:
     """``fn`` behind the breaker in ``kept[0]``: ``@guard``'s wrapper.
 
     While the kept breaker is there, not retired (a cleared or pruned registry
     retires it) and no session scope is active, a healthy call takes
     :func:`decorated`'s inline quick path; otherwise ``look_up(*args, **kwargs)``
-    asks the registry (and decides whether to keep its answer).
+    asks the registry (and decides whether to keep its answer). With
+    ``settings_holder`` (the settings module, passed in: this layer does not import
+    it), the kept breaker also holds only while ``settings_holder._settings`` is the
+    object ``look_up`` stored in ``kept[1]``: replaced settings may group the tool
+    behind an upstream.
     """
+    if settings_holder is None:
+        settings_holder = _NoSettings
 
     def guarded(*args: Any, **kwargs: Any) -> Any:
         breaker = kept[0]
-        if breaker is None or breaker.retired or session_of() is not None:
+        if breaker is None or breaker.retired or settings_holder._settings is not kept[1] or session_of() is not None:
             return look_up(*args, **kwargs)
         permit = breaker._generation
         try:
@@ -1022,6 +1029,12 @@ def kept_decorated(
         return breaker.call(fn, *args, **kwargs)
 
     return guarded
+
+
+class _NoSettings:
+    """``kept_decorated`` without a settings holder: ``kept[1]`` stays None."""
+
+    _settings = None
 
 
 def _reinit_after_fork() -> None:

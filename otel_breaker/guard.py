@@ -522,11 +522,7 @@ def guard(
             kept[1] = _config._settings
             return run_sync(breaker, fn, args, kwargs, call)
 
-        def must_look_up() -> Any:
-            """Non-None when the kept breaker may no longer be the answer: a session
-            scope is active, or the settings (upstream groups) were replaced."""
-            return True if _config._settings is not kept[1] else _session_of_context()
-
-        return functools.wraps(fn)(_breaker_module.kept_decorated(kept, fn, must_look_up, look_up))
+        # Kept while no session scope is active and the settings (upstream groups) stay the same.
+        return functools.wraps(fn)(_breaker_module.kept_decorated(kept, fn, _session_of_context, look_up, _config))
 
     return decorate

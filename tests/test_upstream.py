@@ -245,3 +245,28 @@ def test_transport_text_for_frameworks_that_return_an_exception_as_text():
     finally:
         _user_texts.clear()
     assert not is_transport_text("Error: Quota backend OFFLINE, try later")
+
+
+def test_upstreams_configured_after_a_guarded_function_ran_apply_to_it():
+    """``@guard`` keeps its breaker between calls; replaced settings drop what it kept."""
+    runs = []
+
+    @guard("web_search")
+    def web_search():
+        runs.append(1)
+        raise ConnectionRefusedError("refused")
+
+    @guard("news_a")
+    def news_a():
+        runs.append(2)
+        return "news"
+
+    assert news_a() == "news"  # kept with the settings of the time: no upstream
+    set_settings(
+        load_settings({"OTEL_BREAKER_UPSTREAMS": "serp=web_search,news_*", "OTEL_BREAKER_FAILURE_THRESHOLD": "2"})
+    )
+    for _ in range(2):
+        with pytest.raises(ConnectionRefusedError):
+            web_search()
+    answer = news_a()
+    assert answer["upstream"] == "serp" and runs == [2, 1, 1]
