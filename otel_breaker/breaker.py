@@ -989,21 +989,18 @@ def kept_decorated(
     fn: Callable[..., Any],
     session_of: Callable[[], str | None],
     look_up: Callable[..., Any],
-    settings_holder: Any = None,
+    settings_holder: Any,
 ) -> Callable[..., Any]:
     """``fn`` behind the breaker in ``kept[0]``: ``@guard``'s wrapper.
 
     While the kept breaker is there, not retired (a cleared or pruned registry
     retires it) and no session scope is active, a healthy call takes
     :func:`decorated`'s inline quick path; otherwise ``look_up(*args, **kwargs)``
-    asks the registry (and decides whether to keep its answer). With
-    ``settings_holder`` (the settings module, passed in: this layer does not import
-    it), the kept breaker also holds only while ``settings_holder._settings`` is the
-    object ``look_up`` stored in ``kept[1]``: replaced settings may group the tool
-    behind an upstream.
+    asks the registry (and decides whether to keep its answer). The kept breaker
+    also holds only while ``settings_holder._settings`` (the settings module,
+    passed in: this layer does not import it) is the object ``look_up`` stored in
+    ``kept[1]``: replaced settings may group the tool behind an upstream.
     """
-    if settings_holder is None:
-        settings_holder = _NoSettings
 
     def guarded(*args: Any, **kwargs: Any) -> Any:
         breaker = kept[0]
@@ -1029,12 +1026,6 @@ def kept_decorated(
         return breaker.call(fn, *args, **kwargs)
 
     return guarded
-
-
-class _NoSettings:
-    """``kept_decorated`` without a settings holder: ``kept[1]`` stays None."""
-
-    _settings = None
 
 
 def _reinit_after_fork() -> None:
