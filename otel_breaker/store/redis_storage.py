@@ -125,10 +125,16 @@ class RedisStorage:
     # -- applying replies ----------------------------------------------------
 
     def _sync(self, breaker: CircuitBreaker, reply: list[Any], epoch: int) -> StateChange | None:
-        """Mirror a script reply into the breaker; returns the transition this worker caused."""
+        """Mirror a script reply into the breaker; returns the transition this worker caused.
+
+        A state the reply shows that this worker did not cause (another worker's
+        change, not heard on the change feed: not watching, or not yet) is a
+        followed change, told to the follow listeners as the feed would tell it,
+        so rejections cached with the old state of a fallback are dropped."""
         store = self.store
         state = _STATES[reply[2]]
         with breaker._lock:
+            before = breaker._state
             now = breaker._clock()
             change = None
             if reply[8] >= 0:
@@ -142,6 +148,9 @@ class RedisStorage:
                 self._mirror(breaker, reply[7], reply[3], state, reply[4], reply[5], now)
                 breaker._local_admit = bool(reply[6]) and store.watching and epoch == store._watch_epoch
                 self.probe_busy = state is _HALF_OPEN and reply[0] == -1
+            after = breaker._state
+        if change is None:
+            notify_followed(breaker, before, after)
         return change
 
     def _mirror(

@@ -548,3 +548,40 @@ def test_a_change_heard_before_its_own_reply_is_not_a_followed_change(make_store
     store._feed._apply(f"{ver + 2}|8|0|0|0|1:{'0' * 12}|{key}")  # another worker closed it
     assert breaker.state is State.CLOSED and followed() == 1
     provider.shutdown()
+
+
+def test_a_state_change_read_in_a_reply_drops_cached_rejections_naming_it(make_store, redis_server, prefix):
+    """Another worker (another process) opened a fallback, and this worker learns it
+    from its own script reply (no change feed): rejections that offered the fallback
+    are built afresh, as when the feed tells it."""
+    import subprocess
+    import sys
+
+    from otel_breaker.registry import default_registry
+
+    registry = default_registry()
+    previous = registry.store
+    registry.use_store(make_store(watch=False))
+    try:
+        config = CircuitBreakerConfig(failure_threshold=1, recovery_timeout=60)
+        primary = registry.get(
+            "primary", CircuitBreakerConfig(failure_threshold=1, recovery_timeout=60, fallbacks=("backup",))
+        )
+        backup = registry.get("backup", config)
+        assert run(backup, ok) == "ok"
+        run(primary, boom)
+        assert primary.call(ok)["alternatives"] == ["backup"]  # cached from here on
+        other_worker = (
+            "from otel_breaker.store.redis import RedisStore\n"
+            f"store = RedisStore.from_url({redis_server.url!r}, prefix={prefix!r}, watch=False)\n"
+            "from otel_breaker.breaker import CircuitBreakerConfig\n"
+            "store.create('backup', CircuitBreakerConfig()).force_open(60)\n"
+            "store.close()\n"
+        )
+        subprocess.run([sys.executable, "-c", other_worker], check=True, timeout=60)
+        assert backup.state is State.CLOSED  # nothing heard yet
+        assert backup.call(ok)["circuit_open"] is True  # the reply says open
+        assert backup.state is State.OPEN
+        assert primary.call(ok)["alternatives"] == []
+    finally:
+        registry.use_store(previous)
