@@ -146,16 +146,28 @@ class AgnoAdapter(SpecAdapter):
         messages = kwargs.get("messages")
         if not messages:
             return None
-        owners = (getattr(t, "_agent", None) or getattr(t, "_team", None) for t in kwargs.get("tools") or ())
-        amended = insert_status_block(messages, _DIALECT, next((a for a in owners if a is not None), None))
+        amended = insert_status_block(messages, _DIALECT, _requesting_agent(kwargs))
         return None if amended is None else (args, {**kwargs, "messages": amended})
 
     def without_open_tools(self, instance: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
-        tools, choice, run = kwargs.get("tools"), kwargs.get("tool_choice"), kwargs.get("run_response")
+        tools, choice = kwargs.get("tools"), kwargs.get("tool_choice")
         forced = _function_name(choice) if isinstance(choice, dict) else None
-        agent = getattr(run, "agent_name", None) or getattr(run, "team_name", None)
-        kept = visible_tools(tools, lambda t: None if _function_name(t) == forced else _function_name(t), agent=agent)
+        kept = visible_tools(
+            tools, lambda t: None if _function_name(t) == forced else _function_name(t), agent=_requesting_agent(kwargs)
+        )
         return None if kept is tools else (args, {**kwargs, "tools": kept})
+
+
+def _requesting_agent(kwargs: dict) -> Any:
+    """The agent (or team) a model request is made for: the owner of a tool it carries
+    as a ``Function``, else the name on its run output (tools usually arrive as plain
+    function definitions, which carry none)."""
+    for tool in kwargs.get("tools") or ():
+        owner = getattr(tool, "_agent", None) or getattr(tool, "_team", None)
+        if owner is not None:
+            return owner
+    run = kwargs.get("run_response")
+    return getattr(run, "agent_name", None) or getattr(run, "team_name", None)
 
 
 def _function_name(tool: Any) -> str | None:
