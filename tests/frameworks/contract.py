@@ -12,8 +12,11 @@ runs every scenario below in that framework's nox session: a healthy agent behav
 identically with and without otel-breaker, failures are counted once (also with
 the framework's own tool spans going through the span processor), the rejection is
 a value the loop accepts and the model reads, the status block reaches the model
-only when asked for, agent names scope breakers and spans, ``uninstrument()``
-restores exactly, and zero-code enablement works both ways.
+only when asked for (naming a tool while its breaker is open, then half-open,
+gone once it closes; only to the agent whose calls that breaker can reject; and
+never carrying a hostile tool name or error text raw), agent names scope
+breakers and spans, ``uninstrument()`` restores exactly, and zero-code
+enablement works both ways.
 
 Every driver also implements ``tools_sent(agent)`` (the tools on the model's
 menu at each of its calls), for the ``OTEL_BREAKER_HIDE_OPEN_TOOLS`` scenarios:
@@ -41,8 +44,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from status_prompt import COOLDOWN, EVIL_NAME, INJECTION, breaker_settings, quick_breaker_settings
 from zero_code import launcher, run_script, script_env
 
-from otel_breaker import processor
-from otel_breaker.degrade import STATUS_HEADER
+from otel_breaker import State, processor
+from otel_breaker.degrade import STATUS_HEADER, safe_name
 from otel_breaker.instrumentation import ADAPTERS, BreakerInstrumentor, load_adapter_class
 from otel_breaker.menu import UNAVAILABLE_NOTE
 from otel_breaker.registry import default_registry
@@ -115,6 +118,16 @@ class Tool:
 
         tool.fn = fn
         return tool
+
+    @classmethod
+    def advancing(cls, name: str, seconds: float) -> Tool:
+        """Works, taking ``seconds`` on the registry's fake clock (``registry_clock``): no sleeping."""
+
+        def fn(x: int) -> str:
+            default_registry().clock.advance(seconds)
+            return f"{name} ok {x}"
+
+        return cls(name, fn)
 
 
 #: A scripted model step: a tool call ``(tool name, arguments)`` or the final answer text.
@@ -301,17 +314,73 @@ class FrameworkContract:
         assert self.driver.run(agent) == "done"
         return self.driver.sent(agent)
 
-    def test_status_block_reaches_model_when_enabled(self, instrument):
+    def _instructions(self, agent: Any) -> list[str | None]:
+        return [s.instructions for s in self.driver.sent(agent)]
+
+    def _lifecycle(self) -> tuple[Any, list[str | None], tuple[int, int]]:
+        # flaky fails twice (its breaker opens), wait outlasts the cooldown, flaky's probe
+        # succeeds (the breaker closes), then the model answers: five model calls.
+        flaky, wait = Tool.flaky("flaky", failures=2), Tool.advancing("wait", COOLDOWN + 0.15)
+        steps = [call("flaky", 1), call("flaky", 2), call("wait", 3), call("flaky", 4), "done"]
+        agent = self.driver.build([flaky, wait], steps)
+        assert self.driver.run(agent) == "done"
+        return agent, self._instructions(agent), (flaky.runs, wait.runs)
+
+    def test_status_block_follows_the_breaker_open_half_open_closed(self, instrument, registry_clock):
+        quick_breaker_settings(status_in_prompt="true")
+        _, plain, runs = self._lifecycle()  # the prompts as without otel-breaker
+        assert len(plain) == 5 and runs == (3, 1)
+        instrument(self.driver.framework)
+        _agent, seen, runs = self._lifecycle()  # held: an agent's own breakers go when it does
+        assert runs == (3, 1)  # two failures, then the probe ran
+        assert len(seen) == 5
+        # Before the breaker opens, and once its probe has closed it: the instructions as written.
+        assert [seen[0], seen[1], seen[4]] == [plain[0], plain[1], plain[4]]
+        for base, text in zip(plain[2:4], seen[2:4], strict=True):
+            assert text is not None and text.startswith(f"{base}\n\n{STATUS_HEADER}" if base else STATUS_HEADER)
+            assert text.count(STATUS_HEADER) == 1
+            assert "'wait'" not in text[text.index(STATUS_HEADER) :]  # the healthy tool is never listed
+        assert "'flaky' (open): may be retried in about 1s" in seen[2]
+        assert "'flaky' (half-open): one trial call may be made now" in seen[3]
+        assert _breaker("flaky").state is State.CLOSED
+
+    def _lookups(self, name: str, tool: Tool, calls: int) -> tuple[Any, list[str | None]]:
+        agent = self.driver.build([tool], [call("lookup", i) for i in range(1, calls + 1)] + ["done"], name=name)
+        assert self.driver.run(agent) == "done"
+        return agent, self._instructions(agent)
+
+    def test_each_agent_sees_only_the_breakers_that_can_reject_its_calls(self, instrument):
+        quick_breaker_settings(status_in_prompt="true")
+        _, plain_alpha = self._lookups("alpha", Tool.failing("lookup"), 2)
+        _, plain_beta = self._lookups("beta", Tool.healthy("lookup"), 1)
+        instrument(self.driver.framework)
+        # Both agents are held to the end: an agent's own breakers go when it does.
+        _alpha, alpha_prompts = self._lookups("alpha", Tool.failing("lookup"), 2)
+        _beta, beta_prompts = self._lookups("beta", Tool.healthy("lookup"), 1)
+        states = {b.agent_name: b.state for b in default_registry().find("lookup")}
+        assert states == {"alpha": State.OPEN, "beta": State.CLOSED}
+        assert len(alpha_prompts) == 3 and alpha_prompts[:2] == plain_alpha[:2]
+        assert "'lookup' (open)" in (alpha_prompts[2] or "")
+        assert beta_prompts == plain_beta  # alpha's open breaker cannot reject beta's calls
+
+    def test_hostile_tool_names_and_errors_never_reach_the_prompt_raw(self, instrument):
+        # A tool name carrying markup and instructions, and a failing tool whose error text does.
         quick_breaker_settings(status_in_prompt="true")
         instrument(self.driver.framework)
-        sent = self._status_run()
-        assert len(sent) == 3
-        assert STATUS_HEADER not in (sent[0].instructions or "")
-        last = sent[-1].instructions or ""
-        assert last.startswith(PROMPT)
-        assert STATUS_HEADER in last and "'flaky'" in last
-        assert last.count(STATUS_HEADER) == 1
-        assert INJECTION not in last and "secret-token-123" not in last
+        default_registry().get(EVIL_NAME).force_open(60)
+        prompts = [s.instructions or "" for s in self._status_run()]
+        assert len(prompts) == 3
+        assert all(p.startswith(PROMPT) and safe_name(EVIL_NAME) in p for p in prompts)
+        assert "'flaky'" not in prompts[0] and "'flaky' (open)" in prompts[-1]
+        for text in prompts:
+            assert text.count(STATUS_HEADER) == 1
+            assert "<|" not in text and "|>" not in text
+            assert "ignore previous instructions" not in text.lower()
+            assert INJECTION not in text and "secret-token" not in text
+            # No line break of a tool name gets through: the header, the advice, one line per tool.
+            lines = text[text.index(STATUS_HEADER) :].split("\n")
+            assert lines[0] == STATUS_HEADER and all(line.startswith("- '") for line in lines[2:])
+        assert [len(t[t.index(STATUS_HEADER) :].split("\n")) for t in prompts] == [3, 3, 4]
 
     def test_status_block_absent_by_default(self, instrument):
         quick_breaker_settings()

@@ -33,7 +33,8 @@ from otel_breaker.registry import default_registry
 logging.getLogger("autogen_core").setLevel(logging.ERROR)
 warnings.filterwarnings("ignore", message=".*Token count.*")
 
-# The plain ``run`` loop is the contract suite's (test_contract.py); these are the other ways in.
+# The plain ``run`` loop is the contract suite's (test_contract.py: the block's lifecycle,
+# per-agent listing, hostile inputs); these tests stay for the other ways in.
 MODES = ["run_stream", "team"]
 MODEL_INFO = {
     "vision": False,
@@ -55,25 +56,18 @@ async def healthy(q: str) -> str:
 
 
 class RecordingClient(ReplayChatCompletionClient):
-    """Records the messages of every model call; ``before_step[k]`` runs before the ``k``-th answer."""
+    """Records the messages of every model call."""
 
-    def __init__(self, *args, before_step=None, **kwargs):
+    def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.requests: list[list] = []
-        self.before_step = before_step or {}
-
-    async def _record(self, messages) -> None:
-        self.requests.append(list(messages))
-        hook = self.before_step.get(len(self.requests))
-        if hook is not None:
-            await hook()
 
     async def create(self, messages, **kwargs):
-        await self._record(messages)
+        self.requests.append(list(messages))
         return await super().create(messages, **kwargs)
 
     async def create_stream(self, messages, **kwargs):
-        await self._record(messages)
+        self.requests.append(list(messages))
         async for chunk in super().create_stream(messages, **kwargs):
             yield chunk
 
@@ -96,11 +90,11 @@ def _script(tool_name: str, n: int) -> list:
     return [*calls, "done TERMINATE"]
 
 
-async def run(fn, mode: str = "run", n: int = 3, name: str = "helper", before_step=None, **agent_options):
+async def run(fn, mode: str = "run", n: int = 3, **agent_options):
     tool = FunctionTool(fn, description=fn.__name__, name="lookup")
-    client = RecordingClient(_script(tool.name, n), model_info=MODEL_INFO, before_step=before_step)
+    client = RecordingClient(_script(tool.name, n), model_info=MODEL_INFO)
     agent = AssistantAgent(
-        name,
+        "helper",
         model_client=client,
         tools=[tool],
         max_tool_iterations=n + 2,
@@ -178,7 +172,7 @@ async def test_agent_without_system_message_gets_one_holding_only_the_block(inst
         assert sum(isinstance(m, SystemMessage) for m in call) == 1
 
 
-@pytest.mark.parametrize("mode", ["run_stream"])
+@pytest.mark.parametrize("mode", ["run_stream"])  # on the plain run: the contract's hostile-input scenario
 async def test_injection_through_tool_name_or_error_does_not_reach_the_prompt(instrument, mode):
     instrument("autogen")
     breaker_settings(status_in_prompt="true", failure_threshold="1")
@@ -194,40 +188,3 @@ async def test_injection_through_tool_name_or_error_does_not_reach_the_prompt(in
         assert "<|system|>" not in block and "\nignore" not in block.lower()
         assert "ignore previous instructions" not in block.lower()
         assert INJECTION not in prompt
-
-
-async def test_block_disappears_once_the_breaker_closes(registry_clock, instrument):
-    instrument("autogen")
-    breaker_settings(status_in_prompt="true", failure_threshold="2", recovery_timeout="0.2", success_threshold="1")
-    up = [False]
-
-    async def backend(q: str) -> str:
-        """A tool whose backend goes down and comes back."""
-        if not up[0]:
-            raise ConnectionError("backend down")
-        return f"ok:{q}"
-
-    async def recover():
-        up[0] = True
-        registry_clock.advance(0.3)  # past the cooldown: the next call is the half-open probe
-
-    client, _ = await run(backend, n=4, before_step={3: recover})
-
-    assert [STATUS_HEADER in p for p in client.system_prompts] == [False, False, True, False, False]
-    (breaker,) = default_registry().find("lookup")
-    assert breaker.state is State.CLOSED
-
-
-async def test_per_agent_breakers_are_listed_only_for_their_agent(instrument):
-    instrument("autogen")
-    breaker_settings(status_in_prompt="true", failure_threshold="1", scope="agent")
-    _, broken = await run(flaky, n=1, name="broken")
-    assert [b.agent_name for b in default_registry().find("lookup")] == ["broken"]
-
-    fine, _ = await run(healthy, n=1, name="fine")
-    assert not any(STATUS_HEADER in p for p in fine.system_prompts), "another agent's breaker is not listed"
-
-    again = RecordingClient(["done TERMINATE"], model_info=MODEL_INFO)
-    broken._model_client = again
-    await broken.run(task="say done")
-    assert all("'lookup' (open)" in p for p in again.system_prompts)
