@@ -344,6 +344,19 @@ class CachedRejection(NamedTuple):
     result: dict[str, Any]
 
 
+class CachedSpanAttributes(NamedTuple):
+    """A tool span's name and fixed attributes for one shape of call (``key``: tool,
+    framework, tool type, agent name, source), built once by telemetry and reused
+    while ``settings`` (the settings object the upstream label was read from) is
+    the current one. :meth:`Telemetry.start <otel_breaker.telemetry.Telemetry.start>`
+    fills and reads it."""
+
+    key: tuple[str, str, str, str | None, str | None]
+    settings: object
+    name: str
+    attributes: dict[str, Any]
+
+
 Permit = int | tuple[int, int]
 
 
@@ -475,6 +488,8 @@ class CircuitBreaker:
         self.call_cache: ToolCall | None = None
         #: The graceful result of a rejection while it stays true (see :class:`CachedRejection`).
         self.rejection_cache: CachedRejection | None = None
+        #: The tool span's name and fixed attributes (see :class:`CachedSpanAttributes`).
+        self.span_cache: CachedSpanAttributes | None = None
         if storage is not None:
             storage.configure(self)
         _ALL_BREAKERS.add(self)

@@ -27,13 +27,16 @@ from otel_breaker import upstream as _upstream
 from otel_breaker import upstream_gate as _upstream_gate
 from otel_breaker.breaker import REJECTED, SHADOW, CircuitBreaker, CircuitBreakerConfig, Clock
 from otel_breaker.classify import FAILURE, IGNORED, SUCCESS, classify_exception, error_type, result_failed
+from otel_breaker.config import get_settings
 from otel_breaker.registry import BreakerRegistry, default_registry
 from otel_breaker.registry import session_of_context as _session_of_context
-from otel_breaker.telemetry import TELEMETRY, observing
+from otel_breaker.telemetry import TELEMETRY
 from otel_breaker.toolcall import ToolCall
 
 _TELEMETRY = TELEMETRY
-_observing = observing
+# Whether nothing watches (no provider anywhere): the call path then skips telemetry.
+_unwatched = _breaker_module.unwatched
+_detach = TELEMETRY.detach
 _rejection_result = rejection.rejection_result
 _deadline_start = deadline.start
 
@@ -157,17 +160,6 @@ def _classify(
         return FAILURE
 
 
-def _start(breaker: CircuitBreaker, call: ToolCall | None) -> tuple[ToolCall | None, Any]:
-    """Start telemetry for a call when any provider exists: (call, span handle)."""
-    if call is None:
-        call = _default_call(breaker)
-    try:
-        return call, TELEMETRY.start(call, breaker)
-    except Exception:
-        _bookkeeping_failed("starting a span")
-        return call, None
-
-
 def _end(
     breaker: CircuitBreaker,
     call: ToolCall,
@@ -192,11 +184,21 @@ def run_sync(
     adapter: Adapter | None = None,
 ) -> Any:
     """Run a sync call through ``breaker``. Sync calls are never interrupted: one
-    that runs past ``timeout`` is counted as a failure when it returns."""
+    that runs past ``timeout`` is counted as a failure when it returns.
+
+    The bookkeeping around the call (telemetry, recording) is written out here and
+    in :func:`run_async`, each step guarded so a failure of ours never reaches
+    the call: a framework tool call passes this way, and every Python frame
+    counts there. The decisions are the shared helpers'."""
     span = None
-    observed = _observing()
+    observed = not _unwatched()
     if observed:
-        call, span = _start(breaker, call)
+        if call is None:
+            call = _default_call(breaker)
+        try:
+            span = TELEMETRY.start(call, breaker)
+        except Exception:
+            _bookkeeping_failed("starting a span")
     try:
         try:
             permit = breaker.acquire()
@@ -222,13 +224,20 @@ def run_sync(
             _record(breaker, permit, SUCCESS)
             return result
         outcome, err, elapsed = _returned(breaker, call, adapter, result, start, timed)
-        _record(breaker, permit, outcome)
+        if permit is not None:
+            try:
+                breaker.record(permit, outcome)
+            except Exception:
+                _bookkeeping_failed("recording an outcome")
         if observed:
-            _end(breaker, call, span, elapsed, err, None, permit)
+            try:
+                TELEMETRY.finish(span, call, breaker, elapsed, err, None, permit)
+            except Exception:
+                _bookkeeping_failed("ending a span")
         return result
     finally:
         if span is not None:
-            TELEMETRY.detach(span)
+            _detach(span)
 
 
 async def run_async(
@@ -244,9 +253,14 @@ async def run_async(
     an asyncio client, and of ``timeout``, at which a coroutine is cancelled and
     counted as a failure)."""
     span = None
-    observed = _observing()
+    observed = not _unwatched()
     if observed:
-        call, span = _start(breaker, call)
+        if call is None:
+            call = _default_call(breaker)
+        try:
+            span = TELEMETRY.start(call, breaker)
+        except Exception:
+            _bookkeeping_failed("starting a span")
     try:
         remote = breaker.awaits_store
         try:
@@ -279,13 +293,22 @@ async def run_async(
             outcome, err, elapsed = SUCCESS, None, 0.0
         else:
             outcome, err, elapsed = _returned(breaker, call, adapter, result, start, timed)
-        await _arecord(breaker, permit, outcome) if remote else _record(breaker, permit, outcome)
+        if remote:
+            await _arecord(breaker, permit, outcome)
+        elif permit is not None:
+            try:
+                breaker.record(permit, outcome)
+            except Exception:
+                _bookkeeping_failed("recording an outcome")
         if observed:
-            _end(breaker, call, span, elapsed, err, None, permit)
+            try:
+                TELEMETRY.finish(span, call, breaker, elapsed, err, None, permit)
+            except Exception:
+                _bookkeeping_failed("ending a span")
         return result
     finally:
         if span is not None:
-            TELEMETRY.detach(span)
+            _detach(span)
 
 
 def _timed(breaker: CircuitBreaker) -> bool:
@@ -312,8 +335,15 @@ def _returned(
     err = None
     if config.timeout is not None and elapsed > config.timeout:
         err = TIMEOUT_ERROR_TYPE
-    elif adapter is not None or config.is_failure_result is not None:
-        err = _result_error(breaker, call, result, adapter)
+    elif adapter is not None:
+        try:  # _result_error, inlined: every framework tool call asks
+            err = adapter.result_error(call, result)
+        except Exception:
+            _bookkeeping_failed("classifying a result")
+        if err is None and config.is_failure_result is not None:
+            err = _result_error(breaker, call, result, None)
+    elif config.is_failure_result is not None:
+        err = _result_error(breaker, call, result, None)
     if err == IGNORED_RESULT:
         return IGNORED, None, elapsed
     return (SUCCESS if err is None else FAILURE), err, elapsed
@@ -423,9 +453,11 @@ class Guard:
         if breaker is None:
             return fn(*args, **(kwargs or {}))
         # Upstream breaker (upstream_gate.py): admitted first, counts transport failures.
-        upstream = _upstream.breaker_for_call(self.registry, call)
-        if upstream is not None:
-            return _upstream_gate.run_sync(upstream, breaker, run_sync, fn, args, kwargs or {}, call, adapter)
+        # Looked up only for a tool with a source or when upstreams are configured.
+        if call.source is not None or (registry._settings or get_settings()).upstreams:
+            upstream = _upstream.breaker_for_call(registry, call)
+            if upstream is not None:
+                return _upstream_gate.run_sync(upstream, breaker, run_sync, fn, args, kwargs or {}, call, adapter)
         return run_sync(breaker, fn, args, kwargs or {}, call, adapter)
 
     async def acall(

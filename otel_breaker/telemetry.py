@@ -33,8 +33,9 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from otel_breaker import breaker as breaker_module
+from otel_breaker import config as _config
 from otel_breaker import semconv
-from otel_breaker.breaker import SHADOW, CircuitBreaker, State, StateChange, all_breakers
+from otel_breaker.breaker import SHADOW, CachedSpanAttributes, CircuitBreaker, State, StateChange, all_breakers
 from otel_breaker.config import get_settings
 from otel_breaker.registry import BreakerRegistry, counts_key, default_registry
 from otel_breaker.sanitize import (  # noqa: F401 - MAX_ATTRIBUTE_CHARS and bounded stay importable from here
@@ -131,6 +132,24 @@ def _labels(breaker: CircuitBreaker) -> dict[str, str]:
     if upstream:
         labels[ATTR_UPSTREAM] = bounded(upstream)
     return labels
+
+
+def _span_shape(call: ToolCall, key: tuple, settings: Any) -> CachedSpanAttributes:
+    """The name and fixed attributes of ``call``'s tool span."""
+    tool = bounded(call.tool)
+    attributes: dict[str, Any] = {ATTR_OPERATION: OPERATION, ATTR_TOOL: tool, ATTR_GUARDED: True}
+    if call.tool_type:
+        attributes[ATTR_TOOL_TYPE] = call.tool_type
+    if call.agent_name:
+        attributes[ATTR_AGENT] = bounded(call.agent_name)
+    if call.source:
+        attributes[ATTR_SOURCE] = bounded(call.source)
+    upstream = _upstream_label(call.tool, call.source)
+    if upstream:
+        attributes[ATTR_UPSTREAM] = bounded(upstream)
+    if call.framework != "python":
+        attributes[ATTR_FRAMEWORK] = call.framework
+    return CachedSpanAttributes(key, settings, span_name(tool), attributes)
 
 
 def _key_labels(tool: str, agent: str | None, source: str | None = None) -> dict[str, str]:
@@ -485,37 +504,29 @@ class Telemetry:
             if self._tracer_provider is None and _TRACE_GLOBALS.get("_TRACER_PROVIDER", True) is None:
                 return None  # metrics only: no tracer anywhere
             tracer = self.tracer()
-        if not self._instrumentation_enabled():
+        # The span's parent, and the context it is made current in: read once. An empty
+        # context holds no suppression key, so only a non-empty one is asked about.
+        parent = context_api.get_current()
+        if parent and not self._instrumentation_enabled():
             return None
         # The state before admission is nearly always the admitted one: set it now, in
         # one go with the rest, and correct it in finish() in the rare other case.
         state = _STATE_TEXT[breaker._state]
-        attributes = {
-            ATTR_OPERATION: OPERATION,
-            ATTR_TOOL: bounded(call.tool),
-            ATTR_GUARDED: True,
-            ATTR_STATE: state,
-            ATTR_REJECTED: False,
-        }
+        # Name and fixed attributes: built once per breaker and shape of call.
+        shape = breaker.span_cache
+        key = (call.tool, call.framework, call.tool_type, call.agent_name, call.source)
+        settings = _config._settings or get_settings()  # get_settings, inlined once loaded
+        if shape is None or shape.key != key or shape.settings is not settings:
+            shape = breaker.span_cache = _span_shape(call, key, settings)
+        attributes = {**shape.attributes, ATTR_STATE: state, ATTR_REJECTED: False}
         if call.call_id is not None:
             attributes[ATTR_TOOL_CALL_ID] = bounded(call.call_id)
-        if call.tool_type:
-            attributes[ATTR_TOOL_TYPE] = call.tool_type
-        if call.agent_name:
-            attributes[ATTR_AGENT] = bounded(call.agent_name)
-        if call.source:
-            attributes[ATTR_SOURCE] = bounded(call.source)
-        upstream = _upstream_label(call.tool, call.source)
-        if upstream:
-            attributes[ATTR_UPSTREAM] = bounded(upstream)
-        if call.framework != "python":
-            attributes[ATTR_FRAMEWORK] = call.framework
         if self.capture_content and call.arguments is not None:
             attributes[ATTR_TOOL_ARGUMENTS] = bounded(call.arguments)
         span = tracer.start_span(
-            span_name(attributes[ATTR_TOOL]), kind=SpanKind.INTERNAL, attributes=attributes, start_time=start_time
+            shape.name, parent, kind=SpanKind.INTERNAL, attributes=attributes, start_time=start_time
         )
-        token = context_api.attach(trace_api.set_span_in_context(span))
+        token = context_api.attach(trace_api.set_span_in_context(span, parent))
         return (span, token, state)
 
     def detach(self, handle: Any) -> None:
@@ -552,7 +563,7 @@ class Telemetry:
             return
         span = handle[0]
         try:
-            admitted = _admitted_state(permit)
+            admitted = _CLOSED_TEXT if permit.__class__ is int and permit != SHADOW else _admitted_state(permit)
             if (admitted != handle[2] or err is not None) and span.is_recording():
                 attributes = {ATTR_STATE: admitted}
                 if permit == SHADOW:

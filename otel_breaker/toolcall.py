@@ -8,7 +8,7 @@ it. Immutable, so a decorator can build one per function and reuse it.
 from __future__ import annotations
 
 import contextvars
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 
@@ -31,8 +31,46 @@ class ToolCall:
     arguments: Any = None
     """The tool's arguments; only put on spans when content capture is on."""
 
+    def __init__(
+        self,
+        tool: str,
+        framework: str = "python",
+        agent: Any = None,
+        agent_name: str | None = None,
+        session_id: str | None = None,
+        call_id: str | None = None,
+        tool_type: str = "function",
+        source: str | None = None,
+        arguments: Any = None,
+    ) -> None:
+        # Adapters build one per tool call. The generated __init__ of a frozen
+        # dataclass goes through object.__setattr__ for each field; the slots'
+        # own setters do the same work in about half the time.
+        _set_tool(self, tool)
+        _set_framework(self, framework)
+        _set_agent(self, agent)
+        _set_agent_name(self, agent_name)
+        _set_session_id(self, session_id)
+        _set_call_id(self, call_id)
+        _set_tool_type(self, tool_type)
+        _set_source(self, source)
+        _set_arguments(self, arguments)
+
     def with_call_id(self, call_id: str | None) -> ToolCall:
         return replace(self, call_id=call_id)
+
+
+(
+    _set_tool,
+    _set_framework,
+    _set_agent,
+    _set_agent_name,
+    _set_session_id,
+    _set_call_id,
+    _set_tool_type,
+    _set_source,
+    _set_arguments,
+) = (vars(ToolCall)[field.name].__set__ for field in fields(ToolCall))
 
 
 def agent_display_name(agent: Any) -> str | None:
@@ -44,12 +82,33 @@ def agent_display_name(agent: Any) -> str | None:
     return None
 
 
-# The call an adapter is guarding in this context: a nested patched layer of the
-# same call passes straight through, and the span processor skips spans of calls
-# that are already guarded.
-_active_call: contextvars.ContextVar[ToolCall | None] = contextvars.ContextVar("otel_breaker_active_call", default=None)
+class GuardedCall:
+    """The tool call an adapter is guarding in a context, and what inner layers of
+    it noticed: failures they saw in a returned value (``nested``, error types the
+    outer call counts as its own) and an adapter's notes on the call (``notes``).
+
+    A nested patched layer of the same call passes straight through, and the
+    span processor skips spans of calls that are already guarded."""
+
+    __slots__ = ("call", "nested", "notes")
+
+    def __init__(self, call: ToolCall) -> None:
+        self.call = call
+        self.nested: list[str] = []
+        self.notes: list[Any] = []
+
+
+_active_call: contextvars.ContextVar[GuardedCall | None] = contextvars.ContextVar(
+    "otel_breaker_active_call", default=None
+)
 
 
 def active_call() -> ToolCall | None:
     """The tool call being guarded in this context, if any."""
+    frame = _active_call.get()
+    return None if frame is None else frame.call
+
+
+def guarded_call() -> GuardedCall | None:
+    """The guarded call in progress in this context (with what inner layers noted), if any."""
     return _active_call.get()

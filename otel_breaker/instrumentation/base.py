@@ -11,7 +11,6 @@ the hand-off to the one guarded call path.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import importlib
 import logging
 import threading
@@ -24,7 +23,14 @@ import wrapt
 
 from otel_breaker.degrade import Rejection
 from otel_breaker.guard import IGNORED_RESULT, Guard, default_guard
-from otel_breaker.toolcall import ToolCall, _active_call, active_call, agent_display_name  # noqa: F401 - adapters import them from here
+from otel_breaker.toolcall import (  # noqa: F401 - adapters import them from here
+    GuardedCall,
+    ToolCall,
+    _active_call,
+    active_call,
+    agent_display_name,
+    guarded_call,
+)
 
 logger = logging.getLogger("otel_breaker")
 
@@ -69,23 +75,19 @@ def _run_first_use() -> None:
         _first_use_pending = False
 
 
-# Failures that a nested layer of the same logical call saw in a returned value
-# (an MCP error result inside an agent SDK's function tool, which the outer layer
-# only sees as text). The outer guarded call counts them as its own failure.
-_nested_errors: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar(
-    "otel_breaker_nested_errors", default=None
-)
+class _OuterCall(GuardedCall):
+    """The guarded call in progress, and the adapter as the guard sees it for that
+    call: its own checks first, then what nested layers of the same call reported
+    (an MCP error result inside an agent SDK's function tool, which the outer
+    layer only sees as text, counts as the outer call's failure)."""
 
+    __slots__ = ("adapter",)
 
-class _OuterCall:
-    """The adapter as the guard sees it for one call: its own checks first, then
-    what nested layers of the same call reported."""
-
-    __slots__ = ("adapter", "nested")
-
-    def __init__(self, adapter: FrameworkAdapter, nested: list[str]) -> None:
+    def __init__(self, adapter: FrameworkAdapter, call: ToolCall) -> None:
+        self.call = call
+        self.nested = []
+        self.notes = []
         self.adapter = adapter
-        self.nested = nested
 
     def result_error(self, call: ToolCall, result: Any) -> str | None:
         err = self.adapter.result_error(call, result)
@@ -108,7 +110,8 @@ def nested_failure() -> bool:
     """Whether a nested layer of the guarded call in progress (the MCP session below a
     framework's MCP tool) has seen the tool fail; for an adapter whose framework turns
     that failure into something neutral, such as a request to retry."""
-    return bool(_nested_errors.get())
+    frame = _active_call.get()
+    return frame is not None and bool(frame.nested)
 
 
 @contextlib.contextmanager
@@ -118,7 +121,7 @@ def not_a_tool_call(name: str, framework: str | None = None) -> Iterator[None]:
     call behind a tool interface): patched tool wrappers of the same name pass
     through unguarded and the span processor leaves its ``execute_tool`` spans
     alone, exactly as for the inner layers of a call already being guarded."""
-    token = _active_call.set(ToolCall(name, framework=framework))
+    token = _active_call.set(GuardedCall(ToolCall(name, framework=framework)))
     try:
         yield
     finally:
@@ -141,6 +144,9 @@ class PatchTarget:
     module: str
     qualname: str
     wrapper: Callable[..., Any]
+    #: The wrapper itself passes the call straight through while the adapter is
+    #: disabled (``FrameworkAdapter._enabled``), so no pass-through layer is added.
+    checks_enabled: bool = False
 
 
 @dataclass
@@ -287,10 +293,11 @@ class FrameworkAdapter:
                 return wrapped(*args, **kwargs)
             return target.wrapper(wrapped, instance, args, kwargs)
 
+        outer = target.wrapper if target.checks_enabled else passthrough_when_disabled
         if isinstance(original, staticmethod | classmethod):
-            wrapper = type(original)(wrapt.FunctionWrapper(original.__func__, passthrough_when_disabled))
+            wrapper = type(original)(wrapt.FunctionWrapper(original.__func__, outer))
         else:
-            wrapper = wrapt.FunctionWrapper(original, passthrough_when_disabled)
+            wrapper = wrapt.FunctionWrapper(original, outer)
         setattr(owner, attribute, wrapper)
         self._patched.append(_Patched(owner, attribute, original, wrapper))
         return None
@@ -332,17 +339,17 @@ class FrameworkAdapter:
         if _first_use_pending:
             _run_first_use()
         active = _active_call.get()
-        if same_logical_call(active, call):
+        if active is not None and (
+            active.call.tool == call.tool or (active.call.source is not None and active.call.source == call.source)
+        ):  # same_logical_call, inlined: every framework tool call asks
             result = wrapped(*args, **kwargs)
-            self._report_nested(call, result)
+            self._report_nested(active, call, result)
             return result
-        nested: list[str] = []
-        token = _active_call.set(call)
-        nested_token = _nested_errors.set(nested)
+        frame = _OuterCall(self, call)
+        token = _active_call.set(frame)
         try:
-            return self.guard.call(call, wrapped, args, kwargs, adapter=_OuterCall(self, nested))
+            return self.guard.call(call, wrapped, args, kwargs, adapter=frame)
         finally:
-            _nested_errors.reset(nested_token)
             _active_call.reset(token)
 
     async def run_async(self, call: ToolCall, wrapped: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
@@ -350,30 +357,25 @@ class FrameworkAdapter:
         if _first_use_pending:
             _run_first_use()
         active = _active_call.get()
-        if same_logical_call(active, call):
+        if active is not None and same_logical_call(active.call, call):
             result = await wrapped(*args, **kwargs)
-            self._report_nested(call, result)
+            self._report_nested(active, call, result)
             return result
-        nested: list[str] = []
-        token = _active_call.set(call)
-        nested_token = _nested_errors.set(nested)
+        frame = _OuterCall(self, call)
+        token = _active_call.set(frame)
         try:
-            return await self.guard.acall(call, wrapped, args, kwargs, adapter=_OuterCall(self, nested))
+            return await self.guard.acall(call, wrapped, args, kwargs, adapter=frame)
         finally:
-            _nested_errors.reset(nested_token)
             _active_call.reset(token)
 
-    def _report_nested(self, call: ToolCall, result: Any) -> None:
+    def _report_nested(self, active: GuardedCall, call: ToolCall, result: Any) -> None:
         """A nested layer's view of the result: a failure it sees counts for the outer call."""
-        nested = _nested_errors.get()
-        if nested is None:
-            return
         try:
             err = self.result_error(call, result)
         except Exception:
             return
         if err is not None and err != IGNORED_RESULT:
-            nested.append(err)
+            active.nested.append(err)
 
     def safe_tool_call(self, build: Callable[[], ToolCall | None]) -> ToolCall | None:
         """Build a ToolCall, or None (call passes through unguarded) if the

@@ -55,13 +55,12 @@ MCP server).
 
 from __future__ import annotations
 
-import contextvars
 import logging
 from typing import Any
 
 from otel_breaker.classify import MISTAKE
 from otel_breaker.degrade import STATUS_HEADER, Rejection, augment_instructions
-from otel_breaker.instrumentation.base import PatchTarget
+from otel_breaker.instrumentation.base import PatchTarget, _active_call, guarded_call
 from otel_breaker.instrumentation.langchain_mcp import SESSION_MODULE, TOOLS_MODULE, MCPToolSources
 from otel_breaker.instrumentation.spec import (
     MessageDialect,
@@ -81,12 +80,6 @@ _GRAPH_KEY = "__otel_breaker_graph"
 _DEFAULT_GRAPH_NAME = "LangGraph"
 
 logger = logging.getLogger("otel_breaker")
-
-# Errors handled inside the ``run``/``arun`` call of this context: a list of
-# ("tool" | "validation", error type name), or None outside a call.
-_handled: contextvars.ContextVar[list[tuple[str, str]] | None] = contextvars.ContextVar(
-    "otel_breaker_langchain_handled", default=None
-)
 
 
 def _agent_name(config: dict, metadata: dict) -> str | None:
@@ -143,51 +136,40 @@ class LangChainAdapter(SpecAdapter):
         name = getattr(instance, "name", None)
         if not isinstance(name, str) or not name:
             return None
-        config = kwargs.get("config") or {}
-        if not isinstance(config, dict):
-            config = {}
-        metadata = config.get("metadata") or {}
-        configurable = config.get("configurable") or {}
-        agent_name = _agent_name(config, metadata)
-        session = configurable.get("thread_id") or metadata.get("thread_id")
+        config = kwargs.get("config")
+        agent_name = session = None
+        if config and isinstance(config, dict):  # a direct invoke() passes none: nothing to read
+            metadata = config.get("metadata") or {}
+            configurable = config.get("configurable") or {}
+            agent_name = _agent_name(config, metadata)
+            session = configurable.get("thread_id") or metadata.get("thread_id")
         call_id = kwargs.get("tool_call_id")
+        # Positional, in ToolCall's field order (a keyword call costs more, on every tool call):
+        # tool, framework, agent, agent_name, session_id, call_id, tool_type, source, arguments.
+        # No agent object reaches a tool; a known agent name keys the breaker instead
+        # (the registry keys unreferenceable agents by name).
         return ToolCall(
-            tool=name,
-            framework=self.name,
-            # No agent object reaches a tool; a known agent name keys the
-            # breaker instead (the registry keys unreferenceable agents by name).
-            agent=agent_name,
-            agent_name=agent_name,
-            session_id=str(session) if session is not None else None,
-            call_id=str(call_id) if call_id is not None else None,
-            arguments=args[0] if args else kwargs.get("tool_input"),
-            source=self._mcp.source_of(instance),
+            name,
+            self.name,
+            agent_name,
+            agent_name,
+            str(session) if session is not None else None,
+            str(call_id) if call_id is not None else None,
+            "function",
+            self._mcp.source_of(instance) if self._mcp.sources else None,
+            args[0] if args else kwargs.get("tool_input"),
         )
 
-    # -- one list of handled errors per guarded call -----------------------------------------
-
-    def run_sync(self, call: ToolCall, wrapped: Any, args: tuple, kwargs: dict) -> Any:
-        token = _handled.set([])
-        try:
-            return super().run_sync(call, wrapped, args, kwargs)
-        finally:
-            _handled.reset(token)
-
-    async def run_async(self, call: ToolCall, wrapped: Any, args: tuple, kwargs: dict) -> Any:
-        token = _handled.set([])
-        try:
-            return await super().run_async(call, wrapped, args, kwargs)
-        finally:
-            _handled.reset(token)
+    # -- errors handled inside the guarded call, noted on it ----------------------------------
 
     @staticmethod
     def _note(kind: str) -> Any:
         """A wrapper for ``_handle_tool_error``/``_handle_validation_error``: note what was handled."""
 
         def note(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-            seen = _handled.get()
-            if seen is not None and args:
-                seen.append((kind, type(args[0]).__name__))
+            frame = guarded_call()
+            if frame is not None and args:
+                frame.notes.append((kind, type(args[0]).__name__))
             return wrapped(*args, **kwargs)
 
         return note
@@ -207,7 +189,8 @@ class LangChainAdapter(SpecAdapter):
         return MISTAKE if _raised_parsing_arguments(exc) else None
 
     def result_error(self, call: ToolCall, result: Any) -> str | None:
-        seen = _handled.get()
+        frame = _active_call.get()
+        seen = frame.notes if frame is not None else None
         if seen:
             kind, error = seen[-1]
             return error if kind == "tool" else None

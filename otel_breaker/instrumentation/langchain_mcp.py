@@ -44,7 +44,8 @@ class MCPToolSources:
 
     def __init__(self) -> None:
         # id(tool) -> (weak reference to it, its server); the entry leaves with the tool.
-        self._sources: dict[int, tuple[weakref.ref, str]] = {}
+        #: id(tool) -> (a weak reference to it, its server): empty until a tool is made from an MCP server.
+        self.sources: dict[int, tuple[weakref.ref, str]] = {}
         self._lock = threading.Lock()
 
     def targets(self) -> list[PatchTarget]:
@@ -55,7 +56,9 @@ class MCPToolSources:
 
     def source_of(self, tool: Any) -> str | None:
         """The server identity of a tool made from an MCP tool, else None."""
-        entry = self._sources.get(id(tool))
+        if not self.sources:
+            return None  # no tool made from an MCP server yet
+        entry = self.sources.get(id(tool))
         if entry is None or entry[0]() is not tool:
             return None
         return entry[1]
@@ -90,10 +93,10 @@ class MCPToolSources:
 
         def forget(_: weakref.ref, key: int = key) -> None:
             with self._lock:
-                self._sources.pop(key, None)
+                self.sources.pop(key, None)
 
         with self._lock:
-            self._sources[key] = (weakref.ref(tool, forget), source)
+            self.sources[key] = (weakref.ref(tool, forget), source)
 
 
 def _server_name(name: Any) -> str | None:

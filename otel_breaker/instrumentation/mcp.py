@@ -64,7 +64,7 @@ from otel_breaker.classify import (
 )
 from otel_breaker.degrade import Rejection
 from otel_breaker.guard import IGNORED_RESULT
-from otel_breaker.instrumentation.base import PatchTarget, _active_call, active_call, same_logical_call
+from otel_breaker.instrumentation.base import GuardedCall, PatchTarget, _active_call, active_call, same_logical_call
 from otel_breaker.instrumentation.spec import SpecAdapter, tool_patch
 from otel_breaker.menu import hide_open_tools_enabled, visible_tools
 from otel_breaker.telemetry import TELEMETRY
@@ -319,7 +319,8 @@ class MCPAdapter(SpecAdapter):
         """A name neither listed nor answered yet: run it as without us; once the server
         has shown it is a real tool, count it and give it its span after the fact."""
         start_ns = time.time_ns()
-        token = _active_call.set(call)  # an inner layer of the same call (the session's send) passes through
+        # An inner layer of the same call (the session's send) passes through.
+        token = _active_call.set(GuardedCall(call))
         try:
             result = await wrapped(*args, **kwargs)
         except BaseException as exc:
