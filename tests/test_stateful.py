@@ -217,6 +217,24 @@ class BreakerCallMachine(_CallPath):
         return self.breaker.call(tool)
 
 
+class DecoratedMachine(_CallPath):
+    """``@breaker``: the decorator's wrapper, with its closed path written out inline."""
+
+    def make_breaker(self, config: CircuitBreakerConfig) -> CircuitBreaker:
+        breaker = super().make_breaker(config)
+
+        @breaker
+        def tool():
+            return self.tool()
+
+        self.decorated = tool
+        return breaker
+
+    def invoke(self, tool):
+        self.tool = tool
+        return self.decorated()
+
+
 class GuardSyncMachine(_CallPath):
     """``@guard("tool", config=..., registry=...)``: the registry lookup and the call path."""
 
@@ -298,6 +316,8 @@ TestBreakerMachine = BreakerMachine.TestCase
 TestBreakerMachine.settings = _SETTINGS
 TestBreakerCall = BreakerCallMachine.TestCase
 TestBreakerCall.settings = _SETTINGS
+TestDecorated = DecoratedMachine.TestCase
+TestDecorated.settings = _SETTINGS
 TestGuardSync = GuardSyncMachine.TestCase
 TestGuardSync.settings = _FEWER
 TestGuardAsync = GuardAsyncMachine.TestCase
