@@ -3,15 +3,20 @@
 LangChain's ``tool.invoke`` with the real SDK (a ``TracerProvider`` whose spans go
 to an exporter that discards them, a ``MeterProvider`` with an in-memory reader):
 
-* floor: the same ``invoke``, un-instrumented, inside a hand-written SDK span with
-  the tool span's attributes and one histogram record (what any instrumentation
-  of a tool call must do at least);
+* floor: the same ``invoke``, un-instrumented, inside a hand-written SDK span
+  (``start_as_current_span``) carrying the same attributes as the adapter's tool
+  span, and one histogram record of the call's measured duration: the same
+  telemetry, written by hand;
+* minimal floor: as the floor, with only four span attributes and a constant
+  recorded instead of a measured duration (the least any instrumentation does);
 * guarded: ``invoke`` with the LangChain adapter on (breaker, span, duration metric).
 
 The target is guarded/floor <= 1.05 in the same run (docs/performance.md).
 """
 
 from __future__ import annotations
+
+import time
 
 import pytest
 
@@ -22,7 +27,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
-from otel_breaker import telemetry
+from otel_breaker import semconv, telemetry
 from otel_breaker.instrumentation import BreakerInstrumentor
 
 pytestmark = pytest.mark.benchmark(group="tracing on: one LangChain tool.invoke", min_rounds=20, warmup=True)
@@ -58,6 +63,32 @@ def test_floor_hand_written_span_and_record(benchmark, providers):
     lookup = make_tool()
     tracer = tracer_provider.get_tracer("floor")
     histogram = meter_provider.get_meter("floor").create_histogram("floor.duration", unit="s")
+    metric_attributes = {semconv.ATTR_TOOL: "lookup"}
+    span_attributes = {
+        semconv.ATTR_OPERATION: semconv.OPERATION,
+        semconv.ATTR_TOOL: "lookup",
+        semconv.ATTR_GUARDED: True,
+        semconv.ATTR_TOOL_TYPE: "function",
+        semconv.ATTR_FRAMEWORK: "langchain",
+        semconv.ATTR_STATE: "closed",
+        semconv.ATTR_REJECTED: False,
+    }
+
+    def floor():
+        with tracer.start_as_current_span("execute_tool lookup", attributes=span_attributes):
+            start = time.perf_counter()
+            result = lookup.invoke({"city": "Oslo"})
+            histogram.record(time.perf_counter() - start, metric_attributes)
+        return result
+
+    assert benchmark(floor) == "Oslo"
+
+
+def test_minimal_floor_four_attributes_constant_record(benchmark, providers):
+    tracer_provider, meter_provider = providers
+    lookup = make_tool()
+    tracer = tracer_provider.get_tracer("floor")
+    histogram = meter_provider.get_meter("floor").create_histogram("floor.duration", unit="s")
     metric_attributes = {"gen_ai.tool.name": "lookup"}
     span_attributes = {
         "gen_ai.operation.name": "execute_tool",
@@ -83,5 +114,28 @@ def test_guarded_langchain_invoke(benchmark, providers):
     try:
         lookup = make_tool()
         assert benchmark(lookup.invoke, {"city": "Oslo"}) == "Oslo"
+        # The floor's span carries exactly the attributes of the adapter's span.
+        (span,) = _spans_of(tracer_provider, lambda: lookup.invoke({"city": "Oslo"}))
+        assert set(span.attributes) == FLOOR_SPAN_KEYS
     finally:
         instrumentor.uninstrument()
+
+
+FLOOR_SPAN_KEYS = {
+    semconv.ATTR_OPERATION,
+    semconv.ATTR_TOOL,
+    semconv.ATTR_GUARDED,
+    semconv.ATTR_TOOL_TYPE,
+    semconv.ATTR_FRAMEWORK,
+    semconv.ATTR_STATE,
+    semconv.ATTR_REJECTED,
+}
+
+
+def _spans_of(tracer_provider, fn):
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    fn()
+    return exporter.get_finished_spans()
