@@ -160,6 +160,17 @@ def _classify(
         return FAILURE
 
 
+def _start(breaker: CircuitBreaker, call: ToolCall | None) -> tuple[ToolCall, Any]:
+    """Start telemetry for a call while anything watches: (call, span handle or None)."""
+    if call is None:
+        call = _default_call(breaker)
+    try:
+        return call, TELEMETRY.start(call, breaker)
+    except Exception:
+        _bookkeeping_failed("starting a span")
+        return call, None
+
+
 def _end(
     breaker: CircuitBreaker,
     call: ToolCall,
@@ -193,12 +204,7 @@ def run_sync(
     span = None
     observed = not _unwatched()
     if observed:
-        if call is None:
-            call = _default_call(breaker)
-        try:
-            span = TELEMETRY.start(call, breaker)
-        except Exception:
-            _bookkeeping_failed("starting a span")
+        call, span = _start(breaker, call)
     try:
         try:
             permit = breaker.acquire()
@@ -255,12 +261,7 @@ async def run_async(
     span = None
     observed = not _unwatched()
     if observed:
-        if call is None:
-            call = _default_call(breaker)
-        try:
-            span = TELEMETRY.start(call, breaker)
-        except Exception:
-            _bookkeeping_failed("starting a span")
+        call, span = _start(breaker, call)
     try:
         remote = breaker.awaits_store
         try:

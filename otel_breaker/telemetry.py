@@ -123,33 +123,21 @@ REASON_SHARED_STORE = "shared_store"
 
 
 def _labels(breaker: CircuitBreaker) -> dict[str, str]:
-    labels = {ATTR_TOOL: bounded(breaker.name)}
-    if breaker.agent_name:
-        labels[ATTR_AGENT] = bounded(breaker.agent_name)
-    if breaker.source:
-        labels[ATTR_SOURCE] = bounded(breaker.source)
-    upstream = _upstream_label(breaker.name, breaker.source)
-    if upstream:
-        labels[ATTR_UPSTREAM] = bounded(upstream)
-    return labels
+    return _key_labels(breaker.name, breaker.agent_name, breaker.source)
 
 
 def _span_shape(call: ToolCall, key: tuple, settings: Any) -> CachedSpanAttributes:
-    """The name and fixed attributes of ``call``'s tool span."""
-    tool = bounded(call.tool)
-    attributes: dict[str, Any] = {ATTR_OPERATION: OPERATION, ATTR_TOOL: tool, ATTR_GUARDED: True}
+    """The name and fixed attributes of ``call``'s tool span: its series labels and more."""
+    attributes: dict[str, Any] = {
+        ATTR_OPERATION: OPERATION,
+        **_key_labels(call.tool, call.agent_name, call.source),
+        ATTR_GUARDED: True,
+    }
     if call.tool_type:
         attributes[ATTR_TOOL_TYPE] = call.tool_type
-    if call.agent_name:
-        attributes[ATTR_AGENT] = bounded(call.agent_name)
-    if call.source:
-        attributes[ATTR_SOURCE] = bounded(call.source)
-    upstream = _upstream_label(call.tool, call.source)
-    if upstream:
-        attributes[ATTR_UPSTREAM] = bounded(upstream)
     if call.framework != "python":
         attributes[ATTR_FRAMEWORK] = call.framework
-    return CachedSpanAttributes(key, settings, span_name(tool), attributes)
+    return CachedSpanAttributes(key, settings, span_name(attributes[ATTR_TOOL]), attributes)
 
 
 def _key_labels(tool: str, agent: str | None, source: str | None = None) -> dict[str, str]:

@@ -326,3 +326,30 @@ TestRedisStore = pytest.mark.skipif(_REDIS is None, reason=f"no Redis answers on
     RedisStoreMachine.TestCase
 )
 TestRedisStore.settings = _FEWER
+
+
+@pytest.mark.skipif(_REDIS is None, reason=f"no Redis answers on {REDIS_URL}")
+@pytest.mark.parametrize("shared", [False, True], ids=["memory", "redis"])
+def test_a_probe_lease_lives_up_to_its_limit_inclusive(shared):
+    """A probe that has run exactly as long as the lease limit still holds its slot, and
+    its answer still counts: the same moment in memory and in the Redis script."""
+    now = [0.0]
+    config = CircuitBreakerConfig(failure_threshold=1, success_threshold=1, half_open_max_calls=1, recovery_timeout=1)
+    if shared:
+        breaker = _REDIS.create(f"lease-{uuid.uuid4().hex[:12]}", config, clock=lambda: now[0])
+        breaker.storage.use_clock(lambda: now[0])
+    else:
+        breaker = CircuitBreaker("lease", config, clock=lambda: now[0])
+    try:
+        breaker.record(breaker.acquire(), FAILURE)
+        now[0] = 1.0
+        probe = breaker.acquire()
+        assert probe != REJECTED and breaker.state is State.HALF_OPEN
+        now[0] = 1.0 + PROBE_LEASE_SECONDS
+        assert breaker.acquire() == REJECTED  # the slot is still the probe's
+        breaker.record(probe, SUCCESS)
+        assert breaker.state is State.CLOSED
+    finally:
+        if shared:
+            _REDIS.client.delete(*breaker.storage.keys)
+            breaker.close()

@@ -145,7 +145,8 @@ if op == 'acquire' then
     end
   end
   if st == 2 then
-    redis.call('ZREMRANGEBYSCORE', L, '-inf', now)
+    -- a lease lives while now <= its expiry (now - handed out <= lease), as in memory
+    redis.call('ZREMRANGEBYSCORE', L, '-inf', '(' .. now)
     if redis.call('ZCARD', L) < half_open_max then
       nl = nl + 1
       dirty = true
@@ -158,7 +159,7 @@ if op == 'acquire' then
   elseif st == 0 and cautious and pv ~= 1 then
     -- Not yet proven healthy: calls whose outcome is pending count against the
     -- threshold, so a dead tool never sees more than failure_threshold calls.
-    redis.call('ZREMRANGEBYSCORE', P, '-inf', now)
+    redis.call('ZREMRANGEBYSCORE', P, '-inf', '(' .. now)
     if cf + redis.call('ZCARD', P) < threshold then
       nl = nl + 1
       dirty = true

@@ -23,3 +23,19 @@ def quick_breaker_settings(**options: str) -> None:
     breaker_settings(
         **{"failure_threshold": "2", "success_threshold": "1", "recovery_timeout": str(COOLDOWN), **options}
     )
+
+
+def assert_block_alone_while_open(seen: list[str | None]) -> None:
+    """The instructions of a five-call run without instructions of its own: ``flaky`` fails
+    twice (its breaker opens), ``wait`` outlasts the cooldown, ``flaky``'s probe succeeds,
+    the model answers. None before the breaker opens and once its probe has closed it; the
+    status block alone in between."""
+    from otel_breaker.degrade import STATUS_HEADER
+
+    assert len(seen) == 5
+    assert seen[0] is None and seen[1] is None and seen[4] is None
+    for text in seen[2:4]:
+        assert text is not None and text.startswith(STATUS_HEADER) and text.count(STATUS_HEADER) == 1
+        assert "'flaky'" in text and "retry" in text and "'wait'" not in text
+    assert "'flaky' (open): may be retried in about 1s" in seen[2]
+    assert "'flaky' (half-open): one trial call may be made now" in seen[3]

@@ -11,9 +11,8 @@ from __future__ import annotations
 import pytest
 from agents import Agent, Runner, function_tool, set_tracing_disabled
 from agents.testing import ScriptedModel, assistant_message, function_call
-from status_prompt import COOLDOWN, quick_breaker_settings
+from status_prompt import COOLDOWN, assert_block_alone_while_open, quick_breaker_settings
 
-from otel_breaker.degrade import STATUS_HEADER
 from otel_breaker.registry import default_registry
 
 set_tracing_disabled(True)
@@ -66,12 +65,4 @@ async def test_streamed_run_without_instructions(instrument):
     assert result.final_output == "done"
     assert RUNS["flaky"] == 3
     seen = [c.system_instructions for c in model.calls]
-    assert len(seen) == 5
-    # No instructions of its own: none before the breaker opens and once its probe has closed it,
-    # and the block alone in between.
-    assert seen[0] is None and seen[1] is None and seen[4] is None
-    for text in seen[2:4]:
-        assert text.startswith(STATUS_HEADER) and text.count(STATUS_HEADER) == 1
-        assert "'flaky'" in text and "retry" in text and "'wait'" not in text
-    assert "'flaky' (open): may be retried in about 1s" in seen[2]
-    assert "'flaky' (half-open): one trial call may be made now" in seen[3]
+    assert_block_alone_while_open(seen)

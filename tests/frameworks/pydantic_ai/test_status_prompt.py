@@ -14,7 +14,7 @@ from pydantic_ai import Agent
 from pydantic_ai.exceptions import ToolFailed
 from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
-from status_prompt import COOLDOWN, quick_breaker_settings
+from status_prompt import COOLDOWN, assert_block_alone_while_open, quick_breaker_settings
 
 from otel_breaker.degrade import STATUS_HEADER
 from otel_breaker.registry import default_registry
@@ -94,15 +94,7 @@ async def test_streamed_run_without_instructions(instrument):
         assert await result.get_output() == "done"
     assert RUNS["flaky"] == 3
     seen = script.instructions
-    assert len(seen) == 5
-    # No instructions of its own: none before the breaker opens and once its probe has closed it,
-    # and the block alone in between.
-    assert seen[0] is None and seen[1] is None and seen[4] is None
-    for text in seen[2:4]:
-        assert text.startswith(STATUS_HEADER) and text.count(STATUS_HEADER) == 1
-        assert "'flaky'" in text and "retry" in text and "'wait'" not in text
-    assert "'flaky' (open): may be retried in about 1s" in seen[2]
-    assert "'flaky' (half-open): one trial call may be made now" in seen[3]
+    assert_block_alone_while_open(seen)
 
 
 def test_resumed_run_with_nothing_new_to_send_makes_no_model_request(instrument):
