@@ -27,7 +27,6 @@ from otel_breaker import upstream as _upstream
 from otel_breaker import upstream_gate as _upstream_gate
 from otel_breaker.breaker import REJECTED, SHADOW, CircuitBreaker, CircuitBreakerConfig, Clock
 from otel_breaker.classify import FAILURE, IGNORED, SUCCESS, classify_exception, error_type, result_failed
-from otel_breaker.config import get_settings
 from otel_breaker.registry import BreakerRegistry, default_registry
 from otel_breaker.registry import session_of_context as _session_of_context
 from otel_breaker.telemetry import TELEMETRY
@@ -197,10 +196,10 @@ def run_sync(
     """Run a sync call through ``breaker``. Sync calls are never interrupted: one
     that runs past ``timeout`` is counted as a failure when it returns.
 
-    The bookkeeping around the call (telemetry, recording) is written out here and
-    in :func:`run_async`, each step guarded so a failure of ours never reaches
-    the call: a framework tool call passes this way, and every Python frame
-    counts there. The decisions are the shared helpers'."""
+    After a call that returned, recording and ending the span (:func:`_record`,
+    :func:`_end`) are written out, each step guarded so a failure of ours never
+    reaches the call: every sync framework tool call passes this way. The
+    decisions are the shared helpers'."""
     span = None
     observed = not _unwatched()
     if observed:
@@ -294,18 +293,9 @@ async def run_async(
             outcome, err, elapsed = SUCCESS, None, 0.0
         else:
             outcome, err, elapsed = _returned(breaker, call, adapter, result, start, timed)
-        if remote:
-            await _arecord(breaker, permit, outcome)
-        elif permit is not None:
-            try:
-                breaker.record(permit, outcome)
-            except Exception:
-                _bookkeeping_failed("recording an outcome")
+        await _arecord(breaker, permit, outcome) if remote else _record(breaker, permit, outcome)
         if observed:
-            try:
-                TELEMETRY.finish(span, call, breaker, elapsed, err, None, permit)
-            except Exception:
-                _bookkeeping_failed("ending a span")
+            _end(breaker, call, span, elapsed, err, None, permit)
         return result
     finally:
         if span is not None:
@@ -336,15 +326,8 @@ def _returned(
     err = None
     if config.timeout is not None and elapsed > config.timeout:
         err = TIMEOUT_ERROR_TYPE
-    elif adapter is not None:
-        try:  # _result_error, inlined: every framework tool call asks
-            err = adapter.result_error(call, result)
-        except Exception:
-            _bookkeeping_failed("classifying a result")
-        if err is None and config.is_failure_result is not None:
-            err = _result_error(breaker, call, result, None)
-    elif config.is_failure_result is not None:
-        err = _result_error(breaker, call, result, None)
+    elif adapter is not None or config.is_failure_result is not None:
+        err = _result_error(breaker, call, result, adapter)
     if err == IGNORED_RESULT:
         return IGNORED, None, elapsed
     return (SUCCESS if err is None else FAILURE), err, elapsed
@@ -455,7 +438,7 @@ class Guard:
             return fn(*args, **(kwargs or {}))
         # Upstream breaker (upstream_gate.py): admitted first, counts transport failures.
         # Looked up only for a tool with a source or when upstreams are configured.
-        if call.source is not None or (registry._settings or get_settings()).upstreams:
+        if call.source is not None or registry.settings.upstreams:
             upstream = _upstream.breaker_for_call(registry, call)
             if upstream is not None:
                 return _upstream_gate.run_sync(upstream, breaker, run_sync, fn, args, kwargs or {}, call, adapter)

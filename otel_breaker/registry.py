@@ -187,7 +187,7 @@ class BreakerRegistry:
         if agent is None:
             if call.session_id is not None and self.settings.scope == "session":
                 return self._session_breaker(call.session_id, call, config, explicit=False)
-            key = call.tool if call.source is None else f"{call.tool}\x00{call.source}"  # tool_key, inlined
+            key = tool_key(call)
             breaker = self._by_tool.get(key)
             return breaker if breaker is not None else self._get(call.tool, config, call.source, key)
         scope = self.settings.scope

@@ -33,7 +33,6 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from otel_breaker import breaker as breaker_module
-from otel_breaker import config as _config
 from otel_breaker import semconv
 from otel_breaker.breaker import SHADOW, CachedSpanAttributes, CircuitBreaker, State, StateChange, all_breakers
 from otel_breaker.config import get_settings
@@ -503,7 +502,7 @@ class Telemetry:
         # Name and fixed attributes: built once per breaker and shape of call.
         shape = breaker.span_cache
         key = (call.tool, call.framework, call.tool_type, call.agent_name, call.source)
-        settings = _config._settings or get_settings()  # get_settings, inlined once loaded
+        settings = get_settings()
         if shape is None or shape.key != key or shape.settings is not settings:
             shape = breaker.span_cache = _span_shape(call, key, settings)
         attributes = {**shape.attributes, ATTR_STATE: state, ATTR_REJECTED: False}

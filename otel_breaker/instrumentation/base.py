@@ -84,9 +84,7 @@ class _OuterCall(GuardedCall):
     __slots__ = ("adapter",)
 
     def __init__(self, adapter: FrameworkAdapter, call: ToolCall) -> None:
-        self.call = call
-        self.nested = []
-        self.notes = []
+        super().__init__(call)
         self.adapter = adapter
 
     def result_error(self, call: ToolCall, result: Any) -> str | None:
@@ -339,9 +337,7 @@ class FrameworkAdapter:
         if _first_use_pending:
             _run_first_use()
         active = _active_call.get()
-        if active is not None and (
-            active.call.tool == call.tool or (active.call.source is not None and active.call.source == call.source)
-        ):  # same_logical_call, inlined: every framework tool call asks
+        if active is not None and same_logical_call(active.call, call):
             result = wrapped(*args, **kwargs)
             self._report_nested(active, call, result)
             return result

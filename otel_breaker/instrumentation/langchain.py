@@ -60,7 +60,7 @@ from typing import Any
 
 from otel_breaker.classify import MISTAKE
 from otel_breaker.degrade import STATUS_HEADER, Rejection, augment_instructions
-from otel_breaker.instrumentation.base import PatchTarget, _active_call, guarded_call
+from otel_breaker.instrumentation.base import PatchTarget, guarded_call
 from otel_breaker.instrumentation.langchain_mcp import SESSION_MODULE, TOOLS_MODULE, MCPToolSources
 from otel_breaker.instrumentation.spec import (
     MessageDialect,
@@ -156,7 +156,7 @@ class LangChainAdapter(SpecAdapter):
             str(session) if session is not None else None,
             str(call_id) if call_id is not None else None,
             "function",
-            self._mcp.source_of(instance) if self._mcp.sources else None,
+            self._mcp.source_of(instance),
             args[0] if args else kwargs.get("tool_input"),
         )
 
@@ -189,7 +189,7 @@ class LangChainAdapter(SpecAdapter):
         return MISTAKE if _raised_parsing_arguments(exc) else None
 
     def result_error(self, call: ToolCall, result: Any) -> str | None:
-        frame = _active_call.get()
+        frame = guarded_call()
         seen = frame.notes if frame is not None else None
         if seen:
             kind, error = seen[-1]

@@ -169,7 +169,7 @@ class OpenAIAgentsAdapter(SpecAdapter):
 
     async def _tool_async(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         """The spec's async tool wrapper, with the attempt the failure hook fills in."""
-        call = self._call_of(instance, args, kwargs) if self._enabled else None
+        call = self._call_of(instance, args, kwargs)
         if call is None:
             return await wrapped(*args, **kwargs)
         outer = _attempt.get()

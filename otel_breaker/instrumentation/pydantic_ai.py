@@ -134,7 +134,7 @@ class PydanticAIAdapter(SpecAdapter):
 
     async def _tool_async(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         """The spec's async tool wrapper, with the call's part at hand for :meth:`rejection`."""
-        call = self._call_of(instance, args, kwargs) if self._enabled else None
+        call = self._call_of(instance, args, kwargs)
         if call is None:
             return await wrapped(*args, **kwargs)
         validated = args[0] if args else kwargs["validated"]

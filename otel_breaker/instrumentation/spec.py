@@ -211,13 +211,17 @@ class SpecAdapter(FrameworkAdapter):
             return self._prompt_call
         return {"sync": self._tool_sync, "async": self._tool_async, "asyncgen": self._tool_stream}[patch.kind]
 
-    # The tool wrappers check ``_enabled`` themselves (``checks_enabled``): one
-    # Python frame less on every tool call. An override that does work before
-    # calling them (a context variable, say) must stay harmless while disabled.
-
     def _call_of(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
-        """:meth:`describe`, or None (the call runs unguarded) when the framework's
-        objects are not shaped as expected (``safe_tool_call``, inlined: per call)."""
+        """:meth:`describe`, or None (the call runs unguarded) when the adapter is
+        disabled or the framework's objects are not shaped as expected
+        (``safe_tool_call``, inlined: per call).
+
+        The tool wrappers ask this first, so they pass a call straight through while
+        the adapter is disabled (``PatchTarget.checks_enabled``: no pass-through
+        layer under them). An override that does work before asking (a context
+        variable, say) must stay harmless while disabled."""
+        if not self._enabled:
+            return None
         try:
             return self.describe(instance, args, kwargs)
         except Exception:
@@ -227,27 +231,19 @@ class SpecAdapter(FrameworkAdapter):
             return None
 
     def _tool_sync(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        if not self._enabled:
-            return wrapped(*args, **kwargs)
-        try:  # _call_of, inlined: every sync tool call comes this way
-            call = self.describe(instance, args, kwargs)
-        except Exception:
-            logger.debug(
-                "otel-breaker: %s: could not describe a tool call; running it unguarded", self.name, exc_info=True
-            )
-            call = None
+        call = self._call_of(instance, args, kwargs)
         if call is None:
             return wrapped(*args, **kwargs)
         return self.run_sync(call, wrapped, args, kwargs)
 
     async def _tool_async(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        call = self._call_of(instance, args, kwargs) if self._enabled else None
+        call = self._call_of(instance, args, kwargs)
         if call is None:
             return await wrapped(*args, **kwargs)
         return await self.run_async(call, wrapped, args, kwargs)
 
     def _tool_stream(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> AsyncIterator[Any]:
-        call = self._call_of(instance, args, kwargs) if self._enabled else None
+        call = self._call_of(instance, args, kwargs)
         if call is None:
             return wrapped(*args, **kwargs)
         return self._run_stream(call, wrapped, args, kwargs)
