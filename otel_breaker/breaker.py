@@ -427,6 +427,8 @@ class CircuitBreaker:
 
     #: Where the tool runs (an MCP server), set by the registry for tools that have one.
     source: str | None = None
+    #: The code behind a local tool (``module:qualname``), set by the registry when known.
+    origin: str | None = None
     #: True when decisions may wait on a store with an asyncio client (``aacquire``/``arecord``).
     awaits_store = False
     #: False for breakers whose state lives elsewhere: every call then takes acquire/record.
@@ -749,6 +751,16 @@ class CircuitBreaker:
         if self._storage is not None and self._storage.record(self, permit, outcome):
             return
         self._record_locked(permit, outcome)
+
+    def observe(self, outcome: int) -> None:
+        """Count a call that already ran, learned after the fact (a foreign tool
+        span): its admission and its outcome together, so the breaker's books
+        balance (it can become idle and be evicted like any other). In the closed
+        state the outcome counts toward opening; while open or half-open it only
+        updates statistics (it was no probe)."""
+        permit = self._generation if self.state is _CLOSED else SHADOW
+        next(self._request_counter)
+        self.record(permit, outcome)
 
     async def arecord(self, permit: int | tuple[int, int], outcome: int) -> None:
         """``record`` that awaits a shared storage's asyncio client instead of blocking."""

@@ -28,7 +28,7 @@ from otel_breaker.words import FALSE_WORDS, TRUE_WORDS
 logger = logging.getLogger("otel_breaker")
 
 PREFIX = "OTEL_BREAKER_"
-SCOPES = ("process", "agent", "session")
+SCOPES = ("agent", "process", "instance", "session")
 TOOL_NAME_PATTERN = re.compile(r"^[\w.:/@+\-]{1,128}$")
 _TRUE = TRUE_WORDS
 _FALSE = FALSE_WORDS | {""}  # an empty variable is off

@@ -30,7 +30,7 @@ from otel_breaker.classify import FAILURE, IGNORED, SUCCESS, classify_exception,
 from otel_breaker.registry import BreakerRegistry, default_registry
 from otel_breaker.registry import session_of_context as _session_of_context
 from otel_breaker.telemetry import TELEMETRY
-from otel_breaker.toolcall import ToolCall
+from otel_breaker.toolcall import ToolCall, agent_display_name
 
 _TELEMETRY = TELEMETRY
 # Whether nothing watches (no provider anywhere): the call path then skips telemetry.
@@ -476,6 +476,13 @@ def _holds_for_good(registry: BreakerRegistry, call: ToolCall, breaker: CircuitB
         return False
 
 
+def _name_of(agent: Any) -> str | None:
+    """The name breakers of ``agent`` are keyed by (an agent is told apart by its name)."""
+    if agent is None:
+        return None
+    return agent if isinstance(agent, str) else agent_display_name(agent)
+
+
 def default_guard() -> Guard:
     return _default_guard
 
@@ -509,7 +516,7 @@ def guard(
             breaker = CircuitBreaker(name, settings.config_for(name, config), clock=clock, agent_name=agent_name)
             return _decorate(breaker, fn)
         reg = registry if registry is not None else default_registry()
-        call = ToolCall(name, agent=agent, agent_name=agent_name)
+        call = ToolCall(name, agent=agent, agent_name=agent_name or _name_of(agent))
         if config is not None:
             reg.breaker_for(call, config)  # create it now with this config
         guard_ = Guard(reg)

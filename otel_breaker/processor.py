@@ -23,7 +23,6 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import StatusCode
 
-from otel_breaker.breaker import SHADOW, State
 from otel_breaker.classify import FAILURE, IGNORED, SUCCESS, is_excluded_name
 from otel_breaker.registry import BreakerRegistry, default_registry
 from otel_breaker.telemetry import ATTR_AGENT, ATTR_GUARDED, TELEMETRY
@@ -174,10 +173,9 @@ class BreakerSpanProcessor(SpanProcessor):
                         outcome = FAILURE
                 except Exception:
                     outcome = SUCCESS
-        # The call already happened: it counts as admitted in the closed state;
-        # while open or half-open it only updates statistics (it was no probe).
-        permit = breaker.generation if breaker.state is State.CLOSED else SHADOW
-        breaker.record(permit, outcome)
+        # The call already happened: admission and outcome are counted together
+        # (so the breaker can become idle and be evicted like any other).
+        breaker.observe(outcome)
 
     def shutdown(self) -> None:
         """Nothing to release."""

@@ -1,26 +1,35 @@
-"""Which breaker guards a call: key -> breaker, with scopes and a memory bound.
+"""Which breaker guards a call: tool identity -> breaker, with scopes and a memory bound.
 
-Scopes:
+A breaker follows the tool, not a Python object. Its key is a
+:class:`~otel_breaker.identity.ToolKey`: (agent name, tool name, where the tool
+runs: its MCP server or toolset, else the code behind it). A service that builds
+a new agent object per request finds the same breakers on every request, every
+worker process computes the same key (so a shared store shares it), and two
+different tools that share a name never share a breaker.
 
-* process: one breaker per tool name;
-* agent (default): one per (agent object, tool), so two agents exposing a
-  same-named tool never share a breaker. The agent is held weakly and its
-  breakers are pruned when it is garbage-collected (``weakref.finalize``) or
-  on :meth:`BreakerRegistry.release`; calls with no known agent fall back to
-  the process scope;
-* session: one per (session, tool). ``breaker_scope(session_id)`` opens a
-  session for the code inside it and drops its breakers when it ends; with
-  ``OTEL_BREAKER_SCOPE=session``, framework session ids (thread ids, run ids)
-  key breakers too, and idle sessions are pruned.
+Scopes (``OTEL_BREAKER_SCOPE``):
 
-The registry never grows without bound, and past its cap a tool is still
-judged only on its own calls. At ``max_breakers`` a new breaker first takes
-the place of an idle one that remembers nothing a new breaker would not
+* agent (default): one breaker per (agent name, tool identity); a call with no
+  agent name is keyed by the tool identity alone;
+* process: one per tool identity, whichever agent calls it;
+* instance: one per (agent *object*, tool identity), the pre-1.0 default: the
+  agent is held weakly and its breakers go when it is garbage-collected or on
+  :meth:`BreakerRegistry.release`;
+* session: one per (session, agent name, tool identity). ``breaker_scope(session_id)``
+  opens a session for the code inside it and drops its breakers when it ends;
+  with ``OTEL_BREAKER_SCOPE=session``, framework session ids (thread ids, run
+  ids) key breakers too, and idle sessions are pruned.
+
+A breaker lives as long as it remembers something, never as long as a framework
+object: outside ``instance`` scope nothing is dropped when an object is
+collected. The registry never grows without bound, and past its cap a tool is
+still judged only on its own calls. At ``max_breakers`` a new breaker first
+takes the place of an idle one that remembers nothing a new breaker would not
 (closed, no failure streak, no call in flight, no call since the last sweep;
 never one handed out by :meth:`BreakerRegistry.get`). When none is idle the
-call runs unguarded, counted under the tool name ``_unguarded``: another
-tool's failures can never reject it. Each case is logged once. Counts of
-pruned breakers are kept per tool so exported counters never go backwards.
+call runs unguarded, counted under the tool name ``_unguarded``: another tool's
+failures can never reject it. Each case is logged once. Counts of pruned
+breakers are kept per tool so exported counters never go backwards.
 
 Session scope costs O(1) per new session: idle sessions are found in order of
 their last placement, a bounded number of steps per new session.
@@ -30,6 +39,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import inspect
 import logging
 import os
 import threading
@@ -42,9 +52,10 @@ from typing import Any
 
 from otel_breaker.breaker import _CLOSED, CircuitBreaker, CircuitBreakerConfig, Clock, all_breakers
 from otel_breaker.config import Settings, get_settings
+from otel_breaker.identity import ToolKey
 from otel_breaker.store import BreakerStore, store_from_url
 from otel_breaker.store.memory import MemoryStore
-from otel_breaker.toolcall import ToolCall
+from otel_breaker.toolcall import ToolCall, agent_display_name
 
 logger = logging.getLogger("otel_breaker")
 
@@ -62,8 +73,8 @@ SESSION_PRUNE_STEPS = 32
 
 _session: contextvars.ContextVar[str | None] = contextvars.ContextVar("otel_breaker_session", default=None)
 
-CountsKey = tuple[str, str | None, str, str | None]
-"""(tool, agent name, mode, source) of a breaker's exported counts."""
+CountsKey = tuple[str, str | None, str, str | None, str | None]
+"""(tool, agent name, mode, source, origin) of a breaker's exported counts."""
 
 
 class BreakerRegistry:
@@ -82,11 +93,12 @@ class BreakerRegistry:
         self._clock = clock
         self._max = max_breakers
         self._lock = threading.RLock()
-        self._by_tool: dict[str, CircuitBreaker] = {}
-        self._by_agent: dict[int, dict[str, CircuitBreaker]] = {}
+        # Process and agent scope: ToolKey -> breaker (plain tuples of the same values find them).
+        self._by_key: dict[tuple, CircuitBreaker] = {}
+        # Instance scope only: id(agent object) -> key -> breaker, dropped with the object.
+        self._by_agent: dict[int, dict[tuple, CircuitBreaker]] = {}
         self._agent_finalizers: dict[int, weakref.finalize] = {}
-        self._by_agent_name: dict[tuple[str, str], CircuitBreaker] = {}
-        self._by_session: dict[str, dict[str, CircuitBreaker]] = {}
+        self._by_session: dict[str, dict[tuple, CircuitBreaker]] = {}
         # Implicit sessions: last use (written on every call, no lock) and the
         # order they were placed in (read oldest first when pruning).
         self._session_seen: dict[str, float] = {}
@@ -147,12 +159,12 @@ class BreakerRegistry:
     # -- lookups ---------------------------------------------------------------
 
     def get(self, tool: str, config: CircuitBreakerConfig | None = None) -> CircuitBreaker:
-        """The process-scope breaker for ``tool``.
+        """The process-scope breaker for ``tool`` (keyed by its name alone).
 
         A different ``config`` for an existing breaker is applied to it (and
         logged), never silently ignored.
         """
-        breaker = self._get(tool, config)
+        breaker = self._keyed((None, tool, None), tool, config, None, None, None)
         entry = self._index.get(breaker)
         if entry is not None:
             entry[1] = True  # held by the caller: never evicted
@@ -163,41 +175,58 @@ class BreakerRegistry:
                 breaker.configure(wanted)
         return breaker
 
-    def _get(
-        self, tool: str, config: CircuitBreakerConfig | None, source: str | None = None, key: str | None = None
+    def peek(self, key: tuple) -> CircuitBreaker | None:
+        """The breaker held under ``key`` (a :class:`ToolKey`), without creating one."""
+        return self._by_key.get(key)
+
+    def _keyed(
+        self,
+        key: tuple,
+        tool: str,
+        config: CircuitBreakerConfig | None,
+        agent_name: str | None,
+        source: str | None,
+        origin: str | None,
     ) -> CircuitBreaker:
-        """The process-scope breaker, created with ``config`` if it is new."""
-        key = tool if key is None else key
-        breaker = self._by_tool.get(key)
+        """The breaker under ``key`` in process/agent scope, created with ``config`` if new."""
+        breaker = self._by_key.get(key)
         if breaker is None:
             with self._lock:
-                breaker = self._by_tool.get(key)
+                breaker = self._by_key.get(key)
                 if breaker is None:
-                    breaker = self._new(tool, config, None, None, ("tool", key), source)
+                    breaker = self._new(tool, config, agent_name, None, ("key", key), source, origin)
                     if breaker is not self._unguarded:
-                        self._by_tool[key] = breaker
+                        self._by_key[key] = breaker
         return breaker
+
+    def key_of(self, call: ToolCall) -> ToolKey:
+        """The identity ``call``'s breaker is keyed by, in the configured scope
+        (outside a session; the session, when there is one, is kept beside it)."""
+        agent = None if self.settings.scope == "process" else call.agent_name
+        return ToolKey(agent, call.tool, call.source if call.source is not None else call.origin)
 
     def breaker_for(self, call: ToolCall, config: CircuitBreakerConfig | None = None) -> CircuitBreaker:
         """The breaker that guards ``call``, by the configured scope."""
         session = _session.get()
         if session is not None:
             return self._session_breaker(session, call, config)
-        agent = call.agent
-        if agent is None:
-            if call.session_id is not None and self.settings.scope == "session":
-                return self._session_breaker(call.session_id, call, config, explicit=False)
-            key = tool_key(call)
-            breaker = self._by_tool.get(key)
-            return breaker if breaker is not None else self._get(call.tool, config, call.source, key)
         scope = self.settings.scope
         if scope == "agent":
-            return self._agent_breaker(agent, call, config)
-        if scope == "session" and call.session_id is not None:
+            agent_name = call.agent_name
+        elif scope == "process":
+            agent_name = None
+        elif scope == "session" and call.session_id is not None:
             return self._session_breaker(call.session_id, call, config, explicit=False)
-        key = tool_key(call)
-        breaker = self._by_tool.get(key)
-        return breaker if breaker is not None else self._get(call.tool, config, call.source, key)
+        elif scope == "instance" and call.agent is not None and not isinstance(call.agent, str):
+            return self._agent_breaker(call.agent, call, config)
+        else:
+            agent_name = call.agent_name
+        where = call.source if call.source is not None else call.origin
+        key = (agent_name, call.tool, where)
+        breaker = self._by_key.get(key)
+        if breaker is not None:
+            return breaker
+        return self._keyed(ToolKey(*key), call.tool, config, agent_name, call.source, call.origin)
 
     def holds_for_good(self, call: ToolCall, breaker: CircuitBreaker) -> bool:
         """Whether ``breaker`` (from :meth:`breaker_for`) answers every later lookup of
@@ -213,12 +242,13 @@ class BreakerRegistry:
             and call.session_id is None
             and call.agent_name is None
             and _session.get() is None
-            and self._by_tool.get(tool_key(call)) is breaker
+            and self._by_key.get((None, call.tool, call.where)) is breaker
         )
 
     def _agent_breaker(self, agent: Any, call: ToolCall, config: CircuitBreakerConfig | None) -> CircuitBreaker:
+        """Instance scope: a breaker per agent object, dropped with it."""
         key = id(agent)
-        name = tool_key(call)
+        name = (call.agent_name, call.tool, call.where)
         tools = self._by_agent.get(key)
         if tools is not None:
             breaker = tools.get(name)
@@ -230,32 +260,24 @@ class BreakerRegistry:
                 try:
                     finalizer = weakref.finalize(agent, self._drop_agent, key)
                 except TypeError:
-                    return self._named_agent_breaker(agent, call, config)
+                    # Not weakly referenceable: keyed by its name, as in agent scope.
+                    return self._keyed(ToolKey(*name), call.tool, config, call.agent_name, call.source, call.origin)
                 finalizer.atexit = False
                 self._agent_finalizers[key] = finalizer
                 tools = self._by_agent[key] = {}
             breaker = tools.get(name)
             if breaker is None:
-                breaker = self._new(call.tool, config, call.agent_name, None, ("agent", key, name), call.source)
+                breaker = self._new(
+                    call.tool, config, call.agent_name, None, ("agent", key, name), call.source, call.origin
+                )
                 if breaker is not self._unguarded:
                     tools[name] = breaker
             return breaker
 
-    def _named_agent_breaker(self, agent: Any, call: ToolCall, config: CircuitBreakerConfig | None) -> CircuitBreaker:
-        """Agents that cannot be weakly referenced are keyed by name instead."""
-        name = call.agent_name or type(agent).__name__
-        breaker = self._by_agent_name.get((name, tool_key(call)))
-        if breaker is None:
-            where = (name, tool_key(call))
-            breaker = self._new(call.tool, config, name, None, ("name", where), call.source)
-            if breaker is not self._unguarded:
-                self._by_agent_name[where] = breaker
-        return breaker
-
     def _session_breaker(
         self, session: str, call: ToolCall, config: CircuitBreakerConfig | None, explicit: bool = True
     ) -> CircuitBreaker:
-        name = tool_key(call)
+        name = (call.agent_name, call.tool, call.where)
         tools = self._by_session.get(session)
         if tools is not None:
             breaker = tools.get(name)
@@ -271,7 +293,7 @@ class BreakerRegistry:
             breaker = tools.get(name) if tools is not None else None
             if breaker is None:
                 breaker = self._new(
-                    call.tool, config, call.agent_name, session, ("session", session, name), call.source
+                    call.tool, config, call.agent_name, session, ("session", session, name), call.source, call.origin
                 )
                 if breaker is self._unguarded:
                     return breaker  # no session entry: memory stays bounded past the cap
@@ -296,20 +318,28 @@ class BreakerRegistry:
         session: str | None,
         where: tuple,
         source: str | None = None,
+        origin: str | None = None,
     ) -> CircuitBreaker:
         """A new breaker, indexed at ``where`` (lock held); the unguarded breaker
         when the registry is full and no breaker is idle."""
         if len(self._index) >= self.max_breakers and not self._make_room():
             return self._unguarded_breaker()
-        breaker = self.store.create(
+        store = self.store
+        extra = {}
+        if _takes_identity(store):
+            extra["identity"] = ToolKey(agent_name, tool, source if source is not None else origin)
+        breaker = store.create(
             tool,
             self.settings.config_for(tool, config),
             clock=self._clock,
             agent_name=agent_name,
             session_id=session,
+            **extra,
         )
         if source is not None:
             breaker.source = source
+        if origin is not None:
+            breaker.origin = origin
         self._index[breaker] = [where, False, 0]
         for listener in self._created_listeners:
             listener(breaker)
@@ -353,10 +383,8 @@ class BreakerRegistry:
 
     def _evict(self, breaker: CircuitBreaker, where: tuple) -> None:
         kind = where[0]
-        if kind == "tool":
-            self._by_tool.pop(where[1], None)
-        elif kind == "name":
-            self._by_agent_name.pop(where[1], None)
+        if kind == "key":
+            self._by_key.pop(where[1], None)
         elif kind == "agent":
             self._by_agent.get(where[1], {}).pop(where[2], None)
         else:
@@ -385,7 +413,8 @@ class BreakerRegistry:
     # -- pruning -------------------------------------------------------------------
 
     def release(self, agent: Any) -> None:
-        """Drop ``agent``'s breakers now instead of waiting for garbage collection."""
+        """Instance scope: drop ``agent``'s breakers now instead of waiting for garbage
+        collection. (In the other scopes breakers belong to tools, not objects.)"""
         finalizer = self._agent_finalizers.get(id(agent))
         if finalizer is not None:
             finalizer()
@@ -432,7 +461,7 @@ class BreakerRegistry:
             breaker.retired = True
             key = counts_key(breaker)
             if key not in self._retired and len(self._retired) >= self.max_breakers:
-                key = (OTHER_TOOLS, None, key[2], None)
+                key = (OTHER_TOOLS, None, key[2], None, None)
             totals = self._retired.setdefault(key, [0, 0, 0, 0, 0])
             for index, value in enumerate(breaker.lifetime_counts()):
                 totals[index] += value
@@ -464,7 +493,7 @@ class BreakerRegistry:
     def breakers(self) -> list[CircuitBreaker]:
         """Every breaker this registry holds now."""
         with self._lock:
-            found = list(self._by_tool.values()) + list(self._by_agent_name.values())
+            found = list(self._by_key.values())
             for tools in (*self._by_agent.values(), *self._by_session.values()):
                 found.extend(tools.values())
         return found
@@ -487,9 +516,16 @@ class BreakerRegistry:
             return {key: list(values) for key, values in self._retired.items()}
 
     def breakers_of(self, agent: Any) -> list[CircuitBreaker]:
-        """The per-agent breakers of ``agent`` (an agent object held in agent scope)."""
+        """The breakers that can reject ``agent``'s own calls (outside sessions): its
+        per-object breakers in instance scope, else those keyed by its name."""
         with self._lock:
-            return list(self._by_agent.get(id(agent), {}).values())
+            own = list(self._by_agent.get(id(agent), {}).values())
+            if own:
+                return own
+            name = agent if isinstance(agent, str) else agent_display_name(agent)
+            if name is None:
+                return []
+            return [b for b in self._by_key.values() if b.agent_name == name]
 
     def find(self, tool: str) -> list[CircuitBreaker]:
         """Every breaker guarding ``tool`` (all agents and sessions)."""
@@ -512,10 +548,9 @@ class BreakerRegistry:
                 self._retired.clear()
             for finalizer in list(self._agent_finalizers.values()):
                 finalizer.detach()
-            self._by_tool.clear()
+            self._by_key.clear()
             self._by_agent.clear()
             self._agent_finalizers.clear()
-            self._by_agent_name.clear()
             self._by_session.clear()
             self._session_seen.clear()
             self._session_order.clear()
@@ -582,13 +617,25 @@ def _store_from_settings(settings: Settings) -> BreakerStore:
         return MemoryStore()
 
 
-def tool_key(call: ToolCall) -> str:
-    """The registry key of a call's tool: its name, qualified by its source when it has one."""
-    return call.tool if call.source is None else f"{call.tool}\x00{call.source}"
+_IDENTITY_AWARE: dict[type, bool] = {}
+
+
+def _takes_identity(store: Any) -> bool:
+    """Whether ``store.create`` accepts ``identity`` (stores written before it existed do not)."""
+    kind = type(store)
+    known = _IDENTITY_AWARE.get(kind)
+    if known is None:
+        try:
+            parameters = inspect.signature(store.create).parameters
+            known = "identity" in parameters or any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+        except (TypeError, ValueError):
+            known = False
+        _IDENTITY_AWARE[kind] = known
+    return known
 
 
 def counts_key(breaker: CircuitBreaker) -> CountsKey:
-    return (breaker.name, breaker.agent_name, breaker.config.mode, breaker.source)
+    return (breaker.name, breaker.agent_name, breaker.config.mode, breaker.source, breaker.origin)
 
 
 _default = BreakerRegistry()
@@ -614,7 +661,8 @@ def breaker_scope(session_id: str | None = None) -> contextlib.AbstractContextMa
 
 
 def release(agent: Any) -> None:
-    """Drop an agent's breakers now (they also go when it is garbage-collected)."""
+    """Instance scope: drop an agent object's breakers now (they also go when it is
+    garbage-collected). Other scopes key breakers by tool identity, not by object."""
     _default.release(agent)
 
 

@@ -40,6 +40,8 @@ ATTR_AGENT = "gen_ai.agent.name"
 ATTR_MODEL = "gen_ai.request.model"
 #: Where the tool runs when its name alone does not say it (an MCP server's ``name@version``).
 ATTR_SOURCE = "otel_breaker.tool.source"
+#: The code behind a local tool (``module:qualname``): two same-named tools of different code are two series.
+ATTR_ORIGIN = "otel_breaker.tool.origin"
 #: The upstream a tool runs behind (an MCP server, a group of ``OTEL_BREAKER_UPSTREAMS``).
 #: On an upstream's own breaker series (``gen_ai.tool.name`` = ``upstream:<name>``) it names that upstream.
 ATTR_UPSTREAM = "otel_breaker.upstream"

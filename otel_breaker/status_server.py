@@ -105,6 +105,7 @@ def breaker_row(breaker: CircuitBreaker, wall_ms: int, now: float) -> dict[str, 
     return {
         "key": key,
         "tool": breaker.name,
+        "where": breaker.source if breaker.source is not None else breaker.origin,
         "agent": agent,
         "session": session,
         "state": stats.state.value,

@@ -55,6 +55,7 @@ from otel_breaker.semconv import (  # noqa: F401 - re-exported: the names other 
     ATTR_MODE,
     ATTR_MODEL,
     ATTR_OPERATION,
+    ATTR_ORIGIN,
     ATTR_OUTCOME,
     ATTR_REASON,
     ATTR_REJECTED,
@@ -122,14 +123,14 @@ REASON_SHARED_STORE = "shared_store"
 
 
 def _labels(breaker: CircuitBreaker) -> dict[str, str]:
-    return _key_labels(breaker.name, breaker.agent_name, breaker.source)
+    return _key_labels(breaker.name, breaker.agent_name, breaker.source, breaker.origin)
 
 
 def _span_shape(call: ToolCall, key: tuple, settings: Any) -> CachedSpanAttributes:
     """The name and fixed attributes of ``call``'s tool span: its series labels and more."""
     attributes: dict[str, Any] = {
         ATTR_OPERATION: OPERATION,
-        **_key_labels(call.tool, call.agent_name, call.source),
+        **_key_labels(call.tool, call.agent_name, call.source, call.origin),
         ATTR_GUARDED: True,
     }
     if call.tool_type:
@@ -139,13 +140,16 @@ def _span_shape(call: ToolCall, key: tuple, settings: Any) -> CachedSpanAttribut
     return CachedSpanAttributes(key, settings, span_name(attributes[ATTR_TOOL]), attributes)
 
 
-def _key_labels(tool: str, agent: str | None, source: str | None = None) -> dict[str, str]:
-    """Series labels: two same-named tools of different sources are two series."""
+def _key_labels(tool: str, agent: str | None, source: str | None = None, origin: str | None = None) -> dict[str, str]:
+    """Series labels: the bounded parts of a tool's identity, so two same-named tools
+    of different sources or code are two series (never an object id or a per-request value)."""
     labels = {ATTR_TOOL: bounded(tool)}
     if agent:
         labels[ATTR_AGENT] = bounded(agent)
     if source:
         labels[ATTR_SOURCE] = bounded(source)
+    if origin:
+        labels[ATTR_ORIGIN] = bounded(origin)
     upstream = _upstream_label(tool, source)
     if upstream:
         labels[ATTR_UPSTREAM] = bounded(upstream)
@@ -501,7 +505,7 @@ class Telemetry:
         state = _STATE_TEXT[breaker._state]
         # Name and fixed attributes: built once per breaker and shape of call.
         shape = breaker.span_cache
-        key = (call.tool, call.framework, call.tool_type, call.agent_name, call.source)
+        key = (call.tool, call.framework, call.tool_type, call.agent_name, call.source, call.origin)
         settings = get_settings()
         if shape is None or shape.key != key or shape.settings is not settings:
             shape = breaker.span_cache = _span_shape(call, key, settings)
@@ -634,7 +638,14 @@ class Telemetry:
 
     def _on_transition(self, change: StateChange) -> None:
         breaker = change.breaker
-        key = (breaker.name, breaker.agent_name, change.from_state.value, change.to_state.value, breaker.source)
+        key = (
+            breaker.name,
+            breaker.agent_name,
+            change.from_state.value,
+            change.to_state.value,
+            breaker.source,
+            breaker.origin,
+        )
         with self._lock:
             self._transitions[key] = self._transitions.get(key, 0) + 1
         event = {
@@ -702,8 +713,8 @@ class Telemetry:
         """Breakers whose counts are not yet folded into a registry's totals."""
         return [b for b in all_breakers() if not b.retired]
 
-    def counts(self) -> dict[tuple[str, str | None, str, str | None], list[int]]:
-        """Lifetime counts per (tool, agent, mode, source), live and pruned breakers together."""
+    def counts(self) -> dict[tuple[str, str | None, str, str | None, str | None], list[int]]:
+        """Lifetime counts per (tool, agent, mode, source, origin), live and pruned breakers together."""
         totals = self.registry.retired_counts()
         for breaker in self.live_breakers():
             values = totals.setdefault(counts_key(breaker), [0, 0, 0, 0, 0])
@@ -711,18 +722,18 @@ class Telemetry:
                 values[index] += value
         return totals
 
-    def transitions(self) -> dict[tuple[str, str | None, str, str, str | None], int]:
+    def transitions(self) -> dict[tuple[str, str | None, str, str, str | None, str | None], int]:
         with self._lock:
             return dict(self._transitions)
 
     def _observe_state(self, options: CallbackOptions) -> Iterable[Observation]:
-        states: dict[tuple[str, str | None, str | None], dict[State, int]] = {}
+        states: dict[tuple[str, str | None, str | None, str | None], dict[State, int]] = {}
         for breaker in self.live_breakers():
-            key = (breaker.name, breaker.agent_name, breaker.source)
+            key = (breaker.name, breaker.agent_name, breaker.source, breaker.origin)
             per_state = states.setdefault(key, dict.fromkeys(STATES, 0))
             per_state[breaker.state] += 1
-        for (tool, agent, source), per_state in states.items():
-            labels = _key_labels(tool, agent, source)
+        for (tool, agent, source, origin), per_state in states.items():
+            labels = _key_labels(tool, agent, source, origin)
             for state, value in per_state.items():
                 yield Observation(value, {**labels, ATTR_STATE: state.value})
 
@@ -733,26 +744,26 @@ class Telemetry:
         # would otherwise never count on dashboards and in alerts.
         for breaker in self.live_breakers():
             for from_state in (State.CLOSED.value, State.HALF_OPEN.value):
-                key = (breaker.name, breaker.agent_name, from_state, State.OPEN.value, breaker.source)
+                key = (breaker.name, breaker.agent_name, from_state, State.OPEN.value, breaker.source, breaker.origin)
                 transitions.setdefault(key, 0)
-        for (tool, agent, from_state, to_state, source), value in transitions.items():
-            labels = _key_labels(tool, agent, source)
+        for (tool, agent, from_state, to_state, source, origin), value in transitions.items():
+            labels = _key_labels(tool, agent, source, origin)
             yield Observation(value, {**labels, ATTR_FROM_STATE: from_state, ATTR_TO_STATE: to_state})
 
     def _observe_calls(self, options: CallbackOptions) -> Iterable[Observation]:
-        per_tool: dict[tuple[str, str | None, str | None], list[int]] = {}
-        for (tool, agent, _mode, source), values in self.counts().items():
-            totals = per_tool.setdefault((tool, agent, source), [0, 0, 0])
+        per_tool: dict[tuple[str, str | None, str | None, str | None], list[int]] = {}
+        for (tool, agent, _mode, source, origin), values in self.counts().items():
+            totals = per_tool.setdefault((tool, agent, source, origin), [0, 0, 0])
             for index in range(3):
                 totals[index] += values[index]
-        for (tool, agent, source), totals in per_tool.items():
-            labels = _key_labels(tool, agent, source)
+        for (tool, agent, source, origin), totals in per_tool.items():
+            labels = _key_labels(tool, agent, source, origin)
             for outcome, value in zip(OUTCOMES, totals, strict=True):
                 yield Observation(value, {**labels, ATTR_OUTCOME: outcome})
 
     def _observe_rejected(self, options: CallbackOptions) -> Iterable[Observation]:
-        for (tool, agent, mode, source), values in self.counts().items():
-            labels = {**_key_labels(tool, agent, source), ATTR_MODE: mode}
+        for (tool, agent, mode, source, origin), values in self.counts().items():
+            labels = {**_key_labels(tool, agent, source, origin), ATTR_MODE: mode}
             if values[3] or not values[4]:
                 yield Observation(values[3], {**labels, ATTR_STATE: State.OPEN.value})
             if values[4]:

@@ -19,7 +19,8 @@ class ToolCall:
     tool: str
     framework: str = "python"
     agent: Any = None
-    """The agent object (identity for per-agent breakers); held weakly by the registry."""
+    """The agent object: read for its name and, in ``instance`` scope only, keys breakers
+    per object (held weakly by the registry)."""
     agent_name: str | None = None
     session_id: str | None = None
     call_id: str | None = None
@@ -30,6 +31,10 @@ class ToolCall:
     never share a breaker."""
     arguments: Any = None
     """The tool's arguments; only put on spans when content capture is on."""
+    origin: str | None = None
+    """The code behind a local tool (``module:qualname``, see :mod:`otel_breaker.identity`):
+    where it runs when it has no ``source``. Same-named tools of different code never
+    share a breaker, and the same code finds the same breaker in every process."""
 
     def __init__(
         self,
@@ -42,6 +47,7 @@ class ToolCall:
         tool_type: str = "function",
         source: str | None = None,
         arguments: Any = None,
+        origin: str | None = None,
     ) -> None:
         # Adapters build one per tool call. The generated __init__ of a frozen
         # dataclass goes through object.__setattr__ for each field; the slots'
@@ -55,6 +61,12 @@ class ToolCall:
         _set_tool_type(self, tool_type)
         _set_source(self, source)
         _set_arguments(self, arguments)
+        _set_origin(self, origin)
+
+    @property
+    def where(self) -> str | None:
+        """Where the tool runs, for its key: its ``source``, else its code ``origin``."""
+        return self.source if self.source is not None else self.origin
 
     def with_call_id(self, call_id: str | None) -> ToolCall:
         return replace(self, call_id=call_id)
@@ -70,6 +82,7 @@ class ToolCall:
     _set_tool_type,
     _set_source,
     _set_arguments,
+    _set_origin,
 ) = (vars(ToolCall)[field.name].__set__ for field in fields(ToolCall))
 
 

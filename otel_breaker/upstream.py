@@ -96,7 +96,7 @@ def breaker_of(registry: Any, name: str) -> CircuitBreaker | None:
     """The breaker of upstream ``name`` in ``registry`` (created on first use), or
     None when the registry is full and it could not be made."""
     key = UPSTREAM_PREFIX + name
-    breaker = registry._by_tool.get(key)
+    breaker = registry.peek((None, key, None))
     if breaker is None:
         breaker = registry.get(key)
         if breaker.name != key:  # the registry's overflow breaker: no upstream guard

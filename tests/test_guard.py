@@ -66,9 +66,11 @@ async def test_guard_on_async_functions(clock):
 
 def test_guard_per_agent():
     class Agent:
-        pass
+        def __init__(self, name: str) -> None:
+            self.name = name
 
-    first, second = Agent(), Agent()
+    # Agents are told apart by name (a new object of the same name finds the same breakers).
+    first, second = Agent("first"), Agent("second")
 
     @guard("search", agent=first, config=CircuitBreakerConfig(failure_threshold=1))
     def search_first():

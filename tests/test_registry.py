@@ -18,7 +18,7 @@ from otel_breaker import (
     release,
     reset_all_circuit_breakers,
 )
-from otel_breaker.config import load_settings
+from otel_breaker.config import configure, load_settings
 from otel_breaker.registry import UNGUARDED_TOOL, BreakerRegistry, default_registry
 
 
@@ -54,7 +54,7 @@ def test_two_agents_with_a_same_named_tool_never_share_a_breaker():
     a = registry.breaker_for(ToolCall("search", agent=first, agent_name="researcher"))
     b = registry.breaker_for(ToolCall("search", agent=second, agent_name="writer"))
     assert a is not b
-    assert registry.breaker_for(ToolCall("search", agent=first)) is a
+    assert registry.breaker_for(ToolCall("search", agent=first, agent_name="researcher")) is a
     a.force_open()
     assert b.state is State.CLOSED
     assert a.agent_name == "researcher"
@@ -67,8 +67,8 @@ def test_process_scope_shares_by_tool_name():
     assert a is b
 
 
-def test_agent_breakers_are_pruned_when_the_agent_is_collected():
-    registry = BreakerRegistry(settings=load_settings({}))
+def test_instance_scope_breakers_are_pruned_when_the_agent_is_collected():
+    registry = BreakerRegistry(settings=load_settings({"OTEL_BREAKER_SCOPE": "instance"}))
     registry.breaker_for(ToolCall("fetch"))
     baseline = len(registry)
     for index in range(100_000):
@@ -81,7 +81,8 @@ def test_agent_breakers_are_pruned_when_the_agent_is_collected():
     assert sum(v[0] for v in registry.retired_counts().values()) == 100_000  # counts survive pruning
 
 
-def test_release_drops_an_agents_breakers_now():
+def test_release_drops_an_agents_breakers_now_in_instance_scope():
+    configure(scope="instance")
     agent = Agent("a")
     breaker = default_registry().breaker_for(ToolCall("search", agent=agent))
     assert breaker in default_registry().breakers()

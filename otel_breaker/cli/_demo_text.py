@@ -66,7 +66,7 @@ def _saving_note(with_: Ledger) -> str:
 def openings(transitions: dict) -> dict[str, int]:
     """Openings per tool (from closed and from half-open), by tool name."""
     counts: dict[str, int] = {}
-    for (tool, _agent, _from, to, _source), count in transitions.items():
+    for (tool, _agent, _from, to, _source, _origin), count in transitions.items():
         if to == "open":
             counts[tool] = counts.get(tool, 0) + count
     return dict(sorted(counts.items()))

@@ -35,21 +35,28 @@ def unguarded(tool: str, fn: Callable[[str], str], query: str) -> tuple[str, Any
 
 def install_breakers(registry: Any) -> None:
     """The demo's breakers: ``fast_api`` (3 failures, 30 s cooldown) for every
-    tool, ``web_search`` falling back to ``backup_search``."""
+    tool, ``web_search`` falling back to ``backup_search``; keyed as the agent's
+    calls find them (agent name and tool)."""
     from otel_breaker.breaker import CircuitBreakerConfig
 
-    registry.get(PRIMARY, CircuitBreakerConfig.preset("fast_api", fallbacks=(BACKUP,)))
-    registry.get(BACKUP, CircuitBreakerConfig.preset("fast_api"))
-    registry.get(FETCH, CircuitBreakerConfig.preset("fast_api"))
+    registry.breaker_for(agent_call(PRIMARY), CircuitBreakerConfig.preset("fast_api", fallbacks=(BACKUP,)))
+    registry.breaker_for(agent_call(BACKUP), CircuitBreakerConfig.preset("fast_api"))
+    registry.breaker_for(agent_call(FETCH), CircuitBreakerConfig.preset("fast_api"))
+
+
+def agent_call(tool: str, call_id: str | None = None) -> Any:
+    """A call of the demo's agent to ``tool``."""
+    from otel_breaker.toolcall import ToolCall
+
+    return ToolCall(tool, agent_name=AGENT, call_id=call_id)
 
 
 def guarded(guard: Any, ledger: Ledger, on_rejected: Callable[[str], None] | None = None) -> Invoke:
     """Run each tool call through ``guard``; a rejection is the guard's own value."""
-    from otel_breaker.toolcall import ToolCall
 
     def invoke(tool: str, fn: Callable[[str], str], query: str) -> tuple[str, Any]:
         try:
-            result = guard.call(ToolCall(tool, agent_name=AGENT, call_id=f"call_{ledger.attempted}"), fn, (query,))
+            result = guard.call(agent_call(tool, f"call_{ledger.attempted}"), fn, (query,))
         except Exception as exc:
             return "failed", exc
         if isinstance(result, dict) and result.get("circuit_open"):
@@ -90,7 +97,6 @@ def run_with_breakers(
     from otel_breaker.guard import Guard
     from otel_breaker.registry import default_registry
     from otel_breaker.telemetry import TELEMETRY
-    from otel_breaker.toolcall import ToolCall
 
     ledger = Ledger("with breakers")
     clock = SimClock()
@@ -108,7 +114,7 @@ def run_with_breakers(
     def sample(tool: str) -> None:
         if not prompt_sample:
             prompt_sample.append(degrade.tool_status_block())
-            prompt_sample.append(degrade.Rejection(registry.get(tool), ToolCall(tool)).message)
+            prompt_sample.append(degrade.Rejection(registry.breaker_for(agent_call(tool)), agent_call(tool)).message)
 
     run_guarded = guarded(Guard(registry), ledger, sample)
 

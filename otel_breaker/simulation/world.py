@@ -58,7 +58,9 @@ class SimStore:
     def __init__(self, clock: SimClock) -> None:
         self.clock = clock
 
-    def create(self, key: str, config: Any, *, clock: Any = None, agent_name: Any = None, session_id: Any = None):
+    def create(
+        self, key: str, config: Any, *, clock: Any = None, agent_name: Any = None, session_id: Any = None, **_: Any
+    ):
         from otel_breaker.breaker import CircuitBreaker
 
         return CircuitBreaker(key, config, clock=self.clock, agent_name=agent_name, session_id=session_id)

@@ -12,6 +12,7 @@ import os
 from typing import TYPE_CHECKING, Protocol
 
 from otel_breaker.breaker import CircuitBreaker, CircuitBreakerConfig, Clock
+from otel_breaker.identity import ToolKey
 
 if TYPE_CHECKING:
     from otel_breaker.config import Settings
@@ -30,18 +31,27 @@ REDIS_SCHEMES = (
 
 
 class BreakerStore(Protocol):
-    """Creates the breakers a registry hands out."""
+    """Creates the breakers a registry hands out.
+
+    ``identity`` is the tool's identity as the registry keys it (agent name when the
+    scope uses it, tool name, where the tool runs): a shared store keys its state
+    by exactly that, so every process running the same tool code under the same
+    agent name shares one breaker, and same-named tools of different code never do.
+    """
 
     name: str
 
+    # A store written before ``identity`` existed (no such parameter) still works:
+    # the registry passes it only to stores that take it.
     def create(
         self,
-        key: str,
+        tool: str,
         config: CircuitBreakerConfig,
         *,
         clock: Clock | None = None,
         agent_name: str | None = None,
         session_id: str | None = None,
+        identity: ToolKey | None = None,
     ) -> CircuitBreaker: ...
 
     def close(self) -> None: ...

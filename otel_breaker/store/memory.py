@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from otel_breaker.breaker import CircuitBreaker, CircuitBreakerConfig, Clock
+from otel_breaker.identity import ToolKey
 
 
 class MemoryStore:
@@ -12,14 +13,15 @@ class MemoryStore:
 
     def create(
         self,
-        key: str,
+        tool: str,
         config: CircuitBreakerConfig,
         *,
         clock: Clock | None = None,
         agent_name: str | None = None,
         session_id: str | None = None,
+        identity: ToolKey | None = None,
     ) -> CircuitBreaker:
-        return CircuitBreaker(key, config, clock=clock, agent_name=agent_name, session_id=session_id)
+        return CircuitBreaker(tool, config, clock=clock, agent_name=agent_name, session_id=session_id)
 
     def close(self) -> None:
         """Nothing to release."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from otel_breaker.breaker import CircuitBreaker, State
+from otel_breaker.store.redis_keys import identity_of_key
 from otel_breaker.store.redis_setup import is_cluster_client
 from otel_breaker.store.redis_storage import AGENT_TTL, SESSION_TTL, STATES, TOOL_TTL, RedisStorage, text
 
@@ -64,9 +65,11 @@ def row(key: str, fields: dict[str, str], now_ms: int) -> dict[str, Any]:
     if state is State.OPEN:
         retry_after = None if open_until < 0 else max(0.0, (open_until - now_ms) / 1000.0)
     last_change = int(float(fields.get("lc", "0"))) or None
+    identity = identity_of_key(key)
     return {
         "key": key,
         "tool": fields.get("tool", ""),
+        "where": identity.where if identity is not None else None,
         "agent": fields.get("agent") or None,
         "session": fields.get("session") or None,
         "state": state.value,

@@ -15,8 +15,10 @@ from importlib import resources
 from typing import Any
 
 from otel_breaker.breaker import CircuitBreaker, CircuitBreakerConfig, Clock
+from otel_breaker.identity import ToolKey
 from otel_breaker.store import redis_admin
 from otel_breaker.store.redis_feed import ChangeFeed
+from otel_breaker.store.redis_keys import breaker_key
 from otel_breaker.store.redis_setup import (
     AUTO,
     DEFAULT_PREFIX,
@@ -37,10 +39,6 @@ logger = logging.getLogger("otel_breaker")
 REJOIN_INTERVAL = 1.0
 
 SCRIPT = resources.files("otel_breaker.store").joinpath("redis_script.lua").read_text(encoding="utf-8")
-
-
-def _escape(part: str) -> str:
-    return part.replace("%", "%25").replace("{", "%7B").replace("}", "%7D")
 
 
 class RedisStore:
@@ -157,35 +155,39 @@ class RedisStore:
 
     # -- breakers --------------------------------------------------------------
 
-    def key_for(self, tool: str, agent_name: str | None = None, session_id: str | None = None) -> str:
-        """The Redis key of a breaker (one hash tag per breaker, so a Cluster keeps its keys in one slot)."""
-        if session_id is not None:
-            scope = f"s:{_escape(session_id)}:"
-        elif agent_name and self.per_agent:
-            scope = f"a:{_escape(agent_name)}:"
-        else:
-            scope = "t:"
-        return "{" + f"{self.prefix}:{scope}{_escape(tool)}" + "}"
+    def key_for(self, tool: str | ToolKey, agent_name: str | None = None, session_id: str | None = None) -> str:
+        """The Redis key of a breaker: ``{prefix:k:agent/tool/where}``, or
+        ``{prefix:s:session:agent/tool/where}`` in a session (one hash tag per
+        breaker, so a Cluster keeps its keys in one slot).
+
+        ``tool`` is the registry's :class:`ToolKey`; a bare name stands for
+        ``ToolKey(agent_name, name, None)``. Nothing process-local is in it, so every
+        worker running the same tool code under the same agent name finds it."""
+        key = tool if isinstance(tool, tuple) else ToolKey(agent_name, tool, None)
+        return breaker_key(self.prefix, key, session_id)
 
     def create(
         self,
-        key: str,
+        tool: str,
         config: CircuitBreakerConfig,
         *,
         clock: Clock | None = None,
         agent_name: str | None = None,
         session_id: str | None = None,
+        identity: ToolKey | None = None,
     ) -> CircuitBreaker:
+        if identity is None:  # made directly, not through a registry: keyed by name (and agent with per_agent)
+            identity = ToolKey(agent_name if self.per_agent else None, tool, None)
         if session_id is not None:
             ttl = SESSION_TTL
-        elif agent_name and self.per_agent:
+        elif identity.agent:
             ttl = AGENT_TTL
         else:
             ttl = TOOL_TTL
-        redis_key = self.key_for(key, agent_name, session_id)
+        redis_key = self.key_for(identity, session_id=session_id)
         storage = RedisStorage(self, redis_key, ttl)
         breaker = CircuitBreaker(
-            key, config, clock=clock, agent_name=agent_name, session_id=session_id, storage=storage
+            tool, config, clock=clock, agent_name=agent_name, session_id=session_id, storage=storage
         )
         with self._lock:
             self._breakers.setdefault(redis_key, weakref.WeakSet()).add(breaker)

@@ -190,7 +190,13 @@ def test_demo_serves_metrics_for_prometheus():
     assert openings >= 3  # enough for the OtelBreakerFrequentOpenings alert
     assert re.search(r'^otel_breaker_tokens_saved_total\{[^}]*gen_ai_tool_name="web_search"[^}]*\} [1-9]', body, re.M)
     assert re.search(r'^otel_breaker_calls_rejected_total\{[^}]*gen_ai_tool_name="web_search"[^}]*\} [1-9]', body, re.M)
-    assert 'otel_breaker_state{gen_ai_tool_name="web_search",otel_breaker_state="closed"' in body
+    # The demo's agent is named: its breakers (and so its series) carry the agent name.
+    assert re.search(
+        r'^otel_breaker_state\{gen_ai_agent_name="research_agent",gen_ai_tool_name="web_search",'
+        r'otel_breaker_state="closed"',
+        body,
+        re.M,
+    )
 
 
 def test_hold_ends_serving_by_itself():

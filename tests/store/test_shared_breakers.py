@@ -291,17 +291,34 @@ def test_other_workers_follow_a_transition_without_reporting_it(make_store, tran
     wait_for(lambda: b.state is State.CLOSED, what="worker b to see the close")
 
 
-def test_agents_share_by_tool_unless_per_agent(make_store, prefix, redis_server):
+def test_redis_keys_follow_the_registrys_tool_identity(make_store, prefix, redis_server):
+    """The shared key is the identity the in-memory registry uses: agent name (agent
+    scope), tool name and where the tool runs; never anything process-local."""
     store = make_store()
-    one = store.create("tool", CircuitBreakerConfig(), agent_name="planner")
-    two = store.create("tool", CircuitBreakerConfig(), agent_name="writer")
-    assert one.storage.key == two.storage.key == "{" + prefix + ":t:tool}"
-    per_agent = make_store(redis_server.url + "?per_agent=true")
-    three = per_agent.create("tool", CircuitBreakerConfig(), agent_name="planner")
-    assert three.storage.key == "{" + prefix + ":a:planner:tool}"
-    three.acquire()
-    ttl = per_agent.client.pttl(three.storage.key)
+    agents = BreakerRegistry(store=store, settings=Settings())
+    one = agents.breaker_for(ToolCall("tool", agent=object(), agent_name="planner", origin="app.tools:tool"))
+    two = agents.breaker_for(ToolCall("tool", agent=object(), agent_name="writer", origin="app.tools:tool"))
+    assert one.storage.key == "{" + prefix + ":k:planner/tool/app.tools%3Atool}"
+    assert two.storage.key == "{" + prefix + ":k:writer/tool/app.tools%3Atool}"
+    # A new agent object of the same name (the next request) finds the same key.
+    again = BreakerRegistry(store=store, settings=Settings()).breaker_for(
+        ToolCall("tool", agent=object(), agent_name="planner", origin="app.tools:tool")
+    )
+    assert again.storage.key == one.storage.key
+    # Same name, other code: another key.
+    other = agents.breaker_for(ToolCall("tool", agent_name="planner", origin="app.other:tool"))
+    assert other.storage.key != one.storage.key
+    # Process scope: agents share by tool identity.
+    shared = BreakerRegistry(store=store, settings=Settings(scope="process"))
+    three = shared.breaker_for(ToolCall("tool", agent_name="planner", origin="app.tools:tool"))
+    four = shared.breaker_for(ToolCall("tool", agent_name="writer", origin="app.tools:tool"))
+    assert three.storage.key == four.storage.key == "{" + prefix + ":k:/tool/app.tools%3Atool}"
+    one.acquire()
+    ttl = store.client.pttl(one.storage.key)
     assert 0 < ttl <= 7 * 86400 * 1000
+    # The key reads back as the identity it was made from (for `otel-breaker status`).
+    rows = {row["key"]: row for row in store.snapshot()}
+    assert rows[one.storage.key]["where"] == "app.tools:tool" and rows[one.storage.key]["agent"] == "planner"
 
 
 def test_session_scope_keys_live_under_the_prefix_and_expire(make_store, prefix):
@@ -310,10 +327,10 @@ def test_session_scope_keys_live_under_the_prefix_and_expire(make_store, prefix)
     with registry.session("sess-1"):
         breaker = registry.breaker_for(ToolCall("lookup"))
         assert breaker.call(ok) == "ok"
-    assert breaker.storage.key == "{" + prefix + ":s:sess-1:lookup}"
+    assert breaker.storage.key == "{" + prefix + ":s:sess-1:k:/lookup/}"
     assert 0 < store.client.pttl(breaker.storage.key) <= 3600 * 1000
     other = registry.breaker_for(ToolCall("lookup"))
-    assert other.storage.key == "{" + prefix + ":t:lookup}"
+    assert other.storage.key == "{" + prefix + ":k:/lookup/}"
 
 
 def test_registry_picks_the_store_from_settings(redis_server, prefix):

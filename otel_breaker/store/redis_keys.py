@@ -1,0 +1,37 @@
+"""How a breaker's identity is spelled as a Redis key, and read back.
+
+``{prefix:k:agent/tool/where}`` (``{prefix:s:session:k:agent/tool/where}`` in a
+session): the whole key is one hash tag, so a Cluster keeps a breaker's keys in
+one slot. The parts are escaped, so no tool, agent or origin name can make two
+identities share a key.
+"""
+
+from __future__ import annotations
+
+from otel_breaker.identity import ToolKey
+
+
+def _escape(part: str) -> str:
+    return part.replace("%", "%25").replace("{", "%7B").replace("}", "%7D").replace("/", "%2F").replace(":", "%3A")
+
+
+def _unescape(part: str) -> str:
+    return part.replace("%3A", ":").replace("%2F", "/").replace("%7D", "}").replace("%7B", "{").replace("%25", "%")
+
+
+def breaker_key(prefix: str, key: ToolKey, session_id: str | None = None) -> str:
+    """The Redis key of the breaker of ``key`` (in ``session_id`` when given)."""
+    parts = "/".join(_escape(part or "") for part in key)
+    scope = "k:" if session_id is None else f"s:{_escape(session_id)}:k:"
+    return "{" + f"{prefix}:{scope}{parts}" + "}"
+
+
+def identity_of_key(redis_key: str) -> ToolKey | None:
+    """The :class:`ToolKey` a breaker's Redis key was made from (None for a key of another shape)."""
+    inner = redis_key.strip("{}")
+    _, marker, rest = inner.rpartition(":k:")
+    parts = rest.split("/") if marker else []
+    if len(parts) != 3:
+        return None
+    agent, tool, where = (_unescape(p) for p in parts)
+    return ToolKey(agent or None, tool, where or None)
