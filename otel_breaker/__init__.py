@@ -20,6 +20,7 @@ from otel_breaker.classify import ApprovalDeniedError, PermissionDeniedError
 from otel_breaker.config import ConfigError, load_settings
 from otel_breaker.degrade import Rejection, set_escalation
 from otel_breaker.guard import Guard, ToolTimeoutError, guard
+from otel_breaker.identity import ToolKey, code_origin
 from otel_breaker.registry import (
     BreakerRegistry,
     breaker_scope,
@@ -46,9 +47,11 @@ __all__ = [
     "State",
     "StateChange",
     "ToolCall",
+    "ToolKey",
     "ToolTimeoutError",
     "__version__",
     "breaker_scope",
+    "code_origin",
     "get_circuit_breaker",
     "guard",
     "load_settings",

@@ -17,8 +17,8 @@ API reference):
 
 * ``functools.partial`` and decorator chains (``__wrapped__``) are unwrapped to
   the function inside; a bound method is its function;
-* a lambda adds its first line (``module:<lambda>@12``), so two lambdas in one
-  module differ;
+* a lambda adds where it starts (``module:<lambda>@12:8``: line, and column where
+  the interpreter records it), so two lambdas in one module differ;
 * a builtin or C callable uses its ``__module__``/``__qualname__`` (e.g.
   ``builtins:len``);
 * a callable object (an instance with ``__call__``) uses its class;
@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import types
 import weakref
 from typing import Any, NamedTuple
 
@@ -52,14 +53,32 @@ CALLABLE_ATTRIBUTES = (
     "_callable",
     "method",
     "_method",
+    "_fn",
+    "_async_fn",
+    "call_func",
+    "_tool_func",
+    "tool_func",
     "function_callable",
     "forward",
     "on_invoke_tool",
+    "_invoke_tool_impl",
 )
+#: Attributes under which a framework's tool wrapper keeps the tool it wraps (callable or not).
+HOLDER_ATTRIBUTES = ("source_tool", "wrapped", "tool", "_tool", "original_tool")
 #: How deep a tool object is searched for the user's callable.
 MAX_DEPTH = 4
 #: Longest origin kept (a deep qualname is cut in the middle, with its length, so it stays distinct).
 MAX_ORIGIN = 200
+
+
+#: Callables implemented in C (builtins, slot wrappers, method descriptors): named by module and qualname.
+_C_CALLABLES = (
+    types.BuiltinFunctionType,
+    types.MethodDescriptorType,
+    types.WrapperDescriptorType,
+    types.MethodWrapperType,
+    types.ClassMethodDescriptorType,
+)
 
 
 class ToolKey(NamedTuple):
@@ -85,8 +104,11 @@ def _origin(target: Any, framework: str | None, depth: int, seen: set[int]) -> s
     if target is None or depth > MAX_DEPTH or id(target) in seen:
         return None
     seen.add(id(target))
+    if inspect.ismethod(target) and framework is not None and _belongs(target.__func__, framework):
+        # A framework method bound to the object that holds the user's callable.
+        return _origin(target.__self__, framework, depth + 1, seen)
     target = _unwrap(target)
-    if inspect.isfunction(target) or inspect.isbuiltin(target) or inspect.ismethoddescriptor(target):
+    if inspect.isfunction(target) or isinstance(target, _C_CALLABLES):
         if framework is not None and _belongs(target, framework):
             # The framework's own wrapper: the user's callable is in its closure, if anywhere.
             for cell in getattr(target, "__closure__", None) or ():
@@ -111,6 +133,16 @@ def _origin(target: Any, framework: str | None, depth: int, seen: set[int]) -> s
             found = _origin(inner, framework, depth + 1, seen)
             if found is not None:
                 return found
+    if framework is not None and _belongs(type(target), framework):
+        for attribute in HOLDER_ATTRIBUTES:
+            try:
+                inner = getattr(target, attribute, None)
+            except Exception:
+                continue
+            if inner is not None and inner is not target:
+                found = _origin(inner, framework, depth + 1, seen)
+                if found is not None:
+                    return found
     kind = type(target)
     if framework is not None and _belongs(kind, framework):
         return None
@@ -145,14 +177,27 @@ def _name_of(target: Any) -> str | None:
         module = "?"
     origin = f"{module}:{qualname}"
     if "<lambda>" in qualname:
-        code = getattr(target, "__code__", None)
-        line = getattr(code, "co_firstlineno", None)
-        if isinstance(line, int):
-            origin = f"{origin}@{line}"
+        origin += _position(getattr(target, "__code__", None))
     if len(origin) > MAX_ORIGIN:
         keep = (MAX_ORIGIN - 12) // 2
         origin = f"{origin[:keep]}…{len(origin)}…{origin[-keep:]}"
     return origin
+
+
+def _position(code: Any) -> str:
+    """``@line`` (``@line:column`` where the interpreter records columns) of a code object."""
+    line = getattr(code, "co_firstlineno", None)
+    if not isinstance(line, int):
+        return ""
+    try:
+        # Python 3.11+: the column of the body's first expression (the first instruction,
+        # a RESUME, records none), so two lambdas on one line differ too.
+        for _, _, column, end in code.co_positions():
+            if isinstance(column, int) and isinstance(end, int) and end > column:
+                return f"@{line}:{column}"
+    except Exception:
+        pass
+    return f"@{line}"
 
 
 # -- once per tool object ------------------------------------------------------------------

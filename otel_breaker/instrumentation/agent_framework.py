@@ -34,6 +34,7 @@ import contextvars
 from typing import Any
 
 from otel_breaker.degrade import Rejection
+from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation.base import PatchTarget, agent_display_name
 from otel_breaker.instrumentation.spec import SpecAdapter, prompt_patch, status_text, tool_patch
 from otel_breaker.menu import visible_tools
@@ -86,6 +87,7 @@ class AgentFrameworkAdapter(SpecAdapter):
             agent_name=agent_display_name(agent) if agent is not None else None,
             call_id=_call_id.get(),
             arguments=args[0] if args else kwargs.get("call_kwargs"),
+            origin=origin_of(instance, "agent_framework"),
         )
 
     def is_neutral(self, exc: BaseException) -> bool:

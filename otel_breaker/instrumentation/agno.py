@@ -37,6 +37,7 @@ from typing import Any
 
 from otel_breaker.degrade import Rejection
 from otel_breaker.guard import IGNORED_RESULT
+from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation.base import agent_display_name
 from otel_breaker.instrumentation.spec import MessageDialect, SpecAdapter, insert_status_block, prompt_patch, tool_patch
 from otel_breaker.menu import visible_tools
@@ -106,6 +107,7 @@ class AgnoAdapter(SpecAdapter):
             agent_name=agent_display_name(agent) if agent is not None else None,
             call_id=instance.call_id,
             arguments=arguments,
+            origin=origin_of(function, "agno"),
         )
 
     def _tool_sync(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:

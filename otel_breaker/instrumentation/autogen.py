@@ -42,6 +42,7 @@ from collections.abc import AsyncGenerator
 from typing import Any
 
 from otel_breaker.degrade import Rejection
+from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation.base import PatchTarget, agent_display_name
 from otel_breaker.instrumentation.spec import MessageDialect, SpecAdapter, insert_status_block, prompt_patch, tool_patch
 from otel_breaker.menu import visible_tools
@@ -154,6 +155,7 @@ class AutoGenAdapter(SpecAdapter):
             agent_name=agent_name or _runtime_agent(),
             call_id=call_id if isinstance(call_id, str) else None,
             arguments=dict(arguments) if arguments is not None else None,
+            origin=origin_of(instance, "autogen_core"),
         )
 
     def rejection(self, call: ToolCall, info: Rejection) -> Any:

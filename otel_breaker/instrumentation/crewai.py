@@ -67,6 +67,7 @@ from typing import Any
 from otel_breaker.classify import MISTAKE
 from otel_breaker.degrade import Rejection, status_in_prompt_enabled
 from otel_breaker.guard import IGNORED_RESULT
+from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation.base import PatchTarget, agent_display_name
 from otel_breaker.instrumentation.spec import MessageDialect, SpecAdapter, insert_status_block, tool_patch
 from otel_breaker.menu import visible_tools
@@ -195,6 +196,7 @@ class CrewAIAdapter(SpecAdapter):
             session_id=_text_id(getattr(crew, "id", None)),
             call_id=call_id,
             arguments=arguments,
+            origin=origin_of(instance, "crewai"),
         )
 
     def _tool_sync(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
@@ -276,6 +278,7 @@ class CrewAIAdapter(SpecAdapter):
                 agent_name=agent_display_name(agent) if agent is not None else None,
                 session_id=_text_id(getattr(crew, "id", None)),
                 arguments=getattr(calling, "arguments", None),
+                origin=origin_of(tool, "crewai"),
             )
             frame = {
                 "call": call,

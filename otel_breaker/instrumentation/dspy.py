@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextvars
 from typing import Any
 
+from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation.base import PatchTarget, agent_display_name
 from otel_breaker.instrumentation.spec import SpecAdapter, prompt_patch, status_text, tool_patch
 from otel_breaker.menu import hidden_names
@@ -71,6 +72,7 @@ class DSPyAdapter(SpecAdapter):
             agent=agent,
             agent_name=agent_display_name(agent) if agent is not None else None,
             arguments=kwargs,
+            origin=origin_of(instance, "dspy"),
         )
 
     def _forward(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:

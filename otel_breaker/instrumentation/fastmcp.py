@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from otel_breaker.instrumentation.base import PatchTarget, active_call
-from otel_breaker.instrumentation.mcp import MCPAdapter
+from otel_breaker.instrumentation.mcp import MCPAdapter, implementation_identity
 from otel_breaker.instrumentation.spec import SpecAdapter, tool_patch
 from otel_breaker.menu import hide_open_tools_enabled, visible_tools
 from otel_breaker.toolcall import ToolCall
@@ -56,7 +56,10 @@ class FastMCPAdapter(SpecAdapter):
         if not hide_open_tools_enabled():
             return tools
         outer = active_call()
-        return visible_tools(tools, lambda t: t.name, agent=outer.agent if outer is not None else None)
+        source = _server_of(instance)
+        return visible_tools(
+            tools, lambda t: t.name, lambda t: source, agent=outer.agent if outer is not None else None
+        )
 
     def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
         name = args[0] if args else kwargs.get("name")
@@ -71,4 +74,15 @@ class FastMCPAdapter(SpecAdapter):
             session_id=outer.session_id if outer is not None else None,
             tool_type="extension",
             arguments=args[1] if len(args) > 1 else kwargs.get("arguments"),
+            # The server's name@version, as the mcp session below keys it: a new client per
+            # request finds the same breaker, and same-named tools of two servers never share one.
+            source=_server_of(instance),
         )
+
+
+def _server_of(client: Any) -> str | None:
+    """``name@version`` of the server a FastMCP ``Client`` is connected to (None before it is)."""
+    try:
+        return implementation_identity(getattr(client, "server_info", None))
+    except Exception:
+        return None

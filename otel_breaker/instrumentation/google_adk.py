@@ -31,6 +31,7 @@ from typing import Any
 
 from otel_breaker.degrade import Rejection
 from otel_breaker.guard import IGNORED_RESULT
+from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation.spec import SpecAdapter, prompt_patch, status_text, tool_patch
 from otel_breaker.menu import hidden_names
 from otel_breaker.toolcall import ToolCall
@@ -82,6 +83,7 @@ class GoogleADKAdapter(SpecAdapter):
             session_id=getattr(session, "id", None),
             call_id=tool_context.function_call_id,
             arguments=args[1] if len(args) > 1 else kwargs.get("args"),
+            origin=origin_of(tool, "google.adk"),
         )
 
     async def _tool_async(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:

@@ -41,6 +41,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from otel_breaker.degrade import Rejection
+from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation.base import PatchTarget, agent_display_name
 from otel_breaker.instrumentation.spec import MessageDialect, SpecAdapter, argument, insert_status_block
 from otel_breaker.menu import hide_open_tools_enabled, visible_tools
@@ -110,6 +111,7 @@ class HaystackAdapter(SpecAdapter):
             agent_name=_agent_name(agent) if agent is not None else None,
             call_id=tool_call.id,
             arguments=arguments,
+            origin=origin_of(tool, "haystack"),
         )
 
     def _runner(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:

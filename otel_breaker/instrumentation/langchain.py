@@ -60,6 +60,7 @@ from typing import Any
 
 from otel_breaker.classify import MISTAKE
 from otel_breaker.degrade import STATUS_HEADER, Rejection, augment_instructions
+from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation.base import PatchTarget, guarded_call
 from otel_breaker.instrumentation.langchain_mcp import SESSION_MODULE, TOOLS_MODULE, MCPToolSources
 from otel_breaker.instrumentation.spec import (
@@ -145,7 +146,7 @@ class LangChainAdapter(SpecAdapter):
             session = configurable.get("thread_id") or metadata.get("thread_id")
         call_id = kwargs.get("tool_call_id")
         # Positional, in ToolCall's field order (a keyword call costs more, on every tool call):
-        # tool, framework, agent, agent_name, session_id, call_id, tool_type, source, arguments.
+        # tool, framework, agent, agent_name, session_id, call_id, tool_type, source, arguments, origin.
         # No agent object reaches a tool; a known agent name keys the breaker instead
         # (the registry keys unreferenceable agents by name).
         return ToolCall(
@@ -158,6 +159,7 @@ class LangChainAdapter(SpecAdapter):
             "function",
             self._mcp.source_of(instance),
             args[0] if args else kwargs.get("tool_input"),
+            origin_of(instance, "langchain_core"),
         )
 
     # -- errors handled inside the guarded call, noted on it ----------------------------------

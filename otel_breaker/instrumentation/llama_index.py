@@ -47,6 +47,7 @@ from typing import Any
 from otel_breaker.classify import MISTAKE
 from otel_breaker.degrade import STATUS_HEADER, Rejection, augment_instructions, status_in_prompt_enabled
 from otel_breaker.guard import IGNORED_RESULT
+from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation.base import PatchTarget, agent_display_name
 from otel_breaker.instrumentation.spec import MessageDialect, SpecAdapter, insert_status_block, tool_patch
 from otel_breaker.menu import hide_open_tools_enabled, visible_tools
@@ -156,6 +157,7 @@ class LlamaIndexAdapter(SpecAdapter):
             session_id=_run_id(),
             call_id=str(call_id) if call_id else None,
             arguments=tool_input,
+            origin=origin_of(tool, "llama_index"),
         )
 
     async def _workflow_call_tool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:

@@ -48,6 +48,7 @@ from typing import Any
 from otel_breaker.classify import MISTAKE
 from otel_breaker.degrade import Rejection, status_in_prompt_enabled
 from otel_breaker.guard import IGNORED_RESULT
+from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation.base import PatchTarget, agent_display_name
 from otel_breaker.instrumentation.mcp import _bounded_source, implementation_identity, server_identity
 from otel_breaker.instrumentation.spec import SpecAdapter, status_text, tool_patch
@@ -232,6 +233,7 @@ class OpenAIAgentsAdapter(SpecAdapter):
             tool_type="function",
             arguments=kwargs.get("arguments"),
             source=mcp_source(function_tool, agent),
+            origin=origin_of(function_tool, "agents"),
         )
 
     # -- adapter protocol --------------------------------------------------------------------

@@ -60,6 +60,7 @@ from typing import Any
 
 from otel_breaker.degrade import Rejection
 from otel_breaker.guard import IGNORED_RESULT
+from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation.base import PatchTarget, agent_display_name
 from otel_breaker.instrumentation.spec import MessageDialect, SpecAdapter, insert_status_block, tool_patch
 from otel_breaker.menu import visible_tools
@@ -109,6 +110,14 @@ def _tool_name(tool: Any) -> str | None:
     return (tool.get("function") or {}).get("name") if isinstance(tool, dict) else None
 
 
+def _praison_tool(agent: Any, name: str) -> Any:
+    """The agent's tool called ``name`` (a function or a tool object), or None."""
+    for tool in getattr(agent, "tools", None) or ():
+        if getattr(tool, "__name__", None) == name or getattr(tool, "name", None) == name:
+            return tool
+    return None
+
+
 class PraisonAIAdapter(SpecAdapter):
     """Guards ``Agent.execute_tool`` and ``Agent.execute_tool_async``."""
 
@@ -153,6 +162,7 @@ class PraisonAIAdapter(SpecAdapter):
             session_id=session_id if isinstance(session_id, str) else None,
             call_id=call_id if isinstance(call_id, str) else None,
             arguments=_argument(args, kwargs, 1, "arguments"),
+            origin=origin_of(_praison_tool(instance, function_name), "praisonaiagents"),
         )
 
     def result_error(self, call: ToolCall, result: Any) -> str | None:

@@ -43,6 +43,7 @@ from typing import Any
 
 from otel_breaker.classify import RETRY_REQUEST
 from otel_breaker.degrade import STATUS_HEADER, Rejection, status_in_prompt_enabled
+from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation.base import PatchTarget, agent_display_name, nested_failure
 from otel_breaker.instrumentation.mcp import implementation_identity
 from otel_breaker.instrumentation.spec import SpecAdapter, status_text, tool_patch
@@ -162,6 +163,7 @@ class PydanticAIAdapter(SpecAdapter):
             tool_type="function",
             arguments=part.args,
             source=toolset_source(getattr(validated.tool, "toolset", None)),
+            origin=origin_of(validated.tool, "pydantic_ai"),
         )
 
     def exception_hint(self, call: ToolCall, exc: BaseException) -> str | None:

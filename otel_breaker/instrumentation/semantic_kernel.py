@@ -44,6 +44,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from otel_breaker.degrade import Rejection, status_in_prompt_enabled
+from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation.base import PatchTarget, agent_display_name, not_a_tool_call
 from otel_breaker.instrumentation.spec import SpecAdapter, status_text, tool_patch
 from otel_breaker.menu import hide_open_tools_enabled, visible_tools
@@ -120,6 +121,7 @@ class SemanticKernelAdapter(SpecAdapter):
             agent_name=agent_display_name(agent) if agent is not None else None,
             call_id=_call_id.get(),
             arguments=getattr(context, "arguments", None),
+            origin=origin_of(instance, "semantic_kernel"),
         )
 
     async def run_async(self, call: ToolCall, wrapped: Any, args: tuple, kwargs: dict) -> Any:

@@ -50,6 +50,7 @@ from typing import Any
 
 from otel_breaker.classify import MISTAKE
 from otel_breaker.degrade import Rejection, status_in_prompt_enabled
+from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation.base import PatchTarget, _Patched, agent_display_name
 from otel_breaker.instrumentation.spec import MessageDialect, SpecAdapter, insert_status_block, tool_patch
 from otel_breaker.menu import visible_tools
@@ -185,6 +186,7 @@ class SmolagentsAdapter(SpecAdapter):
             agent_name=(agent_display_name(agent) or type(agent).__name__) if agent is not None else None,
             call_id=call_id,
             arguments=_bind_arguments(args, tool_kwargs),
+            origin=origin_of(instance, "smolagents"),
         )
 
     def rejection(self, call: ToolCall, info: Rejection) -> Any:

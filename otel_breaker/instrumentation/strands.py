@@ -33,6 +33,7 @@ from typing import Any
 
 from otel_breaker.degrade import STATUS_HEADER, Rejection
 from otel_breaker.guard import IGNORED_RESULT
+from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation.spec import (
     SpecAdapter,
     argument,
@@ -76,6 +77,7 @@ class StrandsAdapter(SpecAdapter):
             agent_name=name if isinstance(name, str) else None,
             call_id=str(tool_use.get("toolUseId")) if tool_use.get("toolUseId") is not None else None,
             arguments=tool_use.get("input"),
+            origin=origin_of(ctx.tool, "strands"),
         )
 
     def result_error(self, call: ToolCall, result: Any) -> str | None:

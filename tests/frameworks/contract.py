@@ -30,6 +30,7 @@ it anyway gets the usual rejection.
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import pathlib
 from collections.abc import Callable, Iterator
@@ -54,6 +55,9 @@ from otel_breaker.registry import default_registry
 PROMPT = "You are a careful assistant."
 #: What a rejection tells the model (the start of the rejection text).
 UNAVAILABLE = "is temporarily unavailable"
+#: The per-request scenario: requests, each building a new agent, and tool calls per request.
+REQUESTS = 5
+CALLS_PER_REQUEST = 3
 #: The first characters of the JSON line an ``agent_script.py`` prints.
 REPORT = '{"body_runs"'
 
@@ -156,6 +160,10 @@ class FrameworkDriver(Protocol):
     script: pathlib.Path
     #: Optional (default False): the framework emits its own ``execute_tool`` spans.
     native_tool_spans: bool
+    #: Optional (default True): the framework names the agent a tool call is made for.
+    names_agents: bool
+    #: Optional (default 0): tool calls one turn may have in flight when a breaker opens.
+    in_flight_tool_calls: int
 
     def build(
         self, tools: list[Tool], steps: list[Step], *, name: str = "assistant", instructions: str = PROMPT
@@ -431,6 +439,47 @@ class FrameworkContract:
         assert _breaker("lookup", "beta").stats.success_count == 1
         names = [s.attributes.get("gen_ai.agent.name") for s in otel.tool_spans("lookup")]
         assert names == ["alpha"] * 3 + ["beta"]
+
+    # -- a breaker follows the tool, not an object --------------------------------------------
+
+    def _per_request(self, tool: Tool, requests: int = REQUESTS, calls: int = CALLS_PER_REQUEST) -> list[Any]:
+        """The usual server pattern: every request builds a new agent (same name, same
+        tool code) and runs it. Returns what the model read of each tool result."""
+        read = []
+        for request in range(requests):
+            steps = [call(tool.name, request * calls + i) for i in range(1, calls + 1)] + ["done"]
+            agent = self.driver.build([tool], steps, name="weather_agent")
+            assert self.driver.run(agent) == "done"
+            read.append(self.driver.sent(agent)[-1].tool_results)
+            del agent
+        return read
+
+    def test_a_new_agent_object_per_request_keeps_the_breaker(self, instrument, otel):
+        # Five requests, three calls each to a dead tool, threshold 2: the tool runs twice in all.
+        breaker_settings(failure_threshold="2")
+        instrument(self.driver.framework)
+        tool = Tool.failing("weather")
+        read = self._per_request(tool)
+        allowed = 2 + getattr(self.driver, "in_flight_tool_calls", 0)
+        assert tool.runs <= allowed, f"the dead tool ran {tool.runs} times over {REQUESTS} requests"
+        assert all(UNAVAILABLE in r for results in read[1:] for r in results)
+        breaker = _breaker("weather")  # one breaker for every request's agent
+        assert breaker.agent_name == ("weather_agent" if getattr(self.driver, "names_agents", True) else None)
+        assert breaker.state is State.OPEN
+        if breaker.source is None:  # a local function: keyed by its code, not the framework's classes
+            root = load_adapter_class(self.driver.framework)().modules[0].split(".")[0]
+            assert breaker.origin is not None and not breaker.origin.startswith(root + "."), breaker.origin
+        # The agents are gone; the state gauge still reports the open breaker.
+        gc.collect()
+        assert otel.value("otel_breaker.state", gen_ai_tool_name="weather", otel_breaker_state="open") == 1
+
+    def test_a_new_agent_object_per_request_is_unchanged_when_healthy(self, instrument):
+        baseline_tool = Tool.healthy("weather")
+        baseline = (self._per_request(baseline_tool), baseline_tool.runs)
+        assert baseline[1] == REQUESTS * CALLS_PER_REQUEST
+        instrument(self.driver.framework)
+        tool = Tool.healthy("weather")
+        assert (self._per_request(tool), tool.runs) == baseline
 
     # -- patching -----------------------------------------------------------------------------
 

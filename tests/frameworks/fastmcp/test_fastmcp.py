@@ -179,3 +179,29 @@ def test_opentelemetry_instrument_guards_the_script():
     assert out["body_runs"] == 2
     assert sum(UNAVAILABLE in t for t in out["tool_results"]) == 3
     assert stdout.count('"name": "execute_tool inventory"') == 5
+
+
+@pytest.mark.parametrize("frameworks", [("mcp",), ("fastmcp",), BOTH], ids="+".join)
+async def test_a_new_client_per_request_shares_the_servers_breaker(instrument, threshold_two, frameworks):
+    # Five requests, each opening its own client to the same server and calling a dead
+    # tool three times: the breaker follows the server's tool, not the client object.
+    instrument(*frameworks)
+    server, runs = make_server()
+    shown = []
+    for _request in range(5):
+        shown.append(await call_n(server, "flaky", 3))
+    assert runs["flaky"] == 2
+    assert all(UNAVAILABLE in text for texts in shown[1:] for text in texts)
+    (breaker,) = default_registry().find("flaky")
+    assert breaker.source is not None and "demo-server" in breaker.source
+
+
+async def test_a_new_client_per_request_is_unchanged_when_healthy(instrument, threshold_two):
+    async def requests() -> tuple[list[list[str]], int]:
+        server, runs = make_server()
+        return [await call_n(server, "healthy", 3) for _ in range(5)], runs["healthy"]
+
+    baseline = await requests()
+    assert baseline[1] == 15
+    instrument(*BOTH)
+    assert await requests() == baseline

@@ -43,6 +43,8 @@ class MCPDriver:
     framework = "mcp"
     #: The tools run in the server: their exceptions come back as isError answers.
     tools_run_in_process = False
+    #: An MCP client session calls tools for no named agent.
+    names_agents = False
     script = pathlib.Path(__file__).with_name("agent_script.py")
 
     def build(self, tools: list[Tool], steps: list[Step], *, name: str = "assistant", instructions: str = PROMPT):
