@@ -28,6 +28,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 
 from otel_breaker import semconv, telemetry
+from otel_breaker.identity import code_origin, origin_of
 from otel_breaker.instrumentation import BreakerInstrumentor
 
 pytestmark = pytest.mark.benchmark(group="tracing on: one LangChain tool.invoke", min_rounds=20, warmup=True)
@@ -63,10 +64,12 @@ def test_floor_hand_written_span_and_record(benchmark, providers):
     lookup = make_tool()
     tracer = tracer_provider.get_tracer("floor")
     histogram = meter_provider.get_meter("floor").create_histogram("floor.duration", unit="s")
-    metric_attributes = {semconv.ATTR_TOOL: "lookup"}
+    origin = code_origin(lookup.func)
+    metric_attributes = {semconv.ATTR_TOOL: "lookup", semconv.ATTR_ORIGIN: origin}
     span_attributes = {
         semconv.ATTR_OPERATION: semconv.OPERATION,
         semconv.ATTR_TOOL: "lookup",
+        semconv.ATTR_ORIGIN: origin,
         semconv.ATTR_GUARDED: True,
         semconv.ATTR_TOOL_TYPE: "function",
         semconv.ATTR_FRAMEWORK: "langchain",
@@ -124,6 +127,7 @@ def test_guarded_langchain_invoke(benchmark, providers):
 FLOOR_SPAN_KEYS = {
     semconv.ATTR_OPERATION,
     semconv.ATTR_TOOL,
+    semconv.ATTR_ORIGIN,
     semconv.ATTR_GUARDED,
     semconv.ATTR_TOOL_TYPE,
     semconv.ATTR_FRAMEWORK,
@@ -139,3 +143,20 @@ def _spans_of(tracer_provider, fn):
     tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
     fn()
     return exporter.get_finished_spans()
+
+
+# -- the tool's identity: read once per tool object, not on every call ----------------------------
+
+
+@pytest.mark.benchmark(group="tool identity: per call")
+def test_identity_cached_per_tool_object(benchmark):
+    """What every guarded call pays for its tool's code origin: one cache look-up."""
+    lookup = make_tool()
+    assert benchmark(origin_of, lookup, "langchain_core") == code_origin(lookup.func)
+
+
+@pytest.mark.benchmark(group="tool identity: per call")
+def test_identity_computed_each_time(benchmark):
+    """What it would cost to read the origin on every call (for comparison)."""
+    lookup = make_tool()
+    assert benchmark(code_origin, lookup, "langchain_core") == code_origin(lookup.func)
