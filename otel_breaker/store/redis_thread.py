@@ -49,9 +49,15 @@ async def run_blocking(executor: Executor, fn: Callable[..., T], *args: Any) -> 
 
 
 async def _in_trio(trio: Any, token: Any, future: Future[T]) -> T:
-    """Sleep until ``future`` is done. A cancellation waits for it: the script may already
-    have run in Redis, and its reply keeps this process's view of the breaker true."""
+    """Sleep until ``future`` is done. A cancellation waits for the call in flight (a
+    script is never left running behind the caller's back, and the pool's thread is not
+    abandoned), then raises as trio raises it, as asyncio raises its ``CancelledError``."""
     task = trio.lowlevel.current_task()
+    cancelled: list[Callable[[], Any]] = []
+
+    def abort(raise_cancel: Callable[[], Any]) -> Any:
+        cancelled.append(raise_cancel)
+        return trio.lowlevel.Abort.FAILED  # woken by ``wake`` when the call is done
 
     def wake(_: Future[T]) -> None:
         try:
@@ -60,5 +66,8 @@ async def _in_trio(trio: Any, token: Any, future: Future[T]) -> T:
             pass
 
     future.add_done_callback(wake)
-    await trio.lowlevel.wait_task_rescheduled(lambda raise_cancel: trio.lowlevel.Abort.FAILED)
-    return future.result()
+    await trio.lowlevel.wait_task_rescheduled(abort)
+    result = future.result()
+    if cancelled:
+        cancelled[0]()  # raises trio.Cancelled
+    return result

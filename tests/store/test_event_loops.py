@@ -84,3 +84,48 @@ def test_trio_calls_share_state_with_sync_calls(make_store):
     trio.run(main)
     assert async_store.error_count == 0
     assert sync_side.call(lambda: "ran")["circuit_open"] is True
+
+
+def test_a_trio_task_cancelled_during_a_redis_call_leaves_the_store_healthy(redis_server, prefix):
+    """The cancelled task waits for the Redis call in flight, then is cancelled as trio
+    cancels: the tool does not run, and the store is not taken for an outage."""
+    import threading
+    import time
+
+    import trio
+
+    from otel_breaker.store.redis import RedisStore
+
+    entered = threading.Event()
+
+    class SlowStore(RedisStore):
+        def _eval(self, *args, **kwargs):
+            entered.set()
+            time.sleep(0.2)  # a slow Redis round trip, in the store's worker thread
+            return super()._eval(*args, **kwargs)
+
+    store = SlowStore.from_url(redis_server.url, prefix=prefix, watch=False)
+    try:
+        breaker = store.create("slow_redis", CircuitBreakerConfig(failure_threshold=2))
+        ran = []
+
+        async def tool() -> str:
+            ran.append(1)
+            return "ok"
+
+        async def main() -> bool:
+            with trio.move_on_after(0.05) as scope:
+                await breaker.acall(tool)
+            return scope.cancelled_caught
+
+        assert trio.run(main) is True
+        assert entered.is_set() and ran == []
+        assert store.error_count == 0 and not store.degraded
+
+        async def again() -> str:
+            return await breaker.acall(tool)
+
+        assert trio.run(again) == "ok"
+        assert store.error_count == 0
+    finally:
+        store.close()
