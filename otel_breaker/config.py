@@ -297,7 +297,7 @@ def parse_tool_overrides(raw: str) -> dict[str, dict[str, Any]]:
             try:
                 options[key] = _parse(_BREAKER_OPTIONS[key], value)
             except ValueError as exc:
-                raise ValueError(f"entry {quoted(entry)}: {quoted(key)}={quoted(value.strip())}: {exc}") from None
+                raise ValueError(f"entry {quoted(entry)}: {key}={quoted(value.strip())}: {exc}") from None
         result[tool] = options
     return result
 
