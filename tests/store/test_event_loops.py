@@ -20,6 +20,9 @@ THRESHOLD = 3
 #: Calls that may reach the dead tool in the storm: the threshold, and as many again
 #: that were admitted before the breaker opened.
 STORM_BOUND = 2 * THRESHOLD
+#: Generous: these tests are about event loops, and a loaded machine must not turn a slow
+#: reply into an outage (the store's own 50 ms default is tested elsewhere).
+SOCKET_TIMEOUT = 2.0
 
 
 class Dead(Exception):
@@ -31,7 +34,7 @@ def test_a_retry_storm_is_bounded_under_every_event_loop(make_store, backend):
     """10 tasks (each a worker with its own store) try a dead tool 3 times: together
     they reach it at most 6 times, because every decision is shared through Redis."""
     config = CircuitBreakerConfig(failure_threshold=THRESHOLD, recovery_timeout=3600)
-    stores = [make_store(watch=False) for _ in range(TASKS)]
+    stores = [make_store(watch=False, socket_timeout=SOCKET_TIMEOUT) for _ in range(TASKS)]
     breakers = [store.create("dead_tool", config) for store in stores]
     reached, rejected = [], []
 
@@ -69,9 +72,9 @@ def test_trio_calls_share_state_with_sync_calls(make_store):
     import trio
 
     config = CircuitBreakerConfig(failure_threshold=2, recovery_timeout=3600)
-    async_store = make_store(watch=False)
+    async_store = make_store(watch=False, socket_timeout=SOCKET_TIMEOUT)
     async_side = async_store.create("shared_loop", config)
-    sync_side = make_store(watch=False).create("shared_loop", config)
+    sync_side = make_store(watch=False, socket_timeout=SOCKET_TIMEOUT).create("shared_loop", config)
 
     async def fail() -> None:
         raise Dead
@@ -104,7 +107,7 @@ def test_a_trio_task_cancelled_during_a_redis_call_leaves_the_store_healthy(redi
             time.sleep(0.2)  # a slow Redis round trip, in the store's worker thread
             return super()._eval(*args, **kwargs)
 
-    store = SlowStore.from_url(redis_server.url, prefix=prefix, watch=False)
+    store = SlowStore.from_url(redis_server.url, prefix=prefix, watch=False, socket_timeout=SOCKET_TIMEOUT)
     try:
         breaker = store.create("slow_redis", CircuitBreakerConfig(failure_threshold=2))
         ran = []
@@ -126,6 +129,34 @@ def test_a_trio_task_cancelled_during_a_redis_call_leaves_the_store_healthy(redi
             return await breaker.acall(tool)
 
         assert trio.run(again) == "ok"
+        assert store.error_count == 0
+    finally:
+        store.close()
+
+
+def test_a_store_given_an_asyncio_client_works_under_trio_through_its_sync_twin(redis_server, prefix):
+    """An asyncio client runs only in an asyncio loop: under trio the store uses the sync
+    client it derives from the same connection options."""
+    import redis.asyncio
+    import trio
+
+    from otel_breaker.store.redis import RedisStore
+
+    client = redis.asyncio.Redis.from_url(redis_server.url, socket_timeout=SOCKET_TIMEOUT)
+    store = RedisStore(client, prefix=prefix, watch=False)
+    try:
+        breaker = store.create("given_async", CircuitBreakerConfig(failure_threshold=2))
+
+        async def fail() -> None:
+            raise Dead
+
+        async def main() -> None:
+            for _ in range(2):
+                with pytest.raises(Dead):
+                    await breaker.acall(fail)
+            assert (await breaker.acall(fail))["circuit_open"] is True
+
+        trio.run(main)
         assert store.error_count == 0
     finally:
         store.close()
