@@ -35,14 +35,32 @@ TEST_DEPS = [
 @nox.session
 def lint(session: nox.Session) -> None:
     """Ruff lint and format check; the layers contract (an import cycle fails); the
-    documentation site builds with no warning (broken links fail)."""
-    session.install("ruff>=0.6", "mkdocs-material>=9.5", "import-linter>=2.1", "-e", ".")
+    documentation site builds with no warning (broken links fail); the wheel and sdist
+    build and pass ``twine check`` (the package index would render their description)."""
+    session.install("ruff>=0.6", "mkdocs-material>=9.5", "import-linter>=2.1", "build>=1.2", "twine>=5", "-e", ".")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     session.run("lint-imports")
     session.run(
         "mkdocs", "build", "--strict", "--site-dir", session.create_tmp() + "/site", env={"NO_MKDOCS_2_WARNING": "1"}
     )
+    dist = pathlib.Path(session.create_tmp()) / "dist"
+    for old in dist.glob("*"):
+        old.unlink()
+    session.run("python", "-m", "build", "--outdir", str(dist), ".")
+    session.run("twine", "check", "--strict", *(str(path) for path in sorted(dist.glob("*"))))
+
+
+@nox.session
+def build(session: nox.Session) -> None:
+    """The release artefacts: wheel and sdist in dist/, checked with twine (docs/release.md).
+    Nothing is uploaded."""
+    session.install("build>=1.2", "twine>=5")
+    dist = ROOT / "dist"
+    for old in dist.glob("otel_breaker-*"):
+        old.unlink()
+    session.run("python", "-m", "build", "--outdir", str(dist), ".")
+    session.run("twine", "check", "--strict", *(str(path) for path in sorted(dist.glob("otel_breaker-*"))))
 
 
 @nox.session

@@ -77,12 +77,15 @@ SEL_SERVICE = 'job=~"$service"'
 SEL_UPSTREAM = f"{SEL_SERVICE}, {UPSTREAM_BREAKER}"
 
 #: Where a rejected call's trace is seen in the example stack (examples/compose.yaml):
-#: Jaeger's search for spans with otel_breaker.rejected=true.
-JAEGER_REJECTED = (
-    "http://localhost:16686/search?service=${service}&limit=20"
-    "&tags=%7B%22" + semconv.ATTR_REJECTED + "%22%3A%22true%22%7D"
+#: Jaeger's search for spans with otel_breaker.rejected=true. Jaeger searches one service;
+#: ``$service`` is multi-value (``{a,b}`` in a URL), so the dashboard's link names none (the
+#: service is picked in Jaeger) and a table row's link names its own row's service.
+JAEGER_REJECTED = "http://localhost:16686/search?limit=20&tags=%7B%22" + semconv.ATTR_REJECTED + "%22%3A%22true%22%7D"
+JAEGER_REJECTED_OF_TOOL = (
+    JAEGER_REJECTED
+    + "&service=${__data.fields.job}&operation="
+    + semconv.span_name("${__value.raw}").replace(" ", "%20")
 )
-JAEGER_REJECTED_OF_TOOL = JAEGER_REJECTED + "&operation=" + semconv.span_name("${__value.raw}").replace(" ", "%20")
 
 
 def query(expr: str, legend: str = "__auto", ref: str = "A") -> prometheus.Dataquery:

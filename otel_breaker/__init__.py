@@ -6,6 +6,7 @@ agent loop understands; after a cooldown one probe tests recovery.
 """
 
 from otel_breaker import health as _health
+from otel_breaker import loglines as _loglines
 from otel_breaker._version import __version__
 from otel_breaker.breaker import (
     PRESETS,
@@ -30,6 +31,7 @@ from otel_breaker.registry import (
 )
 from otel_breaker.toolcall import ToolCall
 
+_loglines.install()  # every line of our log bounded, whatever a message quotes
 _health.install()  # a breaker that opens gets its configured health check
 
 __all__ = [

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from otel_breaker.breaker import PRESETS, CircuitBreakerConfig
+from otel_breaker.sanitize import quoted
 from otel_breaker.words import FALSE_WORDS, TRUE_WORDS
 
 logger = logging.getLogger("otel_breaker")
@@ -109,7 +110,7 @@ def normalize_framework(name: str) -> str:
     key = name.strip().lower()
     key = FRAMEWORK_ALIASES.get(key, key).replace("-", "_")
     if key not in FRAMEWORKS:
-        raise ValueError(f"unknown framework {name.strip()!r} (allowed: {', '.join(FRAMEWORKS)})")
+        raise ValueError(f"unknown framework {quoted(name.strip())} (allowed: {', '.join(FRAMEWORKS)})")
     return key
 
 
@@ -138,6 +139,8 @@ def _parse(kind: str, raw: str) -> Any:
         if lowered in _FALSE:
             return False
         raise ValueError("expected true/false (1/0, yes/no, on/off)")
+    if kind in ("int", "float", "float_or_none") and not text.isascii():
+        raise ValueError(f"expected a number in ASCII digits (0-9), read {quoted(text)}")
     if kind == "int":
         try:
             value = int(text)
@@ -180,7 +183,7 @@ def _validated_option(option: str, value: Any) -> Any:
 def validate_tool_name(name: str) -> str:
     """Tool names reach metric labels and prompts: keep them short and plain."""
     if not isinstance(name, str) or not TOOL_NAME_PATTERN.match(name):
-        raise ValueError(f"invalid tool name {name!r}: 1-128 letters, digits or _ . : / @ + -")
+        raise ValueError(f"invalid tool name {quoted(name)}: 1-128 letters, digits or _ . : / @ + -")
     return name
 
 
@@ -201,14 +204,16 @@ def _price(model: str, input_price: Any, output_price: Any) -> Price:
     values = []
     for name, value in (("input", input_price), ("output", output_price)):
         if isinstance(value, bool):
-            raise ValueError(f"model {model!r}: {name} price {value!r} is not a number")
+            raise ValueError(f"model {quoted(model)}: {name} price {quoted(value)} is not a number")
         try:
+            if isinstance(value, str) and not value.isascii():
+                raise ValueError("not ASCII digits")
             number = float(value)
         except (TypeError, ValueError):
-            raise ValueError(f"model {model!r}: {name} price {value!r} is not a number") from None
+            raise ValueError(f"model {quoted(model)}: {name} price {quoted(value)} is not a number") from None
         if not math.isfinite(number) or not 0 <= number <= MAX_PRICE_PER_TOKEN:
             raise ValueError(
-                f"model {model!r}: {name} price {value!r} must be a finite USD amount per token "
+                f"model {quoted(model)}: {name} price {quoted(value)} must be a finite USD amount per token "
                 f"between 0 and {MAX_PRICE_PER_TOKEN:g}"
             )
         values.append(number)
@@ -227,23 +232,24 @@ def parse_prices(raw: str | None) -> dict[str, Price]:
         return {}
     text = raw.strip()
     if os.path.exists(text):
+        shown = quoted(text, _MAX_PATH_CHARS)
         try:
             with open(text, encoding="utf-8") as handle:
                 data = json.load(handle)
         except OSError as exc:
-            raise ValueError(f"price file {text}: cannot be read ({exc.strerror or exc})") from None
+            raise ValueError(f"price file {shown}: cannot be read ({exc.strerror or exc})") from None
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ValueError(f"price file {text}: not valid JSON ({exc})") from None
+            raise ValueError(f"price file {shown}: not valid JSON ({exc})") from None
         if not isinstance(data, Mapping):
-            raise ValueError(f"price file {text}: expected an object of model -> {{input, output}}")
+            raise ValueError(f"price file {shown}: expected an object of model -> {{input, output}}")
         prices = {}
         for model, entry in data.items():
             if not isinstance(entry, Mapping) or "input" not in entry or "output" not in entry:
-                raise ValueError(f"price file {text}: model {model!r} needs numeric 'input' and 'output'")
+                raise ValueError(f"price file {shown}: model {quoted(model)} needs numeric 'input' and 'output'")
             try:
                 prices[str(model)] = _price(str(model), entry["input"], entry["output"])
             except ValueError as exc:
-                raise ValueError(f"price file {text}: {exc}") from None
+                raise ValueError(f"price file {shown}: {exc}") from None
         return prices
     prices = {}
     for entry in filter(None, (part.strip() for part in text.split(";"))):
@@ -251,11 +257,11 @@ def parse_prices(raw: str | None) -> dict[str, Price]:
         parts = pair.split(":")
         if not sep or len(parts) != 2:
             expected = "model=usd_per_input_token:usd_per_output_token"
-            raise ValueError(f"prices entry {entry!r}: expected {expected}")
+            raise ValueError(f"prices entry {quoted(entry)}: expected {expected}")
         try:
             prices[model.strip()] = _price(model.strip(), parts[0].strip(), parts[1].strip())
         except ValueError as exc:
-            raise ValueError(f"prices entry {entry!r}: {exc}") from None
+            raise ValueError(f"prices entry {quoted(entry)}: {exc}") from None
     return prices
 
 
@@ -270,7 +276,7 @@ def parse_tool_overrides(raw: str) -> dict[str, dict[str, Any]]:
         tool, sep, spec = entry.partition("=")
         tool = tool.strip()
         if not sep or not spec.strip():
-            raise ValueError(f"entry {entry!r}: expected tool=preset or tool=option=value,...")
+            raise ValueError(f"entry {quoted(entry)}: expected tool=preset or tool=option=value,...")
         validate_tool_name(tool)
         options: dict[str, Any] = {}
         for index, item in enumerate(part.strip() for part in spec.split(",")):
@@ -279,17 +285,19 @@ def parse_tool_overrides(raw: str) -> dict[str, dict[str, Any]]:
             if not has_value:
                 if index != 0 or key not in PRESETS:
                     raise ValueError(
-                        f"entry {entry!r}: {key!r} is not a preset ({', '.join(PRESETS)}); "
+                        f"entry {quoted(entry)}: {quoted(key)} is not a preset ({', '.join(PRESETS)}); "
                         "options are written option=value"
                     )
                 options.update(PRESETS[key])
                 continue
             if key not in _BREAKER_OPTIONS:
-                raise ValueError(f"entry {entry!r}: unknown option {key!r} (allowed: {', '.join(_BREAKER_OPTIONS)})")
+                raise ValueError(
+                    f"entry {quoted(entry)}: unknown option {quoted(key)} (allowed: {', '.join(_BREAKER_OPTIONS)})"
+                )
             try:
                 options[key] = _parse(_BREAKER_OPTIONS[key], value)
             except ValueError as exc:
-                raise ValueError(f"entry {entry!r}: {key}={value.strip()!r}: {exc}") from None
+                raise ValueError(f"entry {quoted(entry)}: {key}={quoted(value.strip())}: {exc}") from None
         result[tool] = options
     return result
 
@@ -300,10 +308,10 @@ def parse_fallbacks(raw: str) -> dict[str, tuple[str, ...]]:
     for entry in filter(None, (part.strip() for part in raw.split(";"))):
         tool, sep, alternatives = entry.partition("=")
         if not sep:
-            raise ValueError(f"entry {entry!r}: expected tool=alternative[,alternative...]")
+            raise ValueError(f"entry {quoted(entry)}: expected tool=alternative[,alternative...]")
         names = tuple(validate_tool_name(a.strip()) for a in alternatives.split(",") if a.strip())
         if not names:
-            raise ValueError(f"entry {entry!r}: no alternative named")
+            raise ValueError(f"entry {quoted(entry)}: no alternative named")
         result[validate_tool_name(tool.strip())] = names
     return result
 
@@ -323,15 +331,15 @@ def parse_upstreams(raw: str) -> dict[str, tuple[str, ...]]:
     for entry in filter(None, (part.strip() for part in raw.split(";"))):
         name, sep, patterns = entry.partition("=")
         if not sep:
-            raise ValueError(f"entry {entry!r}: expected upstream=tool[,tool_or_glob...]")
+            raise ValueError(f"entry {quoted(entry)}: expected upstream=tool[,tool_or_glob...]")
         name = validate_tool_name(name.strip())
         found = []
         for pattern in filter(None, (p.strip() for p in patterns.split(","))):
             if not _GLOB_PATTERN.match(pattern):
-                raise ValueError(f"entry {entry!r}: invalid tool pattern {pattern!r}")
+                raise ValueError(f"entry {quoted(entry)}: invalid tool pattern {quoted(pattern)}")
             found.append(pattern)
         if not found:
-            raise ValueError(f"entry {entry!r}: no tool named")
+            raise ValueError(f"entry {quoted(entry)}: no tool named")
         result[name] = result.get(name, ()) + tuple(found)
     return result
 
@@ -431,7 +439,7 @@ class Settings:
         try:
             return config.with_changes(**changes)
         except ValueError as exc:
-            logger.warning("otel-breaker: OTEL_BREAKER_TOOLS for %r ignored: %s", tool, exc)
+            logger.warning("otel-breaker: OTEL_BREAKER_TOOLS for %s ignored: %s", quoted(tool), exc)
             return config
 
 
@@ -552,13 +560,13 @@ def load_settings(environ: Mapping[str, str] | None = None, *, strict: bool = Tr
                 try:
                     parse_prices(raw)
                 except ValueError as exc:
-                    problems.append(f"{PREFIX}PRICES={raw!r}: {exc}")
+                    problems.append(_problem(PREFIX + "PRICES", raw, exc, "", "no cost is estimated"))
                     continue
             values[name] = raw.strip()
             sources[PREFIX + suffix] = "env"
     for var in sorted(env):
         if var.startswith(PREFIX) and var not in KNOWN_VARIABLES:
-            problems.append(f"{var} is not an otel-breaker setting (misspelt?); it is ignored")
+            problems.append(f"{quoted(var)[1:-1]} is not an otel-breaker setting (misspelt?); it is ignored")
 
     defaults = CircuitBreakerConfig()
     if breaker_options:
@@ -585,9 +593,17 @@ def _merge_upstreams(parts: list[dict[str, tuple[str, ...]]]) -> dict[str, tuple
 
 def _problem(var: str, raw: str, exc: Exception, allowed: str, consequence: str) -> str:
     """One line: the variable, its (bounded) value, what is wrong and allowed, what happens instead."""
-    shown = raw if len(raw) <= 200 else raw[:200] + "..."
     detail = f"{exc} ({allowed})" if allowed else str(exc)
-    return f"{var}={shown!r}: {detail}; {consequence}"
+    if len(detail) > _MAX_DETAIL_CHARS:  # many bad entries: the first ones say enough
+        detail = detail[: _MAX_DETAIL_CHARS - 1] + "…"
+    return f"{var}={quoted(raw, _MAX_PATH_CHARS)}: {detail}; {consequence}"
+
+
+#: A value quoted whole up to this length (a price file's path fits).
+_MAX_PATH_CHARS = 200
+#: What one problem line says about the value; with the variable and the quoted value
+#: it stays under the log's line bound.
+_MAX_DETAIL_CHARS = 600
 
 
 def _conflicts(env: Mapping[str, str], defaults: CircuitBreakerConfig, tools: Mapping[str, Any]) -> list[str]:
@@ -596,14 +612,14 @@ def _conflicts(env: Mapping[str, str], defaults: CircuitBreakerConfig, tools: Ma
     var = PREFIX + "MAX_RECOVERY_TIMEOUT"
     if var in env and defaults.max_recovery_timeout < defaults.recovery_timeout:
         problems.append(
-            f"{var}={env[var]!r}: below the recovery timeout ({defaults.recovery_timeout:g}s); "
+            f"{var}={quoted(env[var])}: below the recovery timeout ({defaults.recovery_timeout:g}s); "
             "the cooldown could never reach it (must be >= OTEL_BREAKER_RECOVERY_TIMEOUT)"
         )
     for tool, options in tools.items():
         try:
             defaults.with_changes(**options)
         except ValueError as exc:
-            problems.append(f"{PREFIX}TOOLS entry for {tool!r}: {str(exc).split(': ', 1)[-1]}")
+            problems.append(f"{PREFIX}TOOLS entry for {quoted(tool)}: {str(exc).split(': ', 1)[-1]}")
     return problems
 
 

@@ -14,6 +14,7 @@ span names, attributes,   :func:`bounded`                :data:`MAX_ATTRIBUTE_CH
 metric labels, terminal
 exception text on spans   :func:`exception_message`,     :data:`MAX_EXCEPTION_CHARS`,
                           :func:`exception_stacktrace`   :data:`MAX_STACKTRACE_CHARS`
+a line of our log         :func:`log_line`               :data:`MAX_LOG_CHARS`
 ========================  =============================  ==========================
 
 This module is stdlib only and imports nothing from the package.
@@ -35,6 +36,10 @@ MAX_ATTRIBUTE_CHARS = 256
 MAX_EXCEPTION_CHARS = 1024
 #: ``exception.stacktrace`` (content capture only); the innermost frames are kept.
 MAX_STACKTRACE_CHARS = 4096
+#: One line otel-breaker writes to its log (the ``otel_breaker`` logger).
+MAX_LOG_CHARS = 1000
+#: A piece of a user's value quoted in a log line or an error (a bad setting, an entry).
+MAX_QUOTED_CHARS = 80
 #: Fallback names listed in one rejection.
 MAX_ALTERNATIVES = 5
 
@@ -81,6 +86,25 @@ def cap(text: str, limit: int) -> str:
 def strip_controls(text: str) -> str:
     """``text`` without escape sequences; other control and format characters become spaces."""
     return _CONTROL.sub(" ", _ANSI.sub("", text))
+
+
+def log_line(text: str, limit: int = MAX_LOG_CHARS) -> str:
+    """One log line: no control characters (newlines included) or escape sequences,
+    at most ``limit`` characters. A log is read in terminals and parsed line by line."""
+    if len(text) <= limit and text.isprintable():
+        return text
+    if len(text) > 4 * limit:
+        text = text[: 4 * limit]
+    return cap(strip_controls(text), limit)
+
+
+def quoted(value: Any, limit: int = MAX_QUOTED_CHARS) -> str:
+    """``repr`` of a bounded, control-free piece of ``value``: how an error names the
+    user's text without echoing all of it (a number is shown as it is)."""
+    if not isinstance(value, str):
+        return cap(strip_controls(repr(value)[: 4 * limit]), limit)
+    text = value[: 4 * limit]
+    return repr(cap(strip_controls(text), limit))
 
 
 def bounded(value: Any, limit: int = MAX_ATTRIBUTE_CHARS) -> str:

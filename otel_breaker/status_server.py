@@ -36,6 +36,7 @@ from typing import Any
 from otel_breaker.breaker import CircuitBreaker, State
 from otel_breaker.config import Settings, get_settings
 from otel_breaker.registry import BreakerRegistry, default_registry
+from otel_breaker.sanitize import quoted
 
 logger = logging.getLogger("otel_breaker")
 
@@ -54,16 +55,17 @@ def parse_address(addr: str, allow_remote: bool = False) -> tuple[str, int]:
     hosts unless ``allow_remote``: a status endpoint must not reach the
     network because a variable was mistyped."""
     text = addr.strip()
+    shown = quoted(addr)
     host, sep, port_text = text.rpartition(":")
-    if not sep or not port_text.isdigit() or not host:
-        raise StatusAddressError(f"OTEL_BREAKER_STATUS_ADDR={addr!r}: expected HOST:PORT, e.g. 127.0.0.1:9464")
+    if not sep or not (port_text.isascii() and port_text.isdigit()) or not host:
+        raise StatusAddressError(f"OTEL_BREAKER_STATUS_ADDR={shown}: expected HOST:PORT, e.g. 127.0.0.1:9464")
     port = int(port_text)
     if port > 65535:
-        raise StatusAddressError(f"OTEL_BREAKER_STATUS_ADDR={addr!r}: port must be 0-65535")
+        raise StatusAddressError(f"OTEL_BREAKER_STATUS_ADDR={shown}: port must be 0-65535")
     host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
     if not allow_remote and not _is_loopback(host):
         raise StatusAddressError(
-            f"OTEL_BREAKER_STATUS_ADDR={addr!r}: {host} is not a loopback address; the status endpoint "
+            f"OTEL_BREAKER_STATUS_ADDR={shown}: {quoted(host)} is not a loopback address; the status endpoint "
             "listens on 127.0.0.1 or ::1 unless OTEL_BREAKER_STATUS_ALLOW_REMOTE=true"
         )
     return host, port
@@ -305,7 +307,7 @@ def start_from_settings(settings: Settings | None = None) -> StatusServer | None
             logger.error("otel-breaker: status endpoint not started: %s", exc)
             return None
         except OSError as exc:
-            logger.error("otel-breaker: status endpoint not started on %s: %s", settings.status_addr, exc)
+            logger.error("otel-breaker: status endpoint not started on %s: %s", quoted(settings.status_addr), exc)
             return None
         logger.info("otel-breaker: breaker status at %s/status", _running.url)
         return _running

@@ -547,7 +547,10 @@ class Telemetry:
             if attributes is None:
                 attributes = cache[err] = {**cache[None], ATTR_ERROR_TYPE: err}
             try:
-                duration.record(elapsed, attributes)
+                # Under the lock our fork handlers take: no thread of ours is inside the
+                # SDK's record (holding its aggregation lock) when the process forks.
+                with _RECORDING.lock:
+                    duration.record(elapsed, attributes)
             except Exception:
                 logger.debug("otel-breaker: duration record failed", exc_info=True)
         if handle is None:
@@ -807,8 +810,40 @@ def _reinit_after_fork() -> None:
     TELEMETRY._lock = threading.Lock()
 
 
+class _Recording:
+    """The lock every record into an SDK instrument of ours is made under.
+
+    The SDK's histogram takes a lock of its own (its aggregation's) on every record,
+    and it does not re-create it in a forked child: a thread of the parent caught
+    inside ``record`` at the fork leaves it held there, and the child's first tool
+    call would wait on it forever. So the process holds this lock while it forks
+    (``before``): no thread of ours is then inside the SDK's record, and the SDK's
+    locks we could have taken are free in the child. Parent and child release it
+    after the fork; the child gets a fresh one (the SDK's own export thread is the
+    SDK's to make safe)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+
+    def before_fork(self) -> None:
+        self.lock.acquire()
+
+    def after_fork_in_parent(self) -> None:
+        self.lock.release()
+
+    def after_fork_in_child(self) -> None:
+        self.lock = threading.Lock()
+
+
+_RECORDING = _Recording()
+
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reinit_after_fork)
+    os.register_at_fork(
+        before=_RECORDING.before_fork,
+        after_in_parent=_RECORDING.after_fork_in_parent,
+        after_in_child=_RECORDING.after_fork_in_child,
+    )
 
 
 def configure(

@@ -191,3 +191,39 @@ def test_a_forked_child_runs_health_checks_and_async_deadlines_of_its_own():
     hung, failed = _wait_all([pid], CHILD_TIME_BOUND)
     thread.join(5)
     assert (hung, failed) == ([], [])
+
+
+def _record_durations(stop: threading.Event) -> None:
+    """Guarded calls as fast as possible: each records a duration into the SDK's histogram."""
+    tool = guard("recorded_in_parent")(lambda: 1)
+    while not stop.is_set():
+        tool()
+
+
+def _child_calls_recorded_tool() -> int:  # pragma: no cover - runs in the child
+    tool = guard("recorded_in_parent")(lambda: 1)
+    for _ in range(50):
+        if tool() != 1:
+            return 5
+    return 0
+
+
+def test_children_forked_while_a_thread_records_sdk_metrics_all_finish_their_calls(otel):
+    """The SDK's histogram takes a lock of its own on every record; a thread holding it
+    at the fork would leave it held in the child. Our at-fork handlers keep the
+    instruments we record to out of any thread's hands while the process forks."""
+    stop = threading.Event()
+    recorders = [threading.Thread(target=_record_durations, args=(stop,), daemon=True) for _ in range(2)]
+    for recorder in recorders:
+        recorder.start()
+    try:
+        time.sleep(0.05)  # the recorders are in their loop
+        pids = _fork_children(_child_calls_recorded_tool)
+    finally:
+        stop.set()
+        for recorder in recorders:
+            recorder.join()
+    hung, failed = _wait_all(pids, CHILD_TIME_BOUND)
+    assert (len(hung), len(failed)) == (0, 0), f"of {CHILDREN} forked children, {len(hung)} hung, {len(failed)} failed"
+    # the parent's recording still works after the forks
+    assert otel.value("gen_ai.execute_tool.duration", gen_ai_tool_name="recorded_in_parent") > 0

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import pathlib
 import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
 
 import pytest
@@ -64,3 +66,54 @@ def test_test_runs_show_skip_reasons_and_only_our_deprecations(tmp_path):
     assert "SKIPPED [1]" in result.stdout and "the prometheus binary is missing" in result.stdout
     assert "our deprecation" in result.stdout
     assert "old api" not in result.stdout
+
+
+def _install_lines(path: pathlib.Path) -> list[tuple[int, str]]:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    found = re.compile(r"pip install [\"']?(\.|otel-breaker)")
+    return [(number, line) for number, line in enumerate(lines) if found.search(line)]
+
+
+@pytest.mark.parametrize("name", ["README.md", "examples/README.md"])
+def test_the_install_line_that_works_from_a_clone_comes_first(name):
+    """The package is not on the index yet: the first install line must work from a clone, and
+    the index form is shown only marked as the released form."""
+    path = ROOT / name
+    lines = _install_lines(path)
+    assert lines, name
+    first_number, first = lines[0]
+    assert 'pip install ".[' in first or "pip install . " in first or first.rstrip().endswith("pip install ."), first
+    text = path.read_text(encoding="utf-8").splitlines()
+    for number, line in lines:
+        if "otel-breaker[" in line:
+            assert number > first_number, line
+            assert "released form" in line or "released form" in " ".join(text[max(0, number - 2) : number + 1]), line
+
+
+def test_python_m_build_makes_a_wheel_and_an_sdist_that_twine_accepts(tmp_path):
+    for module in ("build", "twine"):
+        if importlib.util.find_spec(module) is None:
+            pytest.skip(f"{module} is not installed (pip install '.[dev]')")
+    command = [sys.executable, "-m", "build", "--outdir", str(tmp_path), str(ROOT)]
+    built = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stderr[-2000:]
+    (wheel,) = tmp_path.glob("*.whl")
+    (sdist,) = tmp_path.glob("*.tar.gz")
+    checked = subprocess.run(
+        [sys.executable, "-m", "twine", "check", "--strict", str(wheel), str(sdist)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    with tarfile.open(sdist) as archive:
+        names = archive.getnames()
+    assert any(name.endswith("/otel_breaker/semconv.py") for name in names)
+    assert not any("/.venv/" in name or "/.nox/" in name or "import_linter_cache" in name for name in names)
+
+
+def test_the_release_checklist_is_in_the_docs():
+    assert "release.md" in (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "release.md").read_text(encoding="utf-8")
+    for step in ("python -m build", "twine check", "CHANGELOG.md", "_version.py", "twine upload"):
+        assert step in text, step

@@ -20,6 +20,7 @@ class Exporters:
     tracer_provider: Any
     meter_provider: Any
     metrics_port: int | None = None
+    metrics_host: str = "127.0.0.1"
     otlp: str | None = None
     watch: Any = None
     logger_provider: Any = None
@@ -43,12 +44,19 @@ def _resource() -> Any:
     return Resource.create(attributes)
 
 
-def set_up_telemetry(serve_metrics: int | None, otlp: bool) -> Exporters:
+def metrics_url(host: str, port: int) -> str:
+    """The address the metrics are served at, as a browser or Prometheus writes it."""
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}/metrics"
+
+
+def set_up_telemetry(serve_metrics: int | None, otlp: bool, metrics_host: str = "127.0.0.1") -> Exporters:
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
     from opentelemetry.sdk.trace import TracerProvider
 
     from otel_breaker import telemetry
+    from otel_breaker.config import Price
+    from otel_breaker.simulation.world import MODEL, PRICE_PER_TOKEN
     from otel_breaker.tokens import TokenEstimator
 
     readers: list[Any] = [InMemoryMetricReader()]
@@ -63,16 +71,20 @@ def set_up_telemetry(serve_metrics: int | None, otlp: bool) -> Exporters:
             ) from None
         readers.append(PrometheusMetricReader())
         try:
-            server, _thread = start_http_server(serve_metrics)
+            server, _thread = start_http_server(serve_metrics, addr=metrics_host)
         except OSError as exc:
-            raise UsageError(f"--serve-metrics: cannot listen on port {serve_metrics}: {exc.strerror or exc}") from None
+            raise UsageError(
+                f"--serve-metrics: cannot listen on {metrics_host} port {serve_metrics}: {exc.strerror or exc}"
+            ) from None
         port = server.server_port
     tracer_provider = TracerProvider(resource=_resource(), shutdown_on_exit=False)
-    exporters = Exporters(tracer_provider, None, port)
+    exporters = Exporters(tracer_provider, None, port, metrics_host)
     if otlp:
         _add_otlp(exporters, readers)
     exporters.meter_provider = MeterProvider(metric_readers=readers, resource=_resource(), shutdown_on_exit=False)
-    telemetry.configure(tracer_provider, exporters.meter_provider, estimator=TokenEstimator())
+    # Priced, so the cost panels estimate what rejected calls saved.
+    estimator = TokenEstimator(prices={MODEL: Price(*PRICE_PER_TOKEN)})
+    telemetry.configure(tracer_provider, exporters.meter_provider, estimator=estimator)
     return exporters
 
 
@@ -132,8 +144,8 @@ def close(exporters: Exporters) -> None:
         print(f"Sent spans and metrics over OTLP to {exporters.otlp}", file=sys.stderr)
 
 
-def serve(port: int, hold: float | None) -> None:
-    print(f"Serving Prometheus metrics at http://localhost:{port}/metrics", end="", flush=True)
+def serve(host: str, port: int, hold: float | None) -> None:
+    print(f"Serving Prometheus metrics at {metrics_url(host, port)}", end="", flush=True)
     print(f" for {hold:g}s" if hold is not None else " (Ctrl-C to stop)", flush=True)
     deadline = None if hold is None else time.monotonic() + hold
     try:

@@ -6,9 +6,11 @@ import textwrap
 from collections.abc import Callable
 from typing import Any
 
+from otel_breaker.simulation import upstream_scene
 from otel_breaker.simulation.agent import Ledger
 from otel_breaker.simulation.cases import CaseResult
 from otel_breaker.simulation.runs import Moment
+from otel_breaker.simulation.upstream_scene import SceneResult
 from otel_breaker.simulation.world import BACKUP, MAX_ATTEMPTS, PRIMARY, TOOL_TIMEOUT, outage
 
 TIMELINE_LINES = 12
@@ -201,4 +203,36 @@ def as_json(
         ],
         "openings": openings(transitions),
         "menu_cases": cases_json(cases or []),
+    }
+
+
+def render_scene(scene: SceneResult) -> str:
+    """The second scene in a few lines: what reached the dead host, what the upstream breaker spared."""
+    tools = " and ".join(f"'{tool}'" for tool in upstream_scene.TOOLS)
+    return "\n".join(
+        [
+            "",
+            f"An upstream goes down: {tools} run behind '{upstream_scene.UPSTREAM}' "
+            f"(OTEL_BREAKER_UPSTREAMS), which refuses connections for {scene_down_calls()} of "
+            f"{upstream_scene.CALLS} calls.",
+            f"  calls that reached the dead host: {scene.reached_dead_host} (one breaker for both tools: "
+            f"'upstream:{upstream_scene.UPSTREAM}'); rejected without a round trip: {scene.rejected}; "
+            f"answered: {scene.ok}",
+        ]
+    )
+
+
+def scene_down_calls() -> int:
+    return upstream_scene.DOWN[1] - upstream_scene.DOWN[0]
+
+
+def scene_json(scene: SceneResult) -> dict[str, Any]:
+    return {
+        "upstream": upstream_scene.UPSTREAM,
+        "tools": list(upstream_scene.TOOLS),
+        "calls": scene.calls,
+        "host_down_calls": scene_down_calls(),
+        "reached_dead_host": scene.reached_dead_host,
+        "rejected": scene.rejected,
+        "answered": scene.ok,
     }

@@ -26,8 +26,9 @@ from typing import Any
 
 from otel_breaker.cli import UsageError
 from otel_breaker.cli._common import number, one_line_errors
-from otel_breaker.cli._demo_telemetry import close, serve, set_up_telemetry
-from otel_breaker.cli._demo_text import as_json, duration, render
+from otel_breaker.cli._demo_telemetry import close, metrics_url, serve, set_up_telemetry
+from otel_breaker.cli._demo_text import as_json, duration, render, render_scene, scene_json
+from otel_breaker.simulation import upstream_scene
 from otel_breaker.simulation.cases import CASES, run_case
 from otel_breaker.simulation.runs import Moment, run_with_breakers, run_without_breakers
 from otel_breaker.simulation.world import DEFAULT_STEPS
@@ -127,6 +128,13 @@ def register(subparsers: Any) -> None:
         help="serve the metrics for Prometheus on this port after the run, until Ctrl-C (needs [prometheus])",
     )
     parser.add_argument(
+        "--metrics-host",
+        metavar="HOST",
+        default="127.0.0.1",
+        help="with --serve-metrics: the address to listen on (default 127.0.0.1, this machine only; "
+        "0.0.0.0 for every interface, e.g. for a Prometheus in a container)",
+    )
+    parser.add_argument(
         "--hold",
         type=_seconds,
         metavar="SECONDS",
@@ -158,18 +166,30 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.hold is not None and args.serve_metrics is None:
         raise UsageError("--hold only applies with --serve-metrics")
+    if args.metrics_host != "127.0.0.1" and args.serve_metrics is None:
+        raise UsageError("--metrics-host only applies with --serve-metrics")
     from otel_breaker.config import Settings, set_settings
+    from otel_breaker.registry import default_registry
     from otel_breaker.telemetry import TELEMETRY
 
-    set_settings(Settings())  # the demo's breakers are configured here, not by the environment
-    progress = Progress(2 * args.steps + len(CASES) * args.steps, enabled=not args.no_progress and sys.stderr.isatty())
+    # The demo's breakers are configured here, not by the environment; two tools of the
+    # second scene run behind an upstream.
+    set_settings(Settings(upstreams=upstream_scene.upstreams()))
+    progress = Progress(
+        2 * args.steps + len(CASES) * args.steps + upstream_scene.CALLS,
+        enabled=not args.no_progress and sys.stderr.isatty(),
+    )
     # The four menu cases run first, before telemetry exists, and are then forgotten:
     # what the demo exports is the run with breakers alone.
     cases = [run_case(case, args.steps, lambda step, c=case: progress.advance(c.label)) for case in CASES]
     TELEMETRY.reset(counts=True)
+    upstream_scene.prepare(default_registry())
     record = None
     try:
-        exporters = set_up_telemetry(args.serve_metrics, args.otlp)
+        exporters = set_up_telemetry(args.serve_metrics, args.otlp, args.metrics_host)
+        if exporters.metrics_port is not None:  # scrapeable from now on: the paced run can be watched
+            where = metrics_url(exporters.metrics_host, exporters.metrics_port)
+            print(f"Serving Prometheus metrics at {where} during the run", file=sys.stderr, flush=True)
         if args.record:
             try:
                 record = open(args.record, "w", encoding="utf-8")  # noqa: SIM115
@@ -198,17 +218,21 @@ def run(args: argparse.Namespace) -> int:
 
         with_ = run_with_breakers(args.steps, with_step, timeline, prompt)
         with_.saved_measured = without.tokens_spent - with_.tokens_spent
-        progress.finish()
         transitions = TELEMETRY.transitions()
+        scene = upstream_scene.run(default_registry(), lambda call: progress.advance("upstream down"))
+        progress.finish()
 
         if record is not None:
             with record:
                 for outcome in without.outcomes:
                     record.write(json.dumps(outcome) + "\n")
         if args.json:
-            print(json.dumps(as_json(args.steps, without, with_, timeline, transitions, cases), indent=2))
+            data = as_json(args.steps, without, with_, timeline, transitions, cases)
+            data["upstream_scene"] = scene_json(scene)
+            print(json.dumps(data, indent=2))
         else:
             print(render(args.steps, without, with_, timeline, transitions, prompt, cases))
+            print(render_scene(scene))
         if record is not None:
             print(
                 f"\nRecorded {len(without.outcomes)} tool outcomes to {args.record}; "
@@ -216,7 +240,7 @@ def run(args: argparse.Namespace) -> int:
             )
         sys.stdout.flush()
         if exporters.metrics_port is not None:
-            serve(exporters.metrics_port, args.hold)
+            serve(exporters.metrics_host, exporters.metrics_port, args.hold)
     finally:
         close(exporters)
     return 0

@@ -21,6 +21,7 @@ from importlib import metadata
 from typing import Any
 
 from otel_breaker.cli._common import one_line_errors
+from otel_breaker.sanitize import bounded
 
 OTEL_ENV = (
     "OTEL_SDK_DISABLED",
@@ -63,7 +64,13 @@ def _shown(var: str, value: str) -> str:
     return value
 
 
+#: The widest a cell of doctor's tables gets: a long value is cut (with an ellipsis) rather
+#: than pushing every row of its table off the screen.
+MAX_CELL_CHARS = 60
+
+
 def _table(rows: list[tuple[str, ...]], indent: str = "  ") -> list[str]:
+    rows = [tuple(bounded(cell, MAX_CELL_CHARS) for cell in row) for row in rows]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     return [
         indent + "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  " + row[-1]
@@ -174,6 +181,11 @@ def check_frameworks(report: Report, settings: Any) -> None:
         except DidNotEnable as exc:
             in_range = False
             report.add(f"  {name:<14} {adapter.distribution} {version}: skipped: {exc}")
+            if requested is not None:  # asked for by name: an error, as the instrumentor treats it
+                report.problem(
+                    f"OTEL_BREAKER_FRAMEWORKS asks for {name}, but {adapter.distribution} {version} is outside "
+                    f"the supported range {adapter.version_range}; its tools run unguarded"
+                )
         if in_range:
             report.add(f"  {name:<14} {adapter.distribution} {version} ({tested})")
         try:
@@ -233,7 +245,8 @@ def check_telemetry(report: Report) -> None:
     report.add("  environment:")
     for var in OTEL_ENV:
         value = os.environ.get(var)
-        report.add(f"    {var:<40} {_shown(var, value) if value is not None else '(not set)'}")
+        shown = bounded(_shown(var, value), 2 * MAX_CELL_CHARS) if value is not None else "(not set)"
+        report.add(f"    {var:<40} {shown}")
     from otel_breaker.sdk_setup import plan_export
 
     report.add(

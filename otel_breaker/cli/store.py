@@ -71,8 +71,9 @@ def _connect(args: argparse.Namespace) -> Any:
     url = args.store or os.environ.get("OTEL_BREAKER_STORE", "").strip()
     if not url or url == "memory":
         raise UsageError(
-            "no shared store: set OTEL_BREAKER_STORE=redis://host:6379/0 or pass --store URL "
-            "(per-process breakers live inside each agent process)"
+            "no shared store: set OTEL_BREAKER_STORE=redis://host:6379/0 or pass --store URL; per-process "
+            "breakers live inside each agent process: pass --url http://127.0.0.1:PORT to ask one through "
+            "its status endpoint (OTEL_BREAKER_STATUS_ADDR)"
         )
     try:
         from otel_breaker.store.redis import RedisStore, StoreError

@@ -38,7 +38,10 @@ from typing import Any
 from otel_breaker.cli import UsageError
 from otel_breaker.cli._common import number, number_list, one_line_errors
 
-DEFAULT_THRESHOLDS = (1, 2, 3, 4, 5, 8)
+#: Failure thresholds tried unless ``--thresholds`` says otherwise. Not 1: a breaker that
+#: opens on any single error cuts a tool off for one transient blip, and a recording of long
+#: outages (the case a replay sees most) would always make it look best.
+DEFAULT_THRESHOLDS = (2, 3, 4, 5, 8)
 DEFAULT_COOLDOWNS = (10.0, 20.0, 30.0, 40.0, 60.0, 120.0, 300.0)
 DEFAULT_WRONG_WEIGHT = 3.0
 
@@ -271,6 +274,9 @@ def _recovery(result: Result) -> str:
 def render_tool(tool: str, outcomes: list[Outcome], results: list[Result], top: int | None) -> list[str]:
     failed = sum(not o.ok for o in outcomes)
     lines = [f"{tool}  ({len(outcomes):,} calls, {failed:,} failed)"]
+    if not any(r.openings for r in results):  # every row would read the same: say it once
+        lines.append(f"  none of the {len(results)} candidates ever opens: nothing avoided, nothing wrongly rejected")
+        return lines
     header = (
         f"  {'threshold':>9}  {'cooldown':>8}  {'avoided':>7}  {'wrongly rejected':>16}  "
         f"{'tokens saved':>12}  {'time to recover':>15}  {'openings':>8}  {'score':>7}"

@@ -9,7 +9,8 @@ tool-status block and the menu filter are the library's real ones.
 - :mod:`.world`: the clock, the tools and the token estimate of a model turn;
 - :mod:`.agent`: the scripted model's policy and the agent loop;
 - :mod:`.runs`: the demo's two runs, without and with breakers;
-- :mod:`.cases`: the four cases of "what hiding open tools saves".
+- :mod:`.cases`: the four cases of "what hiding open tools saves";
+- :mod:`.upstream_scene`: the second scene, an upstream that refuses connections.
 
 This package computes; ``otel_breaker.cli.demo`` parses options and prints.
 """

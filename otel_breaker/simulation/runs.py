@@ -103,7 +103,7 @@ def run_with_breakers(
     world = World(clock)
     registry = default_registry()
     store = registry.store
-    registry.use_store(SimStore(clock))
+    registry.use_store(SimStore(clock, AGENT))
     install_breakers(registry)
 
     def listener(change: Any) -> None:

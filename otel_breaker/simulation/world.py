@@ -15,6 +15,12 @@ PRIMARY = "web_search"
 BACKUP = "backup_search"
 FETCH = "fetch_page"
 MODEL = "demo-model"
+UPSTREAM = "search_api"
+"""The host ``web_search`` runs behind: while it hangs, every call times out, a transport
+failure that the upstream's breaker counts as well as the tool's."""
+PRICE_PER_TOKEN = (3e-6, 15e-6)
+"""USD per input and per output token of :data:`MODEL` (a typical list price of a large
+model), so the telemetry estimates what rejected calls saved in money too."""
 TOOLS = (PRIMARY, BACKUP, FETCH)
 """The agent's tools, in the order its menu lists them."""
 SEARCH_TOOLS = (PRIMARY, BACKUP)
@@ -51,18 +57,23 @@ class SimClock:
 
 
 class SimStore:
-    """A breaker store whose breakers read the simulated clock."""
+    """A breaker store whose breakers read the simulated clock.
+
+    ``agent_name``: the one agent of the simulated world, named on every breaker made
+    here (its tools serve no other agent), so its series carry ``gen_ai.agent.name``."""
 
     name = "memory"
 
-    def __init__(self, clock: SimClock) -> None:
+    def __init__(self, clock: SimClock, agent_name: str | None = None) -> None:
         self.clock = clock
+        self.agent_name = agent_name
 
     def create(
         self, key: str, config: Any, *, clock: Any = None, agent_name: Any = None, session_id: Any = None, **_: Any
     ):
         from otel_breaker.breaker import CircuitBreaker
 
+        agent_name = agent_name or self.agent_name
         return CircuitBreaker(key, config, clock=self.clock, agent_name=agent_name, session_id=session_id)
 
     def close(self) -> None:

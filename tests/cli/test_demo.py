@@ -169,7 +169,7 @@ def test_demo_serves_metrics_for_prometheus():
     try:
         port = None
         for line in process.stdout:
-            match = re.search(r"Serving Prometheus metrics at http://localhost:(\d+)/metrics for 30s", line)
+            match = re.search(r"Serving Prometheus metrics at http://127\.0\.0\.1:(\d+)/metrics for 30s", line)
             if match:
                 port = int(match.group(1))
                 break
@@ -190,13 +190,13 @@ def test_demo_serves_metrics_for_prometheus():
     assert openings >= 3  # enough for the OtelBreakerFrequentOpenings alert
     assert re.search(r'^otel_breaker_tokens_saved_total\{[^}]*gen_ai_tool_name="web_search"[^}]*\} [1-9]', body, re.M)
     assert re.search(r'^otel_breaker_calls_rejected_total\{[^}]*gen_ai_tool_name="web_search"[^}]*\} [1-9]', body, re.M)
-    # The demo's agent is named: its breakers (and so its series) carry the agent name.
-    assert re.search(
-        r'^otel_breaker_state\{gen_ai_agent_name="research_agent",gen_ai_tool_name="web_search",'
-        r'otel_breaker_state="closed"',
-        body,
-        re.M,
+    assert (
+        'otel_breaker_state{gen_ai_agent_name="research_agent",gen_ai_tool_name="web_search",'
+        'otel_breaker_state="closed"' in body
     )
+    cost = r'^otel_breaker_cost_saved_total\{[^}]*gen_ai_tool_name="web_search"[^}]*\} [0-9.e-]*[1-9]'
+    assert re.search(cost, body, re.M)
+    assert re.search(r'^otel_breaker_transitions_total\{[^}]*gen_ai_tool_name="upstream:pages_host"', body, re.M)
 
 
 def test_hold_ends_serving_by_itself():
@@ -213,7 +213,7 @@ def test_a_busy_port_is_one_line_error():
         sock.listen()
         port = sock.getsockname()[1]
         result = run_cli("demo", "--serve-metrics", str(port))
-    assert_one_line_error(result, "otel-breaker demo:", f"cannot listen on port {port}")
+    assert_one_line_error(result, "otel-breaker demo:", f"cannot listen on 127.0.0.1 port {port}")
 
 
 class _Collector(http.server.BaseHTTPRequestHandler):
@@ -358,3 +358,44 @@ def test_otlp_metrics_are_exported_during_a_paced_run():
     finally:
         server.shutdown()
     assert exported_while_running, "no metrics reached the collector before the run ended"
+
+
+def _listening_addresses(port: int) -> set[str]:
+    """The local addresses a socket of this machine listens on ``port`` at (Linux's /proc/net/tcp)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii") as sockets:
+                rows = sockets.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            local, state = row.split()[1], row.split()[3]
+            address, hex_port = local.split(":")
+            if state == "0A" and int(hex_port, 16) == port:
+                found.add(address)
+    return found
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="reads Linux's socket table")
+def test_demo_serves_metrics_on_loopback_and_says_where():
+    process = subprocess.Popen(
+        [sys.executable, "-m", "otel_breaker", "demo", "--serve-metrics", "0", "--hold", "30", "--no-progress"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+    )
+    try:
+        line = process.stderr.readline()  # said before the run starts: scrapeable during it
+        match = re.search(r"Serving Prometheus metrics at http://127\.0\.0\.1:(\d+)/metrics during the run", line)
+        assert match, line + process.stderr.read()
+        port = int(match.group(1))
+        assert _listening_addresses(port) == {"0100007F"}  # 127.0.0.1 only, not 0.0.0.0
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def test_metrics_host_needs_serve_metrics():
+    assert_one_line_error(run_cli("demo", "--metrics-host", "0.0.0.0"), "--metrics-host only applies")

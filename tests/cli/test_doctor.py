@@ -186,3 +186,42 @@ def test_doctor_describes_one_signal_asked_for_and_nothing_else():
     assert "    traces: OTLP http/protobuf to http://c:4318/v1/traces (OTEL_EXPORTER_OTLP_ENDPOINT is set)" in out
     assert "    metrics: not exported (OTEL_METRICS_EXPORTER=none)" in out
     assert "    logs: OTLP http/protobuf to http://c:4318/v1/logs" in out
+
+
+def _installed_distribution(root, name: str, version: str) -> dict[str, str]:
+    """An environment in which ``name`` ``version`` is installed (its metadata, as pip leaves it)."""
+    info = root / f"{name.replace('-', '_')}-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (info / "RECORD").write_text("")
+    return clean_env(PYTHONPATH=str(root))
+
+
+def test_doctor_exits_1_for_a_requested_framework_outside_its_supported_range(tmp_path):
+    from otel_breaker.instrumentation import load_adapter_class
+
+    adapter = load_adapter_class("langchain")()
+    if adapter.installed_version() is not None:
+        pytest.skip(f"{adapter.distribution} is installed here; the check needs an untested version of it")
+    env = _installed_distribution(tmp_path, adapter.distribution, "0.3.1")
+    env["OTEL_BREAKER_FRAMEWORKS"] = "langchain"
+    result = run_cli("doctor", env=env)
+    assert result.returncode == 1, result.stdout
+    assert (
+        f"OTEL_BREAKER_FRAMEWORKS asks for langchain, but {adapter.distribution} 0.3.1 is outside the supported "
+        f"range {adapter.version_range}" in result.stdout
+    )
+    assert "No problems found" not in result.stdout
+    # auto-detected, the same version is skipped (reported), not an error
+    del env["OTEL_BREAKER_FRAMEWORKS"]
+    auto = run_cli("doctor", env=env)
+    assert auto.returncode == 0, auto.stdout
+    assert f"{adapter.distribution} 0.3.1: skipped" in auto.stdout
+
+
+def test_doctor_table_stays_readable_with_long_names():
+    """A long variable value or tool name does not push every row of a table off the screen."""
+    long_tools = ";".join(f"{'t' * 120}{i}=fast_api" for i in range(3))
+    result = run_cli("doctor", env=clean_env(OTEL_BREAKER_TOOLS=long_tools, OTEL_BREAKER_REDIS_PREFIX="p" * 500))
+    widest = max(len(line) for line in result.stdout.splitlines())
+    assert widest <= 160, [line for line in result.stdout.splitlines() if len(line) > 160][:3]

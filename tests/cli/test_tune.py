@@ -39,8 +39,8 @@ def test_tune_prints_every_candidate_with_its_numbers():
     assert result.returncode == 0, result.stderr
     rows = [line.split() for line in result.stdout.splitlines() if line.startswith("  ") and line.split()[0].isdigit()]
     candidates = {(int(r[0]), r[1]) for r in rows}
-    # the default grid (6 thresholds x 7 cooldowns) plus the current configuration (5, 60s)
-    assert len(rows) == len(candidates) == 42
+    # the default grid (5 thresholds x 7 cooldowns; the current configuration, 5 and 60s, is in it)
+    assert len(rows) == len(candidates) == 35
     assert (5, "60s") in candidates
     assert any(line.endswith("(current)") for line in result.stdout.splitlines())
     best = rows[0]
@@ -203,3 +203,23 @@ def test_binary_file_is_one_line_error(tmp_path):
     path = tmp_path / "calls.bin"
     path.write_bytes(b"\xff\xfe\x00garbage")
     assert_one_line_error(run_cli("tune", str(path)), "not a text file")
+
+
+def test_a_healthy_tool_is_one_line_not_a_table_of_zeros():
+    result = run_cli("tune", BURSTS, "--tool", "steady_lookup")
+    steady = result.stdout.split("steady_lookup")[1]
+    assert "none of the 35 candidates ever opens: nothing avoided, nothing wrongly rejected" in steady
+    assert not [line for line in steady.splitlines() if line.strip().startswith(("2 ", "3 ", "5 "))]
+
+
+def test_tune_on_the_demos_recording_does_not_recommend_opening_on_one_failure(tmp_path):
+    """A recording of one long outage makes threshold 1 look best in a replay; it is not tried
+    unless asked for, because a single transient error would cut the tool off."""
+    record = tmp_path / "demo.jsonl"
+    assert run_cli("demo", "--record", str(record), "--no-progress").returncode == 0
+    data = json.loads(run_cli("tune", str(record), "--json").stdout)
+    recommended = data["tools"]["web_search"]["recommended"]
+    assert recommended is not None and recommended["failure_threshold"] >= 2
+    assert data["tools"]["fetch_page"]["recommended"] is None
+    asked = json.loads(run_cli("tune", str(record), "--json", "--thresholds", "1,2,3").stdout)
+    assert asked["tools"]["web_search"]["recommended"]["failure_threshold"] == 1  # when asked for, it is tried

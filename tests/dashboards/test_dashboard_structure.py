@@ -180,6 +180,16 @@ def test_rejected_calls_link_to_their_traces(dashboard):
     assert "16686" in override["properties"][0]["value"][0]["url"]
 
 
+def test_jaeger_links_name_one_service_or_none(dashboard):
+    """``$service`` is multi-value: in a URL it becomes ``{a,b}``, which Jaeger cannot search."""
+    table = next(p for p in dashboard["panels"] if p["title"] == "Top tools by rejections")
+    urls = [link["url"] for link in dashboard["links"] if "Jaeger" in link["title"]]
+    urls += [link["url"] for link in table["fieldConfig"]["overrides"][0]["properties"][0]["value"]]
+    for url in urls:
+        assert "${service" not in url and "$service" not in url, url
+    assert "service=${__data.fields.job}" in urls[-1]  # the row's own service
+
+
 def test_the_generator_takes_its_names_from_semconv():
     from otel_breaker import semconv
 

@@ -116,7 +116,10 @@ def test_store_from_environment(redis_server, prefix, capsys, monkeypatch):
 def test_no_store_configured(capsys, monkeypatch):
     monkeypatch.delenv("OTEL_BREAKER_STORE", raising=False)
     assert main(["status"]) == 2
-    assert "no shared store" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "no shared store" in err
+    assert "--url http://127.0.0.1:PORT" in err and "OTEL_BREAKER_STATUS_ADDR" in err  # the per-process way
+    assert len(err.strip().splitlines()) == 1
 
 
 def test_status_prints_hostile_tool_names_without_escape_sequences(make_store, cli):
