@@ -1,19 +1,28 @@
 """An opt-in HTTP endpoint inside the agent process that shows its breakers.
 
 ``OTEL_BREAKER_STATUS_ADDR=127.0.0.1:PORT`` starts it (at instrumentation, or
-at the first guarded call): read-only JSON at ``GET /status`` with the same
-fields as ``otel-breaker status --json`` gives for the shared store, so an
-operator can see the per-process breakers of a running agent, as
-resilience4j's actuator shows a service's. ``otel-breaker status --url`` reads it.
+at the first guarded call): the live breaker board at ``GET /`` (one
+self-contained page, see :mod:`otel_breaker.board`), and JSON at
+``GET /status`` with the same fields as ``otel-breaker status --json`` gives for
+the shared store (paged with ``limit``/``offset``, filtered by ``tool``,
+``state``, ``agent``), so an operator can see the per-process breakers of a
+running agent, as resilience4j's actuator shows a service's.
+``otel-breaker status --url`` reads it.
 
 Safe by default:
 
 * it listens on a loopback address only; any other address is refused with
   a clear error unless ``OTEL_BREAKER_STATUS_ALLOW_REMOTE=true``;
+* it answers only requests whose Host header names a loopback host or the
+  configured address (no DNS rebinding);
 * it is read-only; ``POST /control`` (reset, open, close) answers only with
   ``OTEL_BREAKER_STATUS_CONTROL=true`` and a bearer token
   ``OTEL_BREAKER_STATUS_TOKEN`` of at least 16 characters;
-* it runs in a daemon thread and never blocks or fails the program: a port
+* it cannot stall the agent: the breakers are read at most once a second
+  however many clients poll (and only the changed ones in full), answers are
+  compact and bounded, at most 64 handler threads serve, and idle connections
+  are closed after 10 s;
+* it runs in daemon threads and never blocks or fails the program: a port
   in use or a bad address is one logged line.
 
 Standard library only (``http.server``).
@@ -21,28 +30,33 @@ Standard library only (``http.server``).
 
 from __future__ import annotations
 
-import hmac
 import ipaddress
-import json
 import logging
 import math
 import os
-import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from otel_breaker.board.model import Board
+from otel_breaker.board.server import (
+    CONTROL_OFF,
+    IDLE_TIMEOUT,
+    MAX_BODY_BYTES,
+    MAX_WORKERS,
+    OPERATIONS,
+    BoardServer,
+    serve_in_thread,
+)
 from otel_breaker.breaker import CircuitBreaker, State
 from otel_breaker.config import Settings, get_settings
 from otel_breaker.registry import BreakerRegistry, default_registry
+from otel_breaker.upstream import label_of
 
 logger = logging.getLogger("otel_breaker")
 
 MIN_TOKEN_CHARS = 16
-MAX_BODY_BYTES = 4096
-OPERATIONS = ("reset", "open", "close")
-CONTROL_OFF = "control is off: set OTEL_BREAKER_STATUS_CONTROL=true and OTEL_BREAKER_STATUS_TOKEN"
+__all__ = ["CONTROL_OFF", "MAX_BODY_BYTES", "OPERATIONS", "StatusServer", "parse_address", "start_from_settings"]
 
 
 class StatusAddressError(ValueError):
@@ -147,100 +161,51 @@ def control(registry: BreakerRegistry, op: str, tool: str | None, duration: floa
     return len(breakers)
 
 
-# -- the server ---------------------------------------------------------------------------------
+class ProcessSource:
+    """This process's breakers as board rows, read incrementally: a breaker whose
+    state, generation and counts are unchanged since the last read keeps its row
+    (only its age moves), so a snapshot of 10,000 quiet breakers reads a few
+    attributes of each instead of taking each breaker's lock. Every
+    ``full_every``-th read rebuilds every row (a reset of a closed breaker
+    changes its streak without a transition)."""
 
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    server_version = "otel-breaker"
-    sys_version = ""
-
-    def log_message(self, format: str, *args: Any) -> None:  # quiet: no per-request stderr lines
-        logger.debug("otel-breaker status endpoint: " + format, *args)
-
-    def _send(self, code: int, body: dict[str, Any]) -> None:
-        data = (json.dumps(body, indent=2) + "\n").encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.send_header("Cache-Control", "no-store")
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_GET(self) -> None:
-        if self.path.split("?", 1)[0] not in ("/", "/status"):
-            self._send(404, {"error": "not found; GET /status"})
-            return
-        try:
-            rows = snapshot(self.server.registry)
-        except Exception:
-            logger.debug("otel-breaker: status snapshot failed", exc_info=True)
-            self._send(500, {"error": "snapshot failed"})
-            return
-        self._send(200, {"source": "process", "pid": os.getpid(), "breakers": rows})
-
-    def do_POST(self) -> None:
-        if self.path.split("?", 1)[0] != "/control":
-            self._send(404, {"error": "not found; POST /control"})
-            return
-        token = self.server.token
-        if token is None:
-            self._send(403, {"error": CONTROL_OFF})
-            return
-        offered = self.headers.get("Authorization", "")
-        if not hmac.compare_digest(offered.encode(), f"Bearer {token}".encode()):
-            self._send(401, {"error": "missing or wrong bearer token"})
-            return
-        try:
-            length = int(self.headers.get("Content-Length") or 0)
-            if not 0 < length <= MAX_BODY_BYTES:
-                raise ValueError(f"a JSON body of 1-{MAX_BODY_BYTES} bytes is required")
-            request = json.loads(self.rfile.read(length))
-            op, tool, duration = _control_request(request)
-        except ValueError as exc:
-            self._send(400, {"error": str(exc)[:200]})
-            return
-        try:
-            count = control(self.server.registry, op, tool, duration)
-        except LookupError as exc:
-            self._send(404, {"error": str(exc)[:300]})
-            return
-        self._send(200, {"op": op, "tool": tool, "count": count})
-
-
-def _control_request(request: Any) -> tuple[str, str | None, float | None]:
-    if not isinstance(request, dict):
-        raise ValueError("expected a JSON object")
-    op = request.get("op")
-    if op not in OPERATIONS:
-        raise ValueError(f"op must be one of {', '.join(OPERATIONS)}")
-    tool = request.get("tool")
-    if tool is not None and (not isinstance(tool, str) or not tool or len(tool) > 256):
-        raise ValueError("tool must be a non-empty name of at most 256 characters")
-    if tool is None and not request.get("all"):
-        raise ValueError('name a tool or pass "all": true')
-    duration = request.get("duration_s")
-    if duration is not None and (
-        isinstance(duration, bool) or not isinstance(duration, (int, float)) or not duration >= 0
-    ):
-        raise ValueError("duration_s must be a number of seconds >= 0")
-    return op, tool, None if duration is None else float(duration)
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def __init__(self, address: tuple[str, int], registry: BreakerRegistry, token: str | None) -> None:
-        if ":" in address[0]:
-            self.address_family = socket.AF_INET6
-        super().__init__(address, _Handler)
+    def __init__(self, registry: BreakerRegistry, full_every: int = 10) -> None:
         self.registry = registry
-        self.token = token
+        self.full_every = full_every
+        self._known: dict[int, tuple[CircuitBreaker, tuple[Any, ...], dict[str, Any]]] = {}
+        self._reads = 0
+
+    def header(self) -> dict[str, Any]:
+        return {"source": "process", "pid": os.getpid()}
+
+    def rows(self) -> list[dict[str, Any]]:
+        wall_ms = int(time.time() * 1000)
+        known = self._known if self._reads % self.full_every else {}
+        self._reads += 1
+        fresh: dict[int, tuple[CircuitBreaker, tuple[Any, ...], dict[str, Any]]] = {}
+        rows = []
+        for breaker in self.registry.breakers():
+            state = breaker.state  # applies an elapsed cooldown
+            counts = breaker.lifetime_counts()
+            signature = (state, breaker.generation, counts)
+            entry = known.get(id(breaker))
+            if entry is not None and entry[0] is breaker and entry[1] == signature and state is not State.OPEN:
+                row = entry[2]
+                if row["last_change_ms"] is not None:
+                    row["last_change_age_s"] = max(0.0, (wall_ms - row["last_change_ms"]) / 1000)
+            else:
+                row = breaker_row(breaker, wall_ms, breaker.clock())
+                row["upstream"] = label_of(breaker.name, breaker.source)
+                row["calls"] = sum(counts)
+            fresh[id(breaker)] = (breaker, signature, row)
+            rows.append(row)
+        self._known = fresh
+        rows.sort(key=lambda r: (r["tool"], r["agent"] or "", r["session"] or ""))
+        return rows
 
 
 class StatusServer:
-    """The endpoint, serving in a daemon thread."""
+    """The endpoint, serving in a daemon thread (its connections in a bounded pool)."""
 
     def __init__(
         self,
@@ -249,19 +214,39 @@ class StatusServer:
         *,
         registry: BreakerRegistry | None = None,
         control_token: str | None = None,
+        idle_timeout: float = IDLE_TIMEOUT,
+        max_workers: int = MAX_WORKERS,
+        fleet_url: str | None = None,
     ) -> None:
         if control_token is not None and len(control_token) < MIN_TOKEN_CHARS:
             raise ValueError(f"the control token must have at least {MIN_TOKEN_CHARS} characters")
-        self._server = _Server((host, port), registry or default_registry(), control_token)
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="otel-breaker-status", kwargs={"poll_interval": 0.5}, daemon=True
+        self.registry = registry or default_registry()
+        self.board = Board(ProcessSource(self.registry), control=control_token is not None, fleet_url=fleet_url)
+        self._server = BoardServer(
+            (host, port),
+            self.board,
+            token=control_token,
+            control=self._control,
+            idle_timeout=idle_timeout,
+            max_workers=max_workers,
         )
-        self._thread.start()
+        self.board.document_for_start()  # breakers that exist now are the history's baseline
+        self._thread = serve_in_thread(self._server, "otel-breaker-status")
+
+    def _control(self, op: str, tool: str | None, duration: float | None) -> int:
+        count = control(self.registry, op, tool, duration)
+        self.board.invalidate()  # the next poll shows the change at once
+        return count
 
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
         return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+    @property
+    def threads(self) -> int:
+        """Handler threads started so far (at most ``max_workers``)."""
+        return self._server.threads
 
     def close(self) -> None:
         self._server.shutdown()
@@ -306,7 +291,7 @@ def start_from_settings(settings: Settings | None = None) -> StatusServer | None
         except OSError as exc:
             logger.error("otel-breaker: status endpoint not started on %s: %s", settings.status_addr, exc)
             return None
-        logger.info("otel-breaker: breaker status at %s/status", _running.url)
+        logger.info("otel-breaker: breaker board at %s/ (JSON at /status)", _running.url)
         return _running
 
 
