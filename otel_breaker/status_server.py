@@ -36,6 +36,7 @@ import math
 import os
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from otel_breaker.board.model import Board
@@ -217,11 +218,17 @@ class StatusServer:
         idle_timeout: float = IDLE_TIMEOUT,
         max_workers: int = MAX_WORKERS,
         fleet_url: str | None = None,
+        board_clock: Callable[[], float] | None = None,
     ) -> None:
         if control_token is not None and len(control_token) < MIN_TOKEN_CHARS:
             raise ValueError(f"the control token must have at least {MIN_TOKEN_CHARS} characters")
-        self.registry = registry or default_registry()
-        self.board = Board(ProcessSource(self.registry), control=control_token is not None, fleet_url=fleet_url)
+        self.registry = registry if registry is not None else default_registry()  # an empty one is falsy
+        self.board = Board(
+            ProcessSource(self.registry),
+            control=control_token is not None,
+            fleet_url=fleet_url,
+            clock=board_clock or time.monotonic,
+        )
         self._server = BoardServer(
             (host, port),
             self.board,
