@@ -26,6 +26,8 @@ MAX_ROWS = 1000
 #: Distinct agents and upstreams offered as filters.
 MAX_FACETS = 500
 _MAX_CACHED = 64
+#: A snapshot may take at most 1/BUSY_SHARE of the time between snapshots (5%).
+BUSY_SHARE = 20
 UPSTREAM_PREFIX = "upstream:"
 #: Row fields only the board uses: ``/status`` keeps the shared store's fields exactly.
 _BOARD_ONLY = frozenset({"calls", "upstream"})
@@ -136,6 +138,9 @@ class Board:
         self._snapshot: _Snapshot | None = None
         self._taken_at = float("-inf")
         self._version = 0
+        self._interval = ttl
+        self._compact: dict[str, tuple[tuple[Any, ...], int, list[Any], bool]] = {}
+        self._by_row: dict[int, Any] = {}
         self._cache: dict[tuple[str, str], tuple[bytes, str]] = {}
         self.snapshots = 0  # how many times the source was read (tests and benchmarks look)
 
@@ -144,13 +149,17 @@ class Board:
     def _fresh(self) -> _Snapshot:
         now = self._clock()
         snap = self._snapshot
-        if snap is not None and now - self._taken_at < self.ttl:
+        if snap is not None and now - self._taken_at < self._interval:
             return snap
         with self._lock:  # one reader of the source at a time; the others use its result
             now = self._clock()
-            if self._snapshot is not None and now - self._taken_at < self.ttl:
+            if self._snapshot is not None and now - self._taken_at < self._interval:
                 return self._snapshot
+            started = time.perf_counter()
             snap = self._take(now)
+            # Snapshots may take at most 1/BUSY_SHARE of the time: a registry so large
+            # that one takes 100 ms is read every 2 s, not every second.
+            self._interval = max(self.ttl, (time.perf_counter() - started) * BUSY_SHARE)
             self._snapshot, self._taken_at = snap, now
             self._cache = {}
             return snap
@@ -159,20 +168,42 @@ class Board:
         rows = self.source.rows()
         first = self._snapshot is None
         history = self._history
-        board_rows: list[list[Any]] = []
-        upstream_rows: list[list[Any]] = []
-        counts = dict.fromkeys(STATES, 0)
-        agents: set[str] = set()
-        upstreams: set[str] = set()
-        keys: set[str] = set()
+        index = int(now // history.bucket_s)
+        previous: dict[str, tuple[tuple[Any, ...], int, list[Any], bool]] = self._compact
+        current: dict[str, tuple[tuple[Any, ...], int, list[Any], bool]] = {}
+        changed = False
+        by_row = self._by_row
+        seen: dict[int, tuple[dict[str, Any], str, tuple[tuple[Any, ...], int, list[Any], bool]]] = {}
         for row in rows:
+            hit = by_row.get(id(row))
+            if hit is not None and hit[0] is row and (hit[2][1] == index or hit[2][3]):
+                # the very row object of the last snapshot: a source (the process's) kept it unchanged
+                current[hit[1]] = hit[2]
+                seen[id(row)] = hit
+                continue
             key = row_key(row)
-            keys.add(key)
+            state = row["state"]
+            retry = row.get("retry_after_s")
+            signature = (
+                row.get("calls"),
+                row.get("failures"),
+                row.get("successes"),
+                state,
+                retry,
+                row.get("forced_open"),
+                row.get("consecutive_failures"),
+                row.get("opened"),
+                row.get("upstream"),
+            )
+            known = previous.get(key)
+            if known is not None and known[0] == signature and (known[1] == index or known[3]):
+                current[key] = known  # unchanged, and its history is quiet or in the same bucket
+                seen[id(row)] = (row, key, known)
+                continue
+            changed = True
             totals = (int(row.get("calls") or 0), int(row.get("failures") or 0), int(row.get("successes") or 0))
             entry = history.update(key, totals, now, first)
             rate, per_minute, spark = history.summary(entry)
-            state = row["state"]
-            retry = row.get("retry_after_s")
             compact = [
                 row["tool"],
                 row.get("agent"),
@@ -188,25 +219,41 @@ class Board:
                 row.get("failures", 0),
                 row.get("opened", 0),
             ]
-            if str(row["tool"]).startswith(UPSTREAM_PREFIX):
+            current[key] = (signature, index, compact, not any(spark) and not per_minute)
+            seen[id(row)] = (row, key, current[key])
+        if len(current) != len(previous) or (not changed and current.keys() != previous.keys()):
+            changed = True
+        self._compact = current
+        self._by_row = seen
+        if not changed and self._snapshot is not None:
+            snap = self._snapshot
+            snap = _copy(snap)  # the same board (same version, same ETag); fresh rows for /status
+            snap.rows = rows
+            self.snapshots += 1
+            return snap
+        history.keep_only(set(current))
+        board_rows: list[list[Any]] = []
+        upstream_rows: list[list[Any]] = []
+        counts = dict.fromkeys(STATES, 0)
+        agents: set[str] = set()
+        upstreams: set[str] = set()
+        for _, _, compact, _ in current.values():
+            tool = str(compact[0])
+            if tool.startswith(UPSTREAM_PREFIX):
                 upstream_rows.append(compact)
-                upstreams.add(str(row["tool"])[len(UPSTREAM_PREFIX) :])
+                upstreams.add(tool[len(UPSTREAM_PREFIX) :])
                 continue
             board_rows.append(compact)
-            counts[state] = counts.get(state, 0) + 1
-            if row.get("agent") and len(agents) < MAX_FACETS:
-                agents.add(row["agent"])
-            if row.get("upstream") and len(upstreams) < MAX_FACETS:
-                upstreams.add(row["upstream"])
-        history.keep_only(keys)
+            counts[compact[4]] = counts.get(compact[4], 0) + 1
+            if compact[1] and len(agents) < MAX_FACETS:
+                agents.add(compact[1])
+            if compact[3] and len(upstreams) < MAX_FACETS:
+                upstreams.add(compact[3])
         order = _ORDER.get
         board_rows.sort(key=lambda r: (order(r[4], 3), r[0], r[1] or "", r[2] or ""))
         upstream_rows.sort(key=lambda r: (order(r[4], 3), r[0]))
+        self._version += 1
         snap = _Snapshot()
-        previous = self._snapshot
-        changed = previous is None or previous.board_rows != board_rows or previous.upstream_rows != upstream_rows
-        if changed:
-            self._version += 1
         snap.version = self._version
         snap.rows = rows
         snap.board_rows = board_rows
@@ -276,7 +323,8 @@ class Board:
 
         def build(snap: _Snapshot) -> bytes:
             matching = [r for r in snap.rows if _status_match(r, wanted)]
-            page = [{k: v for k, v in r.items() if k not in _BOARD_ONLY} for r in matching[offset : offset + limit]]
+            wall_ms = int(time.time() * 1000)
+            page = [_status_row(r, wall_ms) for r in matching[offset : offset + limit]]
             document: dict[str, Any] = {**self.source.header(), "total": len(matching), "offset": offset}
             if offset + limit < len(matching):
                 document["next_offset"] = offset + limit
@@ -284,6 +332,21 @@ class Board:
             return _encode(document)
 
         return self._cached("status", raw_query, build)[0]
+
+
+def _status_row(row: dict[str, Any], wall_ms: int) -> dict[str, Any]:
+    """A row as ``/status`` shows it: the shared store's fields, its age as of now."""
+    shown = {k: v for k, v in row.items() if k not in _BOARD_ONLY}
+    if shown.get("last_change_ms") is not None:
+        shown["last_change_age_s"] = max(0.0, (wall_ms - shown["last_change_ms"]) / 1000)
+    return shown
+
+
+def _copy(snap: _Snapshot) -> _Snapshot:
+    twin = _Snapshot()
+    for name in _Snapshot.__slots__:
+        setattr(twin, name, getattr(snap, name))
+    return twin
 
 
 def _encode(document: dict[str, Any]) -> bytes:
