@@ -191,3 +191,31 @@ def test_past_the_waiting_room_a_connection_is_closed_at_once(registry):
         server.shutdown()
         server.server_close()
         thread.join(5)
+
+
+def test_a_client_that_trickles_bytes_is_cut_off_at_the_deadline(registry):
+    from otel_breaker.board.model import Board
+    from otel_breaker.board.server import BoardServer, serve_in_thread
+    from otel_breaker.status_server import ProcessSource
+
+    server = BoardServer(("127.0.0.1", 0), Board(ProcessSource(registry)), idle_timeout=1.0, request_deadline=1.5)
+    thread = serve_in_thread(server, "test-board", poll_interval=0.1)
+    try:
+        with socket.create_connection(("127.0.0.1", server.server_address[1])) as slow:
+            slow.sendall(b"GET /status HTTP/1.1\r\n")
+            started = time.monotonic()
+            cut = False
+            while time.monotonic() - started < 10:
+                try:
+                    slow.sendall(b"X-Slow: 1\r\n")  # a header line every 0.2 s: never idle for 1 s
+                except OSError:
+                    cut = True
+                    break
+                if _closed_within(slow, 0.2):
+                    cut = True
+                    break
+            assert cut and time.monotonic() - started < 5
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)

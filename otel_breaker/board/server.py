@@ -6,7 +6,8 @@ It must never hurt the program it runs in, whoever connects:
   and at most ``max_waiting`` accepted connections waiting for one; past
   that a new connection is closed at once, so slow or idle clients cannot
   grow threads or memory without bound;
-* every connection has an idle timeout (a read that waits longer closes it);
+* every connection has an idle timeout (a read that waits longer closes it)
+  and a deadline (a client that trickles a byte at a time is cut off too);
 * the Host header must name a loopback host or the configured address, so a
   web page cannot read the endpoint through DNS rebinding (a rebinding
   attack needs its own host name in the Host header);
@@ -28,6 +29,7 @@ import queue
 import socket
 import socketserver
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler
@@ -43,6 +45,8 @@ OPERATIONS = ("reset", "open", "close")
 CONTROL_OFF = "control is off: set OTEL_BREAKER_STATUS_CONTROL=true and OTEL_BREAKER_STATUS_TOKEN"
 #: An idle connection is closed after this many seconds (well within 30).
 IDLE_TIMEOUT = 10.0
+#: A connection still open this many seconds after a worker took it is shut down.
+REQUEST_DEADLINE = 30.0
 MAX_WORKERS = 64
 MAX_WAITING = 256
 
@@ -225,6 +229,7 @@ class BoardServer(socketserver.TCPServer):
         token: str | None = None,
         control: Control | None = None,
         idle_timeout: float = IDLE_TIMEOUT,
+        request_deadline: float = REQUEST_DEADLINE,
         max_workers: int = MAX_WORKERS,
         max_waiting: int = MAX_WAITING,
     ) -> None:
@@ -236,7 +241,9 @@ class BoardServer(socketserver.TCPServer):
         self.control = control
         self.bind_host = address[0]
         self.idle_timeout = idle_timeout
+        self.request_deadline = request_deadline
         self.max_workers = max_workers
+        self._serving: dict[Any, float] = {}  # connection -> when a worker took it
         self._waiting: queue.Queue[Any] = queue.Queue(maxsize=max_waiting)
         self._workers: list[threading.Thread] = []
         self._idle = 0
@@ -270,14 +277,26 @@ class BoardServer(socketserver.TCPServer):
             with self._pool_lock:
                 self._idle -= 1
             request, client_address = item
+            self._serving[request] = time.monotonic()
             try:
                 self.finish_request(request, client_address)
             except Exception:
                 logger.debug("otel-breaker: status request failed", exc_info=True)
             finally:
+                self._serving.pop(request, None)
                 self.shutdown_request(request)
                 with self._pool_lock:
                     self._idle += 1
+
+    def service_actions(self) -> None:
+        """Between accepts (at least every poll interval): cut off connections past the deadline."""
+        now = time.monotonic()
+        for request, taken in list(self._serving.items()):
+            if now - taken > self.request_deadline:
+                try:
+                    request.shutdown(socket.SHUT_RDWR)  # the worker's next read ends; it closes the socket
+                except OSError:
+                    pass
 
     def server_close(self) -> None:
         super().server_close()
@@ -295,7 +314,9 @@ class BoardServer(socketserver.TCPServer):
                 break
 
 
-def serve_in_thread(server: BoardServer, name: str) -> threading.Thread:
-    thread = threading.Thread(target=server.serve_forever, name=name, kwargs={"poll_interval": 0.5}, daemon=True)
+def serve_in_thread(server: BoardServer, name: str, poll_interval: float = 0.5) -> threading.Thread:
+    thread = threading.Thread(
+        target=server.serve_forever, name=name, kwargs={"poll_interval": poll_interval}, daemon=True
+    )
     thread.start()
     return thread

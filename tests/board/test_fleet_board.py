@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from otel_support import free_port
 WORKER = """
 import sys
 from otel_breaker import CircuitBreakerConfig, get_circuit_breaker
+from otel_breaker.breaker import CircuitOpenError
 
 def boom():
     raise ConnectionError("connection refused")
@@ -24,14 +26,18 @@ config = CircuitBreakerConfig(failure_threshold=3, recovery_timeout=300)
 for spec in sys.argv[1:]:
     tool, healthy, failing = spec.split(":")
     breaker = get_circuit_breaker(tool, config)
+    rejected = 0
     for _ in range(int(healthy)):
-        breaker.call(lambda: "ok")
+        try:
+            breaker.call(lambda: "ok")
+        except CircuitOpenError:
+            rejected += 1
     for _ in range(int(failing)):
         try:
             breaker.call(boom)
         except Exception:
             pass
-    print(tool, breaker.state.value)
+    print(tool, breaker.state.value, f"rejected={rejected}")
 """
 
 
@@ -45,12 +51,17 @@ def run_worker(redis_url: str, prefix: str, *specs: str) -> str:
     return done.stdout
 
 
-@pytest.fixture
-def fleet(redis_url):
+TOKEN = "fleet-token-of-24-chars!"
+
+
+@pytest.fixture(params=[False], ids=["read-only"])
+def fleet(request, redis_url):
     """``otel-breaker status --serve 127.0.0.1:PORT`` as a user runs it."""
     prefix = f"board-{uuid.uuid4().hex[:8]}"
     port = free_port()
     env = {**os.environ, "OTEL_BREAKER_UPSTREAMS": "inventory_api=inventory,stock"}
+    if request.param:
+        env.update(OTEL_BREAKER_STATUS_CONTROL="true", OTEL_BREAKER_STATUS_TOKEN=TOKEN)
     command = [sys.executable, "-m", "otel_breaker", "status", "--serve", f"127.0.0.1:{port}"]
     command += ["--store", redis_url, "--prefix", prefix]
     process = subprocess.Popen(
@@ -108,3 +119,36 @@ def test_serve_refuses_a_non_loopback_address(redis_url, capsys):
 
     assert main(["status", "--serve", "0.0.0.0:9", "--store", redis_url]) != 0
     assert "not a loopback address" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("fleet", [True], ids=["control"], indirect=True)
+def test_fleet_control_acts_on_the_store(fleet, redis_url):
+    url, prefix = fleet
+    run_worker(redis_url, prefix, "search:2:0")
+
+    def post(body: dict, token: str | None) -> int:
+        headers = {"Content-Type": "application/json"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        request = urllib.request.Request(url + "/control", data=json.dumps(body).encode(), headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return response.status
+        except urllib.error.HTTPError as exc:
+            return exc.code
+
+    assert post({"op": "open", "tool": "search"}, None) == 401
+    assert post({"op": "open", "tool": "nothing-here"}, TOKEN) == 404
+    assert post({"op": "open", "tool": "search"}, TOKEN) == 200
+    with urllib.request.urlopen(url + "/status?tool=search", timeout=10) as response:
+        row = json.loads(response.read())["breakers"][0]
+    assert row["state"] == "open" and row["forced_open"]
+    assert "search open" in run_worker(redis_url, prefix, "search:1:0")  # a worker follows the store
+
+
+def test_a_read_only_fleet_board_refuses_control(fleet):
+    url, _ = fleet
+    request = urllib.request.Request(url + "/control", data=b'{"op": "reset", "all": true}', method="POST")
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=10)
+    assert refused.value.code == 403
