@@ -182,6 +182,8 @@ class Board:
                 seen[id(row)] = hit
                 continue
             key = row_key(row)
+            while key in current:  # two breakers with the same names (agents that share a name): two tiles
+                key += "\x00+"
             state = row["state"]
             retry = row.get("retry_after_s")
             signature = (

@@ -113,3 +113,21 @@ def test_an_unchanged_board_answers_304(registry):
         assert answer.value.code == 304
     finally:
         server.close()
+
+
+def test_breakers_with_the_same_names_get_a_tile_each(clock):
+    from otel_breaker.config import load_settings
+    from otel_breaker.toolcall import ToolCall
+
+    registry = BreakerRegistry(clock=clock, settings=load_settings({"OTEL_BREAKER_SCOPE": "agent"}))
+    first, second = type("A", (), {})(), type("A", (), {})()
+    for agent in (first, second):
+        registry.breaker_for(ToolCall("search", agent=agent, agent_name="planner")).call(lambda: 1)
+    assert len(registry.breakers()) == 2  # per agent object, both named "planner"
+    doc = document(Board(ProcessSource(registry)))
+    assert doc["total"] == 2 and len(doc["rows"]) == 2
+
+
+def test_the_process_board_links_to_the_fleet_board(registry):
+    board = Board(ProcessSource(registry), fleet_url="http://127.0.0.1:9465/")
+    assert document(board)["fleet"] == "http://127.0.0.1:9465/"
