@@ -181,6 +181,8 @@ class ProcessSource:
         self._known: dict[int, tuple[CircuitBreaker, tuple[Any, ...], dict[str, Any]]] = {}
         self._order: list[int] = []
         self._turn = 0
+        #: Wall-clock milliseconds of the latest read.
+        self.read_ms: int | None = None
 
     def header(self) -> dict[str, Any]:
         return {"source": "process", "pid": os.getpid()}
@@ -210,11 +212,13 @@ class ProcessSource:
                 same = entry is not None and entry[0] is breaker
                 row["upstream"] = entry[2]["upstream"] if same else label_of(breaker.name, breaker.source)
                 row["calls"] = sum(breaker.lifetime_counts())
+                row["read_ms"] = wall_ms  # a kept row's age is moved on by the time since
             fresh[id(breaker)] = (breaker, quick, row)
         if fresh.keys() != known.keys():  # breakers came or went: sort again
             ordered = sorted(fresh, key=lambda i: _order_key(fresh[i][2]))
             self._order = ordered
         self._known = fresh
+        self.read_ms = wall_ms
         return [fresh[i][2] for i in self._order]
 
 

@@ -30,7 +30,7 @@ _MAX_CACHED = 64
 BUSY_SHARE = 20
 UPSTREAM_PREFIX = "upstream:"
 #: Row fields only the board uses: ``/status`` keeps the shared store's fields exactly.
-_BOARD_ONLY = frozenset({"calls", "upstream"})
+_BOARD_ONLY = frozenset({"calls", "upstream", "read_ms"})
 #: The columns of a board row, in order (the page reads them by position: compact JSON).
 COLUMNS = (
     "tool",
@@ -112,7 +112,17 @@ def row_key(row: Mapping[str, Any]) -> str:
 
 
 class _Snapshot:
-    __slots__ = ("board_rows", "counts", "facets", "rows", "total_upstreams", "upstream_rows", "version", "wall_ms")
+    __slots__ = (
+        "board_rows",
+        "counts",
+        "facets",
+        "read_ms",
+        "rows",
+        "total_upstreams",
+        "upstream_rows",
+        "version",
+        "wall_ms",
+    )
 
 
 class Board:
@@ -166,6 +176,7 @@ class Board:
 
     def _take(self, now: float) -> _Snapshot:
         rows = self.source.rows()
+        read_ms = getattr(self.source, "read_ms", None)
         first = self._snapshot is None
         history = self._history
         index = int(now // history.bucket_s)
@@ -231,6 +242,7 @@ class Board:
             snap = self._snapshot
             snap = _copy(snap)  # the same board (same version, same ETag); fresh rows for /status
             snap.rows = rows
+            snap.read_ms = read_ms
             self.snapshots += 1
             return snap
         history.keep_only(set(current))
@@ -258,6 +270,7 @@ class Board:
         snap = _Snapshot()
         snap.version = self._version
         snap.rows = rows
+        snap.read_ms = read_ms
         snap.board_rows = board_rows
         snap.upstream_rows = upstream_rows[:MAX_FACETS]
         snap.total_upstreams = len(upstream_rows)
@@ -325,8 +338,7 @@ class Board:
 
         def build(snap: _Snapshot) -> bytes:
             matching = [r for r in snap.rows if _status_match(r, wanted)]
-            wall_ms = int(time.time() * 1000)
-            page = [_status_row(r, wall_ms) for r in matching[offset : offset + limit]]
+            page = [_status_row(r, snap.read_ms) for r in matching[offset : offset + limit]]
             document: dict[str, Any] = {**self.source.header(), "total": len(matching), "offset": offset}
             if offset + limit < len(matching):
                 document["next_offset"] = offset + limit
@@ -336,11 +348,13 @@ class Board:
         return self._cached("status", raw_query, build)[0]
 
 
-def _status_row(row: dict[str, Any], wall_ms: int) -> dict[str, Any]:
-    """A row as ``/status`` shows it: the shared store's fields, its age as of now."""
+def _status_row(row: dict[str, Any], read_ms: int | None) -> dict[str, Any]:
+    """A row as ``/status`` shows it: the shared store's fields; a row a source kept
+    from an earlier read has its age moved on to the latest read."""
     shown = {k: v for k, v in row.items() if k not in _BOARD_ONLY}
-    if shown.get("last_change_ms") is not None:
-        shown["last_change_age_s"] = max(0.0, (wall_ms - shown["last_change_ms"]) / 1000)
+    built = row.get("read_ms")
+    if read_ms is not None and built is not None and read_ms > built and shown.get("last_change_age_s") is not None:
+        shown["last_change_age_s"] += (read_ms - built) / 1000
     return shown
 
 
