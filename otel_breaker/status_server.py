@@ -1,19 +1,28 @@
 """An opt-in HTTP endpoint inside the agent process that shows its breakers.
 
 ``OTEL_BREAKER_STATUS_ADDR=127.0.0.1:PORT`` starts it (at instrumentation, or
-at the first guarded call): read-only JSON at ``GET /status`` with the same
-fields as ``otel-breaker status --json`` gives for the shared store, so an
-operator can see the per-process breakers of a running agent, as
-resilience4j's actuator shows a service's. ``otel-breaker status --url`` reads it.
+at the first guarded call): the live breaker board at ``GET /`` (one
+self-contained page, see :mod:`otel_breaker.board`), and JSON at
+``GET /status`` with the same fields as ``otel-breaker status --json`` gives for
+the shared store (paged with ``limit``/``offset``, filtered by ``tool``,
+``state``, ``agent``), so an operator can see the per-process breakers of a
+running agent, as resilience4j's actuator shows a service's.
+``otel-breaker status --url`` reads it.
 
 Safe by default:
 
 * it listens on a loopback address only; any other address is refused with
   a clear error unless ``OTEL_BREAKER_STATUS_ALLOW_REMOTE=true``;
+* it answers only requests whose Host header names a loopback host or the
+  configured address (no DNS rebinding);
 * it is read-only; ``POST /control`` (reset, open, close) answers only with
   ``OTEL_BREAKER_STATUS_CONTROL=true`` and a bearer token
   ``OTEL_BREAKER_STATUS_TOKEN`` of at least 16 characters;
-* it runs in a daemon thread and never blocks or fails the program: a port
+* it cannot stall the agent: the breakers are read at most once a second
+  however many clients poll (and only the changed ones in full), answers are
+  compact and bounded, at most 64 handler threads serve, and idle connections
+  are closed after 10 s;
+* it runs in daemon threads and never blocks or fails the program: a port
   in use or a bad address is one logged line.
 
 Standard library only (``http.server``).
@@ -21,29 +30,35 @@ Standard library only (``http.server``).
 
 from __future__ import annotations
 
-import hmac
 import ipaddress
-import json
 import logging
 import math
 import os
-import socket
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
 from typing import Any
 
+from otel_breaker.board.model import Board
+from otel_breaker.board.server import (
+    CONTROL_OFF,
+    IDLE_TIMEOUT,
+    MAX_BODY_BYTES,
+    MAX_WORKERS,
+    OPERATIONS,
+    BoardServer,
+    serve_in_thread,
+)
 from otel_breaker.breaker import CircuitBreaker, State
 from otel_breaker.config import Settings, get_settings
 from otel_breaker.registry import BreakerRegistry, default_registry
 from otel_breaker.sanitize import quoted
+from otel_breaker.upstream import label_of
 
 logger = logging.getLogger("otel_breaker")
 
 MIN_TOKEN_CHARS = 16
-MAX_BODY_BYTES = 4096
-OPERATIONS = ("reset", "open", "close")
-CONTROL_OFF = "control is off: set OTEL_BREAKER_STATUS_CONTROL=true and OTEL_BREAKER_STATUS_TOKEN"
+__all__ = ["CONTROL_OFF", "MAX_BODY_BYTES", "OPERATIONS", "StatusServer", "parse_address", "start_from_settings"]
 
 
 class StatusAddressError(ValueError):
@@ -150,100 +165,72 @@ def control(registry: BreakerRegistry, op: str, tool: str | None, duration: floa
     return len(breakers)
 
 
-# -- the server ---------------------------------------------------------------------------------
+class ProcessSource:
+    """This process's breakers as board rows, read so that a snapshot's cost stays
+    small however many breakers there are.
 
+    Every read checks each breaker's state and generation (two attribute reads,
+    no lock), so an opening or closing shows at the next snapshot. Full rows
+    (counts, streaks, which take the breaker's lock) are rebuilt for breakers
+    that changed state and for a rotating turn of ``per_read`` others; the rest
+    keep their last row (the same object, so the board skips it too). With
+    10,000 breakers and the default turn, every row is at most ten reads old,
+    and one read touches every breaker lightly and 1,000 fully.
+    """
 
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    server_version = "otel-breaker"
-    sys_version = ""
-
-    def log_message(self, format: str, *args: Any) -> None:  # quiet: no per-request stderr lines
-        logger.debug("otel-breaker status endpoint: " + format, *args)
-
-    def _send(self, code: int, body: dict[str, Any]) -> None:
-        data = (json.dumps(body, indent=2) + "\n").encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.send_header("Cache-Control", "no-store")
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_GET(self) -> None:
-        if self.path.split("?", 1)[0] not in ("/", "/status"):
-            self._send(404, {"error": "not found; GET /status"})
-            return
-        try:
-            rows = snapshot(self.server.registry)
-        except Exception:
-            logger.debug("otel-breaker: status snapshot failed", exc_info=True)
-            self._send(500, {"error": "snapshot failed"})
-            return
-        self._send(200, {"source": "process", "pid": os.getpid(), "breakers": rows})
-
-    def do_POST(self) -> None:
-        if self.path.split("?", 1)[0] != "/control":
-            self._send(404, {"error": "not found; POST /control"})
-            return
-        token = self.server.token
-        if token is None:
-            self._send(403, {"error": CONTROL_OFF})
-            return
-        offered = self.headers.get("Authorization", "")
-        if not hmac.compare_digest(offered.encode(), f"Bearer {token}".encode()):
-            self._send(401, {"error": "missing or wrong bearer token"})
-            return
-        try:
-            length = int(self.headers.get("Content-Length") or 0)
-            if not 0 < length <= MAX_BODY_BYTES:
-                raise ValueError(f"a JSON body of 1-{MAX_BODY_BYTES} bytes is required")
-            request = json.loads(self.rfile.read(length))
-            op, tool, duration = _control_request(request)
-        except ValueError as exc:
-            self._send(400, {"error": str(exc)[:200]})
-            return
-        try:
-            count = control(self.server.registry, op, tool, duration)
-        except LookupError as exc:
-            self._send(404, {"error": str(exc)[:300]})
-            return
-        self._send(200, {"op": op, "tool": tool, "count": count})
-
-
-def _control_request(request: Any) -> tuple[str, str | None, float | None]:
-    if not isinstance(request, dict):
-        raise ValueError("expected a JSON object")
-    op = request.get("op")
-    if op not in OPERATIONS:
-        raise ValueError(f"op must be one of {', '.join(OPERATIONS)}")
-    tool = request.get("tool")
-    if tool is not None and (not isinstance(tool, str) or not tool or len(tool) > 256):
-        raise ValueError("tool must be a non-empty name of at most 256 characters")
-    if tool is None and not request.get("all"):
-        raise ValueError('name a tool or pass "all": true')
-    duration = request.get("duration_s")
-    if duration is not None and (
-        isinstance(duration, bool) or not isinstance(duration, (int, float)) or not duration >= 0
-    ):
-        raise ValueError("duration_s must be a number of seconds >= 0")
-    return op, tool, None if duration is None else float(duration)
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
-
-    def __init__(self, address: tuple[str, int], registry: BreakerRegistry, token: str | None) -> None:
-        if ":" in address[0]:
-            self.address_family = socket.AF_INET6
-        super().__init__(address, _Handler)
+    def __init__(self, registry: BreakerRegistry, per_read: int = 1000) -> None:
         self.registry = registry
-        self.token = token
+        self.per_read = per_read
+        self._known: dict[int, tuple[CircuitBreaker, tuple[Any, ...], dict[str, Any]]] = {}
+        self._order: list[int] = []
+        self._turn = 0
+        #: Wall-clock milliseconds of the latest read.
+        self.read_ms: int | None = None
+
+    def header(self) -> dict[str, Any]:
+        return {"source": "process", "pid": os.getpid()}
+
+    def rows(self) -> list[dict[str, Any]]:
+        wall_ms = int(time.time() * 1000)
+        breakers = self.registry.breakers()
+        count = len(breakers)
+        start = self._turn % count if count else 0
+        self._turn = start + self.per_read
+        known = self._known
+        fresh: dict[int, tuple[CircuitBreaker, tuple[Any, ...], dict[str, Any]]] = {}
+        for index, breaker in enumerate(breakers):
+            state = breaker.state  # applies an elapsed cooldown
+            quick = (state, breaker.generation)
+            entry = known.get(id(breaker))
+            if (
+                entry is not None
+                and entry[0] is breaker
+                and entry[1] == quick
+                and state is not State.OPEN
+                and (index - start) % count >= self.per_read
+            ):
+                row = entry[2]  # the same object: the board knows it is unchanged
+            else:
+                row = breaker_row(breaker, wall_ms, breaker.clock())
+                same = entry is not None and entry[0] is breaker
+                row["upstream"] = entry[2]["upstream"] if same else label_of(breaker.name, breaker.source)
+                row["calls"] = sum(breaker.lifetime_counts())
+                row["read_ms"] = wall_ms  # a kept row's age is moved on by the time since
+            fresh[id(breaker)] = (breaker, quick, row)
+        if fresh.keys() != known.keys():  # breakers came or went: sort again
+            ordered = sorted(fresh, key=lambda i: _order_key(fresh[i][2]))
+            self._order = ordered
+        self._known = fresh
+        self.read_ms = wall_ms
+        return [fresh[i][2] for i in self._order]
+
+
+def _order_key(row: dict[str, Any]) -> tuple[str, str, str]:
+    return (row["tool"], row["agent"] or "", row["session"] or "")
 
 
 class StatusServer:
-    """The endpoint, serving in a daemon thread."""
+    """The endpoint, serving in a daemon thread (its connections in a bounded pool)."""
 
     def __init__(
         self,
@@ -252,19 +239,45 @@ class StatusServer:
         *,
         registry: BreakerRegistry | None = None,
         control_token: str | None = None,
+        idle_timeout: float = IDLE_TIMEOUT,
+        max_workers: int = MAX_WORKERS,
+        fleet_url: str | None = None,
+        board_clock: Callable[[], float] | None = None,
     ) -> None:
         if control_token is not None and len(control_token) < MIN_TOKEN_CHARS:
             raise ValueError(f"the control token must have at least {MIN_TOKEN_CHARS} characters")
-        self._server = _Server((host, port), registry or default_registry(), control_token)
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="otel-breaker-status", kwargs={"poll_interval": 0.5}, daemon=True
+        self.registry = registry if registry is not None else default_registry()  # an empty one is falsy
+        self.board = Board(
+            ProcessSource(self.registry),
+            control=control_token is not None,
+            fleet_url=fleet_url,
+            clock=board_clock or time.monotonic,
         )
-        self._thread.start()
+        self._server = BoardServer(
+            (host, port),
+            self.board,
+            token=control_token,
+            control=self._control,
+            idle_timeout=idle_timeout,
+            max_workers=max_workers,
+        )
+        self.board.document_for_start()  # breakers that exist now are the history's baseline
+        self._thread = serve_in_thread(self._server, "otel-breaker-status")
+
+    def _control(self, op: str, tool: str | None, duration: float | None) -> int:
+        count = control(self.registry, op, tool, duration)
+        self.board.invalidate()  # the next poll shows the change at once
+        return count
 
     @property
     def url(self) -> str:
         host, port = self._server.server_address[:2]
         return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+    @property
+    def threads(self) -> int:
+        """Handler threads started so far (at most ``max_workers``)."""
+        return self._server.threads
 
     def close(self) -> None:
         self._server.shutdown()
@@ -309,7 +322,7 @@ def start_from_settings(settings: Settings | None = None) -> StatusServer | None
         except OSError as exc:
             logger.error("otel-breaker: status endpoint not started on %s: %s", quoted(settings.status_addr), exc)
             return None
-        logger.info("otel-breaker: breaker status at %s/status", _running.url)
+        logger.info("otel-breaker: breaker board at %s/ (JSON at /status)", _running.url)
         return _running
 
 

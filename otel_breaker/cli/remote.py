@@ -20,6 +20,8 @@ from typing import Any
 from otel_breaker.cli import UsageError
 
 TIMEOUT = 5.0
+#: Pages of ``/status`` followed at most (100,000 breakers).
+MAX_PAGES = 100
 
 
 def _base(url: str) -> str:
@@ -57,6 +59,17 @@ def status(args: argparse.Namespace) -> dict[str, Any]:
     document = _request(args.url, "/status")
     if not isinstance(document, dict) or not isinstance(document.get("breakers"), list):
         raise UsageError(f"{_base(args.url)} did not answer with a breaker status document")
+    # The endpoint answers in pages (at most 1,000 rows each); follow them.
+    for _ in range(MAX_PAGES):
+        offset = document.pop("next_offset", None)
+        if not isinstance(offset, int):
+            break
+        page = _request(args.url, f"/status?offset={offset}")
+        if not isinstance(page, dict) or not isinstance(page.get("breakers"), list):
+            break
+        document["breakers"].extend(page["breakers"])
+        document["next_offset"] = page.get("next_offset")
+    document.pop("next_offset", None)
     return document
 
 

@@ -43,6 +43,11 @@ def register(subparsers: Any) -> None:
         description="Every breaker in the shared store: tool, state, recent failures, retry-after, last change.",
     )
     status.add_argument("--json", action="store_true", help="one JSON document, for scripts")
+    status.add_argument(
+        "--serve",
+        metavar="HOST:PORT",
+        help="serve the live breaker board of the whole fleet (the shared store) at http://HOST:PORT/ until Ctrl-C",
+    )
     status.set_defaults(handler=_status)
 
     reset = subparsers.add_parser(
@@ -103,6 +108,8 @@ def _run(store: Any, action: Any) -> Any:
 
 
 def _status(args: argparse.Namespace) -> int:
+    if args.url and args.serve:
+        raise UsageError("--serve shows the shared store; a process's own board is already at its --url")
     if args.url:
         from otel_breaker.cli import remote
 
@@ -116,6 +123,13 @@ def _status(args: argparse.Namespace) -> int:
             _print_table(document["breakers"])
         return 0
     store = _connect(args)
+    if args.serve:
+        from otel_breaker.cli import fleet
+
+        try:
+            return fleet.serve(args, store)
+        finally:
+            store.close()
     rows = _run(store, store.snapshot)
     if args.json:
         json.dump({"store": _masked(store), "prefix": store.prefix, "breakers": rows}, sys.stdout, indent=2)

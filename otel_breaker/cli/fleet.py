@@ -1,0 +1,101 @@
+"""``otel-breaker status --serve 127.0.0.1:PORT``: the breaker board for the whole fleet.
+
+The same page as a process's status endpoint (:mod:`otel_breaker.board`), fed
+by the shared store instead of one registry: every breaker of every worker
+on every host that shares the store and prefix. It serves in the foreground
+until interrupted, under the endpoint's rules: loopback unless
+``OTEL_BREAKER_STATUS_ALLOW_REMOTE=true``, the Host header checked, read-only
+unless ``OTEL_BREAKER_STATUS_CONTROL=true`` with ``OTEL_BREAKER_STATUS_TOKEN``
+(then the page's buttons act on the store, as ``otel-breaker open`` does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from otel_breaker.board.model import Board
+from otel_breaker.board.server import BoardServer
+from otel_breaker.cli import UsageError
+from otel_breaker.config import get_settings
+from otel_breaker.status_server import MIN_TOKEN_CHARS, StatusAddressError, parse_address
+from otel_breaker.upstream import label_of
+
+
+class FleetSource:
+    """Every breaker under the store's prefix, as board rows."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    def header(self) -> dict[str, Any]:
+        from otel_breaker.store.redis import mask_url
+
+        return {"source": "fleet", "store": mask_url(self.store.url or ""), "prefix": self.store.prefix}
+
+    def rows(self) -> list[dict[str, Any]]:
+        rows = self.store.snapshot()
+        for row in rows:
+            row["calls"] = row["failures"] + row["successes"]
+            row["upstream"] = label_of(row["tool"], None)
+        return rows
+
+    def control(self, op: str, tool: str | None, duration: float | None) -> int:
+        """``op`` on every stored breaker of ``tool`` (all with None), as the command line does."""
+        rows = [row for row in self.store.snapshot() if tool is None or row["tool"] == tool]
+        if not rows:
+            raise LookupError(f"no breaker for {'tool ' + repr(tool) if tool else 'any tool'} in the store")
+        extra: tuple[int, ...] = ()
+        if op == "open":
+            extra = (-1 if duration is None else int(duration * 1000),)
+        for row in rows:
+            self.store.control(
+                row["key"], op, *extra, tool=row["tool"], agent=row["agent"] or "", session=row["session"] or ""
+            )
+        return len(rows)
+
+
+def serve(args: argparse.Namespace, store: Any) -> int:
+    """Serve the fleet board until Ctrl-C."""
+    settings = get_settings()
+    try:
+        host, port = parse_address(args.serve, settings.status_allow_remote)
+    except StatusAddressError as exc:
+        raise UsageError(str(exc).replace("OTEL_BREAKER_STATUS_ADDR", "--serve")) from None
+    token = None
+    if settings.status_control:
+        if not settings.status_token or len(settings.status_token) < MIN_TOKEN_CHARS:
+            print(
+                f"OTEL_BREAKER_STATUS_CONTROL=true needs OTEL_BREAKER_STATUS_TOKEN of at least {MIN_TOKEN_CHARS} "
+                "characters; the board stays read-only",
+                file=sys.stderr,
+            )
+        else:
+            token = settings.status_token
+    source = FleetSource(store)
+    board = Board(source, control=token is not None)
+    try:
+        server = BoardServer((host, port), board, token=token, control=_invalidating(source.control, board))
+    except OSError as exc:
+        raise UsageError(f"cannot serve the board on {args.serve}: {exc}") from None
+    bound_host, bound_port = server.server_address[:2]
+    url = f"http://[{bound_host}]:{bound_port}/" if ":" in bound_host else f"http://{bound_host}:{bound_port}/"
+    print(f"fleet breaker board at {url} (store {source.header()['store']}, prefix {store.prefix!r}); Ctrl-C stops")
+    sys.stdout.flush()
+    try:
+        server.serve_forever(poll_interval=0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0
+
+
+def _invalidating(control: Any, board: Board) -> Any:
+    def run(op: str, tool: str | None, duration: float | None) -> int:
+        count = control(op, tool, duration)
+        board.invalidate()
+        return count
+
+    return run
