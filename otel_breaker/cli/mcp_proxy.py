@@ -7,7 +7,6 @@ one line and exit code 1; a missing ``mcp`` SDK says what to install.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import logging
 import sys
 from typing import Any
@@ -88,8 +87,10 @@ def _run(args: argparse.Namespace) -> int:
         )
     except OptionsError as exc:
         raise UsageError(str(exc)) from None
-    if importlib.util.find_spec("mcp") is None:
-        raise UsageError(INSTALL_HINT)
+    try:
+        import mcp.server.lowlevel  # noqa: F401 - only to say what to install when it is missing
+    except ImportError:
+        raise UsageError(INSTALL_HINT) from None
     _log_to_stderr()
     from otel_breaker.mcp_proxy import run
 

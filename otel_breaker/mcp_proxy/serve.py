@@ -18,7 +18,7 @@ from mcp.server.stdio import stdio_server
 
 from otel_breaker.mcp_proxy.forward import Forwarder, ProxyServer
 from otel_breaker.mcp_proxy.options import ProxyOptions
-from otel_breaker.mcp_proxy.upstream import UpstreamLink
+from otel_breaker.mcp_proxy.upstream import UpstreamLink, describe_error
 from otel_breaker.sanitize import bounded
 
 logger = logging.getLogger("otel_breaker")
@@ -42,10 +42,14 @@ async def serve(options: ProxyOptions, *, guarding: bool) -> None:
             try:
                 await group.start(link.run)
             except Exception as exc:
+                reason = describe_error(exc)
+                if "Connection closed" in reason:
+                    reason = "it closed the connection during initialize (does the command start an MCP server?)"
                 raise StartError(
                     f"could not start MCP server {link.spec.name!r} ({bounded(link.spec.describe(), 200)}): "
-                    f"{bounded(_reason(exc), 300)}"
+                    f"{bounded(reason, 300)}"
                 ) from None
+        _tell_apart(links)
         server = forwarder.build_server()
         group.start_soon(forwarder.watch_hidden)
         if options.listen is None:
@@ -55,14 +59,13 @@ async def serve(options: ProxyOptions, *, guarding: bool) -> None:
         group.cancel_scope.cancel()
 
 
-def _reason(exc: BaseException) -> str:
-    group = getattr(exc, "exceptions", None)  # an exception group (anyio's task groups)
-    if isinstance(group, tuple) and group:
-        return "; ".join(_reason(e) for e in group[:3])
-    text = str(exc) or type(exc).__name__
-    if "Connection closed" in text:
-        return "it closed the connection during initialize (did the command start an MCP server?)"
-    return f"{type(exc).__name__}: {text}" if str(exc) else text
+def _tell_apart(links: list[UpstreamLink]) -> None:
+    """Servers of one proxy reporting the same ``name@version`` keep their own breakers."""
+    seen: dict[str | None, int] = {}
+    for link in links:
+        seen[link.server_identity] = seen.get(link.server_identity, 0) + 1
+    for link in links:
+        link.qualify = seen[link.server_identity] > 1
 
 
 async def _serve_stdio(server: ProxyServer) -> None:

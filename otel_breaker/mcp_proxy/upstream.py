@@ -78,10 +78,22 @@ class UpstreamLink:
         self._max_restart_delay = max_restart_delay
         self._session: ClientSession | None = None
         self.initialize_result: types.InitializeResult | None = None
-        self.identity: str | None = None
-        """The server's ``name@version``: the source of its tools and its upstream breaker."""
+        self.server_identity: str | None = None
+        """The server's ``name@version`` from ``initialize`` (else its command or URL)."""
+        self.qualify = False
+        """Set when another server of the proxy reports the same ``name@version``."""
         self.starts = 0
         """How many times the server was connected (1 + restarts)."""
+
+    @property
+    def identity(self) -> str | None:
+        """The source of the server's tools and the name of its upstream breaker: its
+        ``name@version``, as for an in-process MCP client of the same server, so the
+        breakers are the same ones (and shared through a store). Two servers of one
+        proxy that report the same ``name@version`` are told apart by their names."""
+        if self.qualify and self.server_identity is not None:
+            return f"{self.server_identity}#{self.spec.name}"
+        return self.server_identity
 
     @property
     def connected(self) -> bool:
@@ -129,7 +141,7 @@ class UpstreamLink:
                 logger.warning(
                     "otel-breaker: mcp-proxy: MCP server %r: %s",
                     self.spec.name,
-                    bounded(f"{type(exc).__name__}: {exc}", 300),
+                    bounded(describe_error(exc), 300),
                 )
             finally:
                 self._session = None
@@ -174,7 +186,7 @@ class UpstreamLink:
             with anyio.fail_after(60):
                 result = await session.initialize()
             self.initialize_result = result
-            self.identity = implementation_identity(result.server_info) or self.spec.describe()
+            self.server_identity = implementation_identity(result.server_info) or bounded(self.spec.describe(), 128)
             self._session = session
             self.starts += 1
             if self.starts > 1:
@@ -244,3 +256,11 @@ class _HttpTransport:
 
     async def __aexit__(self, *exc: Any) -> bool | None:
         return await self._stack.__aexit__(*exc)
+
+
+def describe_error(exc: BaseException) -> str:
+    """What went wrong, in one line: task groups' wrappers unpacked."""
+    group = getattr(exc, "exceptions", None)  # an exception group (anyio's task groups)
+    if isinstance(group, tuple) and group:
+        return "; ".join(describe_error(e) for e in group[:3])
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

@@ -1,6 +1,6 @@
 """An MCP server for the proxy's tests, over stdio (or streamable HTTP).
 
-``python server.py [--http PORT] [--runs FILE] [--down FILE]``
+``python server.py [--http PORT] [--runs FILE] [--down FILE] [--name NAME]``
 
 Tools: ``echo`` (healthy), ``broken`` (always fails: an ``isError`` result),
 ``pid`` (the process id, so a test can kill it), ``slow`` (reports progress and
@@ -28,8 +28,8 @@ class Answer(BaseModel):
     ok: bool
 
 
-def build(runs: str | None) -> MCPServer:
-    server = MCPServer("proxy-test-server", version="3.1.4", instructions="Test server for the MCP proxy.")
+def build(runs: str | None, name: str = "proxy-test-server") -> MCPServer:
+    server = MCPServer(name, version="3.1.4", instructions="Test server for the MCP proxy.")
 
     @server.tool()
     def echo(text: str) -> str:
@@ -96,11 +96,12 @@ def main() -> None:
     parser.add_argument("--http", type=int)
     parser.add_argument("--runs")
     parser.add_argument("--down")
+    parser.add_argument("--name", default="proxy-test-server")
     args = parser.parse_args()
     if args.down and os.path.exists(args.down):
         sys.exit(3)
     logging.disable(logging.ERROR)  # a failing tool would log a traceback per call on stderr
-    server = build(args.runs)
+    server = build(args.runs, args.name)
     if args.http is not None:
         server.run("streamable-http", host="127.0.0.1", port=args.http)
     else:
