@@ -14,10 +14,10 @@ from typing import Any
 
 import anyio
 from mcp.server.runner import serve_loop
-from mcp.server.stdio import stdio_server
 
 from otel_breaker.mcp_proxy.forward import Forwarder, ProxyServer
 from otel_breaker.mcp_proxy.options import ProxyOptions
+from otel_breaker.mcp_proxy.stdio import client_stdio
 from otel_breaker.mcp_proxy.upstream import UpstreamLink, describe_error
 from otel_breaker.sanitize import bounded
 
@@ -69,7 +69,7 @@ def _tell_apart(links: list[UpstreamLink]) -> None:
 
 
 async def _serve_stdio(server: ProxyServer) -> None:
-    async with stdio_server() as (read, write):
+    async with client_stdio() as (read, write):
         await serve_loop(server, read, write, lifespan_state={}, init_options=server.create_initialization_options())
 
 
