@@ -5,7 +5,8 @@
 Tools: ``echo`` (healthy), ``broken`` (always fails: an ``isError`` result),
 ``pid`` (the process id, so a test can kill it), ``slow`` (reports progress and
 logs), ``ask`` (asks the client to sample), ``confirm`` (asks the client to
-elicit). One resource, one resource template and one prompt.
+elicit), ``hang`` (runs until cancelled), ``big`` (a result of any size). One
+resource, one resource template and one prompt.
 
 ``--runs FILE`` appends a line per run of ``broken``: how often the failing
 tool really ran, whatever the proxy answered. ``--down FILE``: while FILE
@@ -19,6 +20,7 @@ import logging
 import os
 import sys
 
+import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import SamplingMessage, TextContent
 from pydantic import BaseModel
@@ -72,6 +74,27 @@ def build(runs: str | None, name: str = "proxy-test-server") -> MCPServer:
         """Asks the user."""
         result = await ctx.elicit("Proceed?", Answer)
         return f"{result.action}: {result.data.ok if result.data else None}"
+
+    @server.tool()
+    async def hang() -> str:
+        """Never finishes on its own; notes its start and its cancellation in the runs file."""
+        note("started")
+        try:
+            await anyio.sleep(3600)
+        except anyio.get_cancelled_exc_class():
+            note("cancelled")
+            raise
+        return "done"
+
+    @server.tool()
+    def big(size: int) -> str:
+        """A large result."""
+        return "x" * size
+
+    def note(what: str) -> None:
+        if runs:
+            with open(runs, "a", encoding="utf-8") as out:
+                out.write(what + "\n")
 
     @server.resource("notes://today")
     def today() -> str:

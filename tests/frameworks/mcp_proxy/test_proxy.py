@@ -375,3 +375,63 @@ def test_without_the_mcp_sdk_it_says_what_to_install():
     )
     assert done.returncode == 2
     assert 'pip install "otel-breaker[mcp]"' in done.stderr
+
+
+# -- cancellation and memory -------------------------------------------------------------------------
+
+
+async def test_a_cancelled_call_is_cancelled_on_the_server_and_counts_nothing(runs):
+    async with connect(proxied("--runs", str(runs.path))) as client:
+        for _ in range(THRESHOLD):
+            async with anyio.create_task_group() as group:
+
+                async def call() -> None:
+                    await client.call_tool("hang", {})
+
+                group.start_soon(call)
+                with anyio.fail_after(PATIENCE):
+                    while _count(runs, "started") <= _count(runs, "cancelled"):
+                        await anyio.sleep(0.02)
+                group.cancel_scope.cancel()  # the client cancels: notifications/cancelled
+            with anyio.fail_after(PATIENCE):
+                while _count(runs, "cancelled") < _count(runs, "started"):
+                    await anyio.sleep(0.02)
+        # Cancellations are neither failures nor successes: the tool is not open.
+        started = _count(runs, "started")
+        async with anyio.create_task_group() as group:
+            group.start_soon(client.call_tool, "hang", {})
+            with anyio.fail_after(PATIENCE):
+                while _count(runs, "started") == started:
+                    await anyio.sleep(0.02)
+            group.cancel_scope.cancel()
+    assert _count(runs, "cancelled") >= THRESHOLD
+
+
+def _count(runs, word: str) -> int:
+    return runs.path.read_text().splitlines().count(word) if runs.path.exists() else 0
+
+
+async def test_memory_stays_bounded_with_big_results():
+    size = 4 * 1024 * 1024
+    async with connect(proxied()) as client:
+        proxy_pid = _parent_of(int(text(await client.call_tool("pid", {}))))
+        for _ in range(3):
+            assert len(text(await client.call_tool("big", {"size": size}))) == size
+        warm = _rss_mb(proxy_pid)
+        for _ in range(30):
+            await client.call_tool("big", {"size": size})
+        grown = _rss_mb(proxy_pid) - warm
+    assert grown < 3 * size / 2**20, f"the proxy grew by {grown:.0f} MB over 30 results of 4 MB"
+
+
+def _parent_of(pid: int) -> int:
+    with open(f"/proc/{pid}/stat") as stat:
+        return int(stat.read().rsplit(")", 1)[1].split()[1])
+
+
+def _rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
