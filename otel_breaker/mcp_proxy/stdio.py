@@ -99,33 +99,22 @@ async def _open_pipes() -> tuple[_Lines, _Writer, Any] | None:
         os.close(out_fd)
         return None
     writer = asyncio.StreamWriter(write_transport, protocol, None, loop)
-    saved = _divert()
+    _divert()
 
     def restore() -> None:
+        # fds 0 and 1 stay diverted: the proxy ends after its client, and what is written
+        # at exit (the telemetry's last export to a console exporter) belongs on stderr.
         read_transport.close()
         write_transport.close()
-        _undivert(saved)
 
     return _Lines(reader), _Writer(writer), restore
 
 
-def _divert() -> tuple[int | None, int | None]:
-    """Point fd 0 at the null device and fd 1 at stderr; the originals, to restore."""
-    saved: list[int | None] = [None, None]
+def _divert() -> None:
+    """Point fd 0 at the null device and fd 1 at stderr (the wire is on private copies)."""
     with contextlib.suppress(OSError):
-        saved[0] = os.dup(0)
         null = os.open(os.devnull, os.O_RDONLY)
         os.dup2(null, 0)
         os.close(null)
     with contextlib.suppress(OSError):
-        saved[1] = os.dup(1)
         os.dup2(2, 1)
-    return saved[0], saved[1]
-
-
-def _undivert(saved: tuple[int | None, int | None]) -> None:
-    for fd, original in enumerate(saved):
-        if original is not None:
-            with contextlib.suppress(OSError):
-                os.dup2(original, fd)
-                os.close(original)

@@ -435,3 +435,85 @@ def _rss_mb(pid: int) -> float:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) / 1024
     raise AssertionError("no VmRSS")
+
+
+async def test_an_http_upstream_that_goes_away_opens_and_recovers():
+    port = free_port()
+    env = breaker_env(OTEL_BREAKER_FAILURE_THRESHOLD="2", OTEL_BREAKER_RECOVERY_TIMEOUT="0.2")
+    url = f"http://127.0.0.1:{port}/mcp"
+    server = _start_http_server(port)
+    proxy = proxy_with("--upstream", url, "--restart-delay", "0.05", "--max-restart-delay", "0.2", env=env)
+    try:
+        async with connect(proxy) as client:
+            assert text(await client.call_tool("echo", {"text": "1"})) == "echo: 1"
+            server.kill()
+            server.wait()
+            answers = []
+            with anyio.fail_after(PATIENCE):
+                while not answers or "upstream" not in answers[-1]:
+                    answers.append(text(await client.call_tool("echo", {"text": "anyone?"})))
+            assert any("unreachable" in a for a in answers[:-1])
+            server = _start_http_server(port)
+            with anyio.fail_after(PATIENCE):
+                while (answer := await client.call_tool("echo", {"text": "back?"})).is_error:
+                    await anyio.sleep(0.05)
+            assert text(answer) == "echo: back?"
+    finally:
+        server.kill()
+        server.wait()
+
+
+def _start_http_server(port: int) -> subprocess.Popen:
+    from proxy_support import wait_for_port
+
+    proc = subprocess.Popen(server_command("--http", str(port)), stderr=subprocess.DEVNULL)
+    wait_for_port(port, proc)
+    return proc
+
+
+def test_telemetry_goes_where_otel_variables_say_and_stdout_stays_the_protocol(runs):
+    env = breaker_env(OTEL_TRACES_EXPORTER="console", OTEL_LOGS_EXPORTER="console", OTEL_SERVICE_NAME="proxy-test")
+    proxy = subprocess.Popen(
+        [sys.executable, "-m", "otel_breaker", "mcp-proxy", "--", *server_command("--runs", str(runs.path))],
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proxy.stdin is not None and proxy.stdout is not None
+    messages = [
+        {
+            "jsonrpc": "2.0",
+            "id": 0,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"},
+            },
+        },
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        *(
+            {
+                "jsonrpc": "2.0",
+                "id": i,
+                "method": "tools/call",
+                "params": {"name": "broken", "arguments": {"text": "x"}},
+            }
+            for i in range(1, 5)
+        ),
+    ]
+    replies = []
+    for message in messages:
+        proxy.stdin.write(json.dumps(message) + "\n")
+        proxy.stdin.flush()
+        if "id" in message:
+            replies.append(json.loads(proxy.stdout.readline()))  # every stdout line is a JSON-RPC message
+    stdout, stderr = proxy.communicate(timeout=30)
+    assert stdout == ""  # nothing but the protocol, even the telemetry's last export at exit
+    assert [r["id"] for r in replies] == [0, 1, 2, 3, 4]
+    assert UNAVAILABLE in replies[-1]["result"]["content"][0]["text"]
+    assert '"name": "execute_tool broken"' in stderr  # the console span exporter, on stderr
+    assert "otel_breaker.rejected" in stderr  # the log-based rejection event
+    assert "proxy-test" in stderr
