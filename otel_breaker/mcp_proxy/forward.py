@@ -168,6 +168,7 @@ class Forwarder:
         self._resource_routes: dict[str, UpstreamLink] = {}
         self._prompt_routes: dict[str, tuple[UpstreamLink, str]] = {}
         self._announced: frozenset[tuple[int, str]] = frozenset()
+        self._last_listing: types.ListToolsResult | None = None  # one server: its last first page
 
     # -- the server ------------------------------------------------------------------------------
 
@@ -239,7 +240,17 @@ class Forwarder:
         self.clients.remember(ctx)
         if self._single:
             link = self.links[0]
-            result = await link.request(types.ListToolsRequest(params=params), types.ListToolsResult)
+            try:
+                result = await link.request(types.ListToolsRequest(params=params), types.ListToolsResult)
+            except Exception as exc:
+                # While the server restarts, the client keeps the tools it had (their calls are answered
+                # by the upstream breaker); any other error is the server's answer.
+                if not is_transport_error(exc) or self._last_listing is None or params.cursor is not None:
+                    raise
+                result = self._last_listing
+            else:
+                if params.cursor is None:
+                    self._last_listing = result
             self._note_tools(link, (t.name for t in result.tools), first_page=params.cursor is None)
             tools = result.tools
         else:
