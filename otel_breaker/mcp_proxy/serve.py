@@ -9,6 +9,7 @@ are stopped if they do not exit (the SDK's shutdown, bounded to a few seconds).
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 from typing import Any
 
@@ -53,10 +54,20 @@ async def serve(options: ProxyOptions, *, guarding: bool) -> None:
         server = forwarder.build_server()
         group.start_soon(forwarder.watch_hidden)
         if options.listen is None:
+            group.start_soon(_stop_on_signal, group.cancel_scope)
             await _serve_stdio(server)
         else:
             await _serve_http(server, options)
         group.cancel_scope.cancel()
+
+
+async def _stop_on_signal(scope: anyio.CancelScope) -> None:
+    """SIGTERM or SIGINT (a client stopping the proxy) ends it as a closed stdin does:
+    the servers are stopped too, never left running without their proxy."""
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for _ in signals:
+            scope.cancel()
+            return
 
 
 def _tell_apart(links: list[UpstreamLink]) -> None:

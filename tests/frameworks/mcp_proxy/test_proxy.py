@@ -267,6 +267,40 @@ def test_closing_stdin_ends_the_proxy_and_the_server_within_5_seconds():
             proxy.kill()
 
 
+def test_sigterm_ends_the_proxy_and_the_server():
+    proxy = subprocess.Popen(
+        [sys.executable, "-m", "otel_breaker", "mcp-proxy", "--", *server_command()],
+        env=breaker_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        server_pid = _server_pid_through(proxy)
+        proxy.send_signal(signal.SIGTERM)
+        proxy.wait(timeout=10)
+        assert not _alive(server_pid)
+    finally:
+        if proxy.poll() is None:
+            proxy.kill()
+
+
+def _server_pid_through(proxy: subprocess.Popen) -> int:
+    """Initialize over the proxy's stdio and ask the server for its process id."""
+    assert proxy.stdin is not None and proxy.stdout is not None
+    hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+    for message in (
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "pid", "arguments": {}}},
+    ):
+        proxy.stdin.write(json.dumps(message) + "\n")
+        proxy.stdin.flush()
+    proxy.stdout.readline()
+    return int(json.loads(proxy.stdout.readline())["result"]["content"][0]["text"])
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
