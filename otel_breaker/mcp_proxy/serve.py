@@ -64,10 +64,14 @@ async def serve(options: ProxyOptions, *, guarding: bool) -> None:
 async def _stop_on_signal(scope: anyio.CancelScope) -> None:
     """SIGTERM or SIGINT (a client stopping the proxy) ends it as a closed stdin does:
     the servers are stopped too, never left running without their proxy."""
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async for _ in signals:
-            scope.cancel()
-            return
+    try:
+        receiver = anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT)
+        with receiver as signals:
+            async for _ in signals:
+                scope.cancel()
+                return
+    except NotImplementedError:  # no signal handlers on this event loop (Windows): Ctrl-C still ends it
+        return
 
 
 def _tell_apart(links: list[UpstreamLink]) -> None:
