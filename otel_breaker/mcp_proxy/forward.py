@@ -140,6 +140,9 @@ class Clients:
             return await session.send_request(request, result_type, metadata=metadata)
         except MCPError as exc:
             return exc.error
+        except Exception as exc:  # the client is gone, or answered something unreadable
+            message = bounded(f"The client could not answer: {type(exc).__name__}: {exc}", _MAX_ERROR_CHARS)
+            return types.ErrorData(code=types.INTERNAL_ERROR, message=message)
 
 
 class Forwarder:
