@@ -235,6 +235,8 @@ class Forwarder:
             add("completion/complete", types.CompleteRequestParams, self.complete)
         if caps.logging is not None:
             add("logging/setLevel", types.SetLevelRequestParams, self.set_level)
+        roots_changed = "notifications/roots/list_changed"
+        server.add_notification_handler(roots_changed, types.NotificationParams, self.roots_changed)
         return server
 
     # -- tools -------------------------------------------------------------------------------------
@@ -490,6 +492,11 @@ class Forwarder:
             if caps is not None and caps.logging is not None:
                 await link.request(types.SetLevelRequest(params=params), types.EmptyResult)
         return types.EmptyResult()
+
+    async def roots_changed(self, ctx: ServerRequestContext[Any, Any], params: Any) -> None:
+        """The client's roots changed: every server is told, as the client would have told it."""
+        for link in self.links:
+            await link.notify(types.RootsListChangedNotification())
 
     # -- the servers' messages (Downstream) -----------------------------------------------------------
 

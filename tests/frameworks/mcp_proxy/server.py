@@ -5,7 +5,7 @@
 Tools: ``echo`` (healthy), ``broken`` (always fails: an ``isError`` result),
 ``pid`` (the process id, so a test can kill it), ``slow`` (reports progress and
 logs), ``ask`` (asks the client to sample), ``confirm`` (asks the client to
-elicit), ``hang`` (runs until cancelled), ``big`` (a result of any size). One
+elicit), ``roots`` (asks for the client's roots), ``hang`` (runs until cancelled), ``big`` (a result of any size). One
 resource, one resource template and one prompt.
 
 ``--runs FILE`` appends a line per run of ``broken``: how often the failing
@@ -74,6 +74,12 @@ def build(runs: str | None, name: str = "proxy-test-server") -> MCPServer:
         """Asks the user."""
         result = await ctx.elicit("Proceed?", Answer)
         return f"{result.action}: {result.data.ok if result.data else None}"
+
+    @server.tool()
+    async def roots(ctx: Context) -> str:
+        """The client's roots."""
+        listed = await ctx.session.list_roots()
+        return ", ".join(str(root.uri) for root in listed.roots)
 
     @server.tool()
     async def hang() -> str:

@@ -90,7 +90,7 @@ async def test_hidden_tools_leave_the_list_and_come_back():
         await hidden_tool_leaves_and_returns(client, changes)
 
 
-async def test_progress_logging_sampling_and_elicitation_pass_through():
+async def test_progress_logging_sampling_elicitation_and_roots_pass_through():
     async def both(server):
         logs: list[str] = []
         progress: list[tuple[float, float | None, str | None]] = []
@@ -110,13 +110,22 @@ async def test_progress_logging_sampling_and_elicitation_pass_through():
         async def elicitation(context, params):
             return types.ElicitResult(action="accept", content={"ok": True})
 
+        async def list_roots(context):
+            return types.ListRootsResult(roots=[types.Root(uri="file:///work/project", name="project")])
+
         async with connect(
-            server, mode="legacy", logging_callback=on_log, sampling_callback=sampling, elicitation_callback=elicitation
+            server,
+            mode="legacy",
+            logging_callback=on_log,
+            sampling_callback=sampling,
+            elicitation_callback=elicitation,
+            list_roots_callback=list_roots,
         ) as client:
             slow = await client.session.call_tool("slow", {"steps": 3}, progress_callback=on_progress)
             asked = await client.call_tool("ask", {"question": "tea?"})
             confirmed = await client.call_tool("confirm", {})
-        return text(slow), progress, logs, text(asked), text(confirmed)
+            roots = await client.call_tool("roots", {})
+        return text(slow), progress, logs, text(asked), text(confirmed), text(roots)
 
     through_proxy = await both(proxied())
     without = await both(direct())
@@ -124,6 +133,7 @@ async def test_progress_logging_sampling_and_elicitation_pass_through():
     assert through_proxy[1] == [(1, 3, "step 1"), (2, 3, "step 2"), (3, 3, "step 3")]
     assert through_proxy[3] == "model said: yes to tea?"
     assert through_proxy[4] == "accept: True"
+    assert through_proxy[5] == "file:///work/project"
 
 
 async def test_switched_off_the_proxy_is_a_transparent_pass_through(runs):
