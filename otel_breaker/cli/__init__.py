@@ -13,7 +13,7 @@ import sys
 from collections.abc import Sequence
 
 # Modules that add verbs; a module that is missing adds nothing.
-VERB_MODULES = ("demo", "tune", "doctor", "store")
+VERB_MODULES = ("demo", "tune", "doctor", "store", "mcp_proxy")
 
 
 class UsageError(Exception):

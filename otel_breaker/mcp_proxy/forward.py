@@ -1,0 +1,568 @@
+"""The server the proxy's client talks to: every request forwarded, tools/call guarded.
+
+Built on the SDK's low-level ``Server``, with one handler per method the servers
+behind the proxy declare (a server without prompts has no ``prompts/list``
+here either). The ``initialize`` answer is the server's own: its name, version,
+instructions and capabilities (with several servers, the proxy's name and the
+union of their capabilities).
+
+``tools/call`` takes the same guarded call path as a tool called in-process
+(:meth:`otel_breaker.guard.Guard.acall`), with the MCP adapter's outcomes: an
+``isError`` result and a transport failure count; an unknown tool and arguments
+the server's schema rejects are neutral; the server is the tool's source, so its
+upstream breaker counts its transport failures together. A rejection is the
+answer a failing tool gives, ``CallToolResult(isError=true)`` with the rejection
+text. A transport failure (the server died, the connection dropped) is answered
+the same way, so the client's session goes on while the server restarts.
+
+With ``OTEL_BREAKER_HIDE_OPEN_TOOLS=true`` the tool list leaves out open tools,
+and ``notifications/tools/list_changed`` tells the client when one leaves or comes
+back (checked after each call and every ``watch_interval`` seconds, since a tool
+comes back when its cooldown ends, with no call).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from functools import partial
+from typing import Any, TypeVar
+
+import anyio
+import mcp.types as types
+from mcp.server.context import CallNext, ServerRequestContext
+from mcp.server.lowlevel.server import Server
+from mcp.server.models import InitializationOptions
+from mcp.server.session import ServerSession
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import ServerMessageMetadata
+
+from otel_breaker import __version__
+from otel_breaker.classify import is_transport_error
+from otel_breaker.guard import Guard, default_guard
+from otel_breaker.instrumentation.mcp import MCPAdapter
+from otel_breaker.mcp_proxy.upstream import UpstreamLink
+from otel_breaker.menu import hidden_names, hide_open_tools_enabled
+from otel_breaker.sanitize import bounded
+from otel_breaker.toolcall import ToolCall
+
+logger = logging.getLogger("otel_breaker")
+
+T = TypeVar("T")
+
+PROXY_NAME = "otel-breaker-mcp-proxy"
+_MAX_SESSIONS = 256
+_MAX_PAGES = 100
+_MAX_TOOLS = 10_000
+_MAX_ERROR_CHARS = 500
+
+
+class ProxyServer(Server[Any]):
+    """The low-level server, answering ``initialize`` with what the servers behind it declared."""
+
+    def __init__(self, options: InitializationOptions) -> None:
+        super().__init__(
+            options.server_name,
+            version=options.server_version,
+            title=options.title,
+            description=options.description,
+            instructions=options.instructions,
+            website_url=options.website_url,
+            icons=options.icons,
+        )
+        self._initialization_options = options
+        self.middleware.append(_handshake_only)
+
+    def create_initialization_options(self, *args: Any, **kwargs: Any) -> InitializationOptions:
+        return self._initialization_options
+
+
+async def _handshake_only(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> Any:
+    """The proxy speaks the ``initialize`` handshake era of MCP: a ``server/discover``
+    probe is answered "method not found", on which clients fall back to ``initialize``."""
+    if ctx.method == "server/discover":
+        raise MCPError(code=types.METHOD_NOT_FOUND, message="Method not found", data=ctx.method)
+    return await call_next(ctx)
+
+
+class Clients:
+    """The client sessions of the proxy (one over stdio; one per session over HTTP):
+    where the servers' notifications and requests go."""
+
+    def __init__(self) -> None:
+        self._sessions: OrderedDict[Any, ServerSession] = OrderedDict()
+        self._in_flight: list[tuple[ServerSession, Any]] = []
+
+    def remember(self, ctx: ServerRequestContext[Any, Any]) -> None:
+        request = ctx.request
+        key = None
+        if request is not None:
+            key = getattr(request, "headers", {}).get("mcp-session-id")
+        self._sessions[key] = ctx.session
+        self._sessions.move_to_end(key)
+        while len(self._sessions) > _MAX_SESSIONS:
+            self._sessions.popitem(last=False)
+
+    def begin(self, ctx: ServerRequestContext[Any, Any]) -> tuple[ServerSession, Any]:
+        entry = (ctx.session, ctx.request_id)
+        self._in_flight.append(entry)
+        return entry
+
+    def end(self, entry: tuple[ServerSession, Any]) -> None:
+        try:
+            self._in_flight.remove(entry)
+        except ValueError:
+            pass
+
+    async def broadcast(self, notification: Any) -> None:
+        for key, session in list(self._sessions.items()):
+            try:
+                await session.send_notification(notification)
+            except Exception:
+                logger.debug("otel-breaker: mcp-proxy: a client session is gone", exc_info=True)
+                self._sessions.pop(key, None)
+
+    async def request(self, request: Any, result_type: type[T], capability: str | None) -> T | types.ErrorData:
+        """Send a server's request (sampling, elicitation, roots) to the client whose
+        call is in flight (else the latest client); its error answer comes back as is."""
+        if self._in_flight:
+            session, request_id = self._in_flight[-1]
+        elif self._sessions:
+            session, request_id = next(reversed(self._sessions.values())), None
+        else:
+            return types.ErrorData(code=types.INVALID_REQUEST, message="No client is connected to the proxy")
+        declared = session.client_capabilities
+        if capability is not None and (declared is None or getattr(declared, capability, None) is None):
+            return types.ErrorData(code=types.INVALID_REQUEST, message=f"The client does not support {capability}")
+        metadata = ServerMessageMetadata(related_request_id=request_id) if request_id is not None else None
+        try:
+            return await session.send_request(request, result_type, metadata=metadata)
+        except MCPError as exc:
+            return exc.error
+        except Exception as exc:  # the client is gone, or answered something unreadable
+            message = bounded(f"The client could not answer: {type(exc).__name__}: {exc}", _MAX_ERROR_CHARS)
+            return types.ErrorData(code=types.INTERNAL_ERROR, message=message)
+
+
+class Forwarder:
+    """The proxy's request handlers and the servers' messages to the client."""
+
+    def __init__(
+        self,
+        links: list[UpstreamLink],
+        *,
+        guarding: bool,
+        watch_interval: float = 1.0,
+        guard: Guard | None = None,
+    ) -> None:
+        self.links = links
+        self.guarding = guarding
+        self.watch_interval = watch_interval
+        self.clients = Clients()
+        self._guard = guard or default_guard()
+        self._adapter = MCPAdapter(self._guard)
+        self._single = len(links) == 1
+        # Per link: the tool names it listed (the whole listing, before hiding).
+        self._tools: dict[UpstreamLink, set[str]] = {link: set() for link in links}
+        self._listed: set[UpstreamLink] = set()
+        # The name the client sees -> (link, the server's name); several servers only.
+        self._routes: dict[str, tuple[UpstreamLink, str]] = {}
+        self._resource_routes: dict[str, UpstreamLink] = {}
+        self._prompt_routes: dict[str, tuple[UpstreamLink, str]] = {}
+        self._announced: frozenset[tuple[int, str]] = frozenset()
+        self._last_listing: types.ListToolsResult | None = None  # one server: its last first page
+
+    # -- the server ------------------------------------------------------------------------------
+
+    def initialization_options(self) -> InitializationOptions:
+        results = [link.initialize_result for link in self.links]
+        assert all(r is not None for r in results), "every server is connected once before serving"
+        capabilities = _merged_capabilities([r.capabilities for r in results])  # type: ignore[union-attr]
+        if capabilities.tools is not None and self.guarding and hide_open_tools_enabled():
+            # Hidden tools leave and come back with notifications/tools/list_changed.
+            capabilities = capabilities.model_copy(
+                update={"tools": capabilities.tools.model_copy(update={"list_changed": True})}
+            )
+        if self._single:
+            first = results[0]
+            info = first.server_info  # type: ignore[union-attr]
+            return InitializationOptions(
+                server_name=info.name,
+                server_version=info.version,
+                title=info.title,
+                description=info.description,
+                website_url=info.website_url,
+                icons=info.icons,
+                capabilities=capabilities,
+                instructions=first.instructions,  # type: ignore[union-attr]
+            )
+        instructions = "\n\n".join(
+            f"{link.spec.name}: {r.instructions}"
+            for link, r in zip(self.links, results, strict=True)
+            if r is not None and r.instructions
+        )
+        return InitializationOptions(
+            server_name=PROXY_NAME,
+            server_version=__version__,
+            capabilities=capabilities,
+            instructions=instructions or None,
+        )
+
+    def build_server(self) -> ProxyServer:
+        options = self.initialization_options()
+        server = ProxyServer(options)
+        caps = options.capabilities
+        add = server.add_request_handler
+        if caps.tools is not None:
+            add("tools/list", types.PaginatedRequestParams, self.list_tools)
+            add("tools/call", types.CallToolRequestParams, self.call_tool)
+        if caps.resources is not None:
+            add("resources/list", types.PaginatedRequestParams, self.list_resources)
+            add("resources/templates/list", types.PaginatedRequestParams, self.list_resource_templates)
+            add("resources/read", types.ReadResourceRequestParams, self._by_uri(types.ReadResourceRequest, "read"))
+            if caps.resources.subscribe:
+                add("resources/subscribe", types.SubscribeRequestParams, self._by_uri(types.SubscribeRequest, "sub"))
+                add(
+                    "resources/unsubscribe",
+                    types.UnsubscribeRequestParams,
+                    self._by_uri(types.UnsubscribeRequest, "sub"),
+                )
+        if caps.prompts is not None:
+            add("prompts/list", types.PaginatedRequestParams, self.list_prompts)
+            add("prompts/get", types.GetPromptRequestParams, self.get_prompt)
+        if caps.completions is not None:
+            add("completion/complete", types.CompleteRequestParams, self.complete)
+        if caps.logging is not None:
+            add("logging/setLevel", types.SetLevelRequestParams, self.set_level)
+        roots_changed = "notifications/roots/list_changed"
+        server.add_notification_handler(roots_changed, types.NotificationParams, self.roots_changed)
+        return server
+
+    # -- tools -------------------------------------------------------------------------------------
+
+    async def list_tools(self, ctx: ServerRequestContext[Any, Any], params: Any) -> types.ListToolsResult:
+        self.clients.remember(ctx)
+        if self._single:
+            link = self.links[0]
+            try:
+                result = await link.request(types.ListToolsRequest(params=params), types.ListToolsResult)
+            except Exception as exc:
+                # While the server restarts, the client keeps the tools it had (their calls are answered
+                # by the upstream breaker); any other error is the server's answer.
+                if not is_transport_error(exc) or self._last_listing is None or params.cursor is not None:
+                    raise
+                result = self._last_listing
+            else:
+                if params.cursor is None:
+                    self._last_listing = result
+            self._note_tools(link, (t.name for t in result.tools), first_page=params.cursor is None)
+            tools = result.tools
+        else:
+            tools = await self._all_tools()
+            result = types.ListToolsResult(tools=tools)
+        hidden = self._hidden()
+        self._announced = hidden
+        if not hidden:
+            return result
+        kept = [t for t in tools if not self._is_hidden(t.name, hidden)]
+        return result.model_copy(update={"tools": kept})
+
+    async def call_tool(self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> Any:
+        self.clients.remember(ctx)
+        route = await self._tool_route(params.name)
+        if route is None:
+            return _error_result(f"Unknown tool: {bounded(params.name, 128)}")
+        link, name = route
+        sent = params if name == params.name else params.model_copy(update={"name": name})
+        forward = partial(link.request, types.CallToolRequest(params=sent), types.CallToolResult, _progress(ctx))
+        entry = self.clients.begin(ctx)
+        try:
+            if self.guarding and name in self._tools[link]:
+                call = ToolCall(
+                    tool=name,
+                    framework="mcp",
+                    tool_type="extension",
+                    arguments=params.arguments,
+                    source=link.identity,
+                )
+                return await self._guard.acall(call, forward, adapter=self._adapter)
+            return await forward()
+        except Exception as exc:
+            if not is_transport_error(exc):
+                raise
+            # The server died or the connection dropped: counted by the guard (transport
+            # failure); the client's session goes on while the server restarts.
+            text = bounded(f"{type(exc).__name__}: {exc}", _MAX_ERROR_CHARS)
+            return _error_result(f"MCP server {link.spec.name!r} is unreachable: {text}")
+        finally:
+            self.clients.end(entry)
+            await self.check_hidden()
+
+    async def _tool_route(self, exposed: str) -> tuple[UpstreamLink, str] | None:
+        if self._single:
+            link = self.links[0]
+            if link not in self._listed and exposed not in self._tools[link]:
+                await self._refresh_tools()
+            return link, exposed
+        if exposed not in self._routes:
+            await self._refresh_tools()
+        return self._routes.get(exposed)
+
+    async def _refresh_tools(self) -> None:
+        """Learn the servers' tools (a call before any tools/list): a name no server
+        lists is an unknown tool, never given a breaker."""
+        try:
+            if self._single:
+                link = self.links[0]
+                await self._pages(link, types.ListToolsRequest, types.ListToolsResult, "tools")
+            else:
+                await self._all_tools()
+        except Exception:
+            logger.debug("otel-breaker: mcp-proxy: could not list tools", exc_info=True)
+
+    async def _all_tools(self) -> list[types.Tool]:
+        tools: list[types.Tool] = []
+        routes: dict[str, tuple[UpstreamLink, str]] = {}
+        for link in self.links:
+            try:
+                listed = await self._pages(link, types.ListToolsRequest, types.ListToolsResult, "tools")
+            except Exception as exc:
+                logger.debug("otel-breaker: mcp-proxy: %r lists no tools now: %r", link.spec.name, exc)
+                listed = [
+                    types.Tool(name=n, input_schema={"type": "object"}) for n in sorted(self._tools[link])
+                ]  # the last listing, while the server restarts
+            for tool in listed:
+                exposed = tool.name if tool.name not in routes else f"{link.spec.name}.{tool.name}"
+                if exposed in routes or len(routes) >= _MAX_TOOLS:
+                    continue
+                routes[exposed] = (link, tool.name)
+                tools.append(tool if exposed == tool.name else tool.model_copy(update={"name": exposed}))
+        self._routes = routes
+        return tools
+
+    async def _pages(self, link: UpstreamLink, request: Any, result_type: Any, field: str) -> list[Any]:
+        items: list[Any] = []
+        cursor = None
+        for _ in range(_MAX_PAGES):
+            result = await link.request(request(params=types.PaginatedRequestParams(cursor=cursor)), result_type)
+            items.extend(getattr(result, field))
+            cursor = result.next_cursor
+            if not cursor:
+                break
+        if field == "tools":
+            self._note_tools(link, (t.name for t in items), first_page=True)
+        return items
+
+    def _note_tools(self, link: UpstreamLink, names: Iterable[str], *, first_page: bool) -> None:
+        known = self._tools[link]
+        if first_page:
+            known.clear()
+            self._listed.add(link)
+        for name in names:
+            if len(known) < _MAX_TOOLS:
+                known.add(name)
+
+    # -- hidden tools ------------------------------------------------------------------------------
+
+    def _hidden(self) -> frozenset[tuple[int, str]]:
+        """(link index, the server's tool name) of the tools out of the menu now."""
+        if not self.guarding or not hide_open_tools_enabled():
+            return frozenset()
+        hidden: set[tuple[int, str]] = set()
+        for index, link in enumerate(self.links):
+            names = self._tools[link]
+            if names:
+                hidden.update((index, n) for n in hidden_names(names, source=link.identity))
+        return frozenset(hidden)
+
+    def _is_hidden(self, exposed: str, hidden: frozenset[tuple[int, str]]) -> bool:
+        if self._single:
+            return (0, exposed) in hidden
+        route = self._routes.get(exposed)
+        return route is not None and (self.links.index(route[0]), route[1]) in hidden
+
+    async def check_hidden(self) -> None:
+        """Tell the clients the tool list changed when a tool left it or came back."""
+        try:
+            hidden = self._hidden()
+        except Exception:
+            logger.debug("otel-breaker: mcp-proxy: could not read open tools", exc_info=True)
+            return
+        if hidden != self._announced:
+            self._announced = hidden
+            await self.clients.broadcast(types.ToolListChangedNotification())
+
+    async def watch_hidden(self) -> None:
+        """A tool comes back when its cooldown ends, with no call: look now and then."""
+        if not self.guarding or not hide_open_tools_enabled():
+            return
+        while True:
+            await anyio.sleep(self.watch_interval)
+            await self.check_hidden()
+
+    # -- resources, prompts, completion, logging ----------------------------------------------------
+
+    async def list_resources(self, ctx: ServerRequestContext[Any, Any], params: Any) -> Any:
+        return await self._list(ctx, params, types.ListResourcesRequest, types.ListResourcesResult, "resources")
+
+    async def list_resource_templates(self, ctx: ServerRequestContext[Any, Any], params: Any) -> Any:
+        return await self._list(
+            ctx, params, types.ListResourceTemplatesRequest, types.ListResourceTemplatesResult, "resource_templates"
+        )
+
+    async def list_prompts(self, ctx: ServerRequestContext[Any, Any], params: Any) -> Any:
+        return await self._list(ctx, params, types.ListPromptsRequest, types.ListPromptsResult, "prompts")
+
+    async def _list(
+        self, ctx: ServerRequestContext[Any, Any], params: Any, request: Any, result: Any, field: str
+    ) -> Any:
+        self.clients.remember(ctx)
+        if self._single:
+            return await self.links[0].request(request(params=params), result)
+        items: list[Any] = []
+        for link in self.links:
+            try:
+                listed = await self._pages(link, request, result, field)
+            except Exception as exc:
+                logger.debug("otel-breaker: mcp-proxy: %r: %s/list failed: %r", link.spec.name, field, exc)
+                continue
+            for item in listed:
+                if field == "prompts":
+                    if item.name in self._prompt_routes and self._prompt_routes[item.name][0] is not link:
+                        exposed = f"{link.spec.name}.{item.name}"
+                        self._prompt_routes[exposed] = (link, item.name)
+                        item = item.model_copy(update={"name": exposed})
+                    else:
+                        self._prompt_routes[item.name] = (link, item.name)
+                elif field == "resources":
+                    self._resource_routes.setdefault(str(item.uri), link)
+                elif field == "resource_templates":
+                    prefix = item.uri_template.split("{", 1)[0]
+                    self._resource_routes.setdefault(prefix, link)
+                items.append(item)
+        _bound(self._resource_routes)
+        _bound(self._prompt_routes)
+        return result(**{field: items})
+
+    def _link_for_uri(self, uri: str) -> UpstreamLink:
+        if self._single:
+            return self.links[0]
+        link = self._resource_routes.get(uri)
+        if link is not None:
+            return link
+        prefixes = [p for p in self._resource_routes if p and uri.startswith(p)]
+        return self._resource_routes[max(prefixes, key=len)] if prefixes else self.links[0]
+
+    def _by_uri(self, request: Any, what: str) -> Callable[..., Any]:
+        result = types.ReadResourceResult if what == "read" else types.EmptyResult
+
+        async def handler(ctx: ServerRequestContext[Any, Any], params: Any) -> Any:
+            self.clients.remember(ctx)
+            link = self._link_for_uri(str(params.uri))
+            return await link.request(request(params=params), result, _progress(ctx))
+
+        return handler
+
+    async def get_prompt(self, ctx: ServerRequestContext[Any, Any], params: types.GetPromptRequestParams) -> Any:
+        self.clients.remember(ctx)
+        link, name = self.links[0], params.name
+        if not self._single:
+            link, name = self._prompt_routes.get(params.name, (link, name))
+            params = params if name == params.name else params.model_copy(update={"name": name})
+        return await link.request(types.GetPromptRequest(params=params), types.GetPromptResult, _progress(ctx))
+
+    async def complete(self, ctx: ServerRequestContext[Any, Any], params: types.CompleteRequestParams) -> Any:
+        self.clients.remember(ctx)
+        link = self.links[0]
+        ref = params.ref
+        if not self._single:
+            if getattr(ref, "type", None) == "ref/prompt":
+                link, name = self._prompt_routes.get(ref.name, (link, ref.name))
+                if name != ref.name:
+                    params = params.model_copy(update={"ref": ref.model_copy(update={"name": name})})
+            else:
+                link = self._link_for_uri(str(getattr(ref, "uri", "")))
+        return await link.request(types.CompleteRequest(params=params), types.CompleteResult)
+
+    async def set_level(self, ctx: ServerRequestContext[Any, Any], params: types.SetLevelRequestParams) -> Any:
+        self.clients.remember(ctx)
+        for link in self.links:
+            caps = link.initialize_result.capabilities if link.initialize_result else None
+            if caps is not None and caps.logging is not None:
+                await link.request(types.SetLevelRequest(params=params), types.EmptyResult)
+        return types.EmptyResult()
+
+    async def roots_changed(self, ctx: ServerRequestContext[Any, Any], params: Any) -> None:
+        """The client's roots changed: every server is told, as the client would have told it."""
+        for link in self.links:
+            await link.notify(types.RootsListChangedNotification())
+
+    # -- the servers' messages (Downstream) -----------------------------------------------------------
+
+    async def notify(self, link: UpstreamLink, notification: Any) -> None:
+        if isinstance(notification, types.ToolListChangedNotification):
+            self._listed.discard(link)
+        await self.clients.broadcast(notification)
+
+    async def request(self, link: UpstreamLink, request: Any, result_type: type[T]) -> T | types.ErrorData:
+        capability = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation"}.get(
+            request.method, "roots"
+        )
+        return await self.clients.request(request, result_type, capability)
+
+    async def connected(self, link: UpstreamLink) -> None:
+        if link.starts > 1:
+            # A restarted server may list other tools: the client is told to list them again.
+            self._listed.discard(link)
+            await self.clients.broadcast(types.ToolListChangedNotification())
+
+
+def _progress(ctx: ServerRequestContext[Any, Any]) -> Any:
+    """Progress of the forwarded request, back to the client under its own token."""
+    meta = ctx.meta
+    token = getattr(meta, "progress_token", None) if meta is not None else None
+    if token is None:
+        return None
+    session, request_id = ctx.session, ctx.request_id
+
+    async def forward(progress: float, total: float | None, message: str | None) -> None:
+        await session.send_progress_notification(token, progress, total, message, related_request_id=request_id)
+
+    return forward
+
+
+def _error_result(text: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=True)
+
+
+def _bound(routes: dict[Any, Any]) -> None:
+    while len(routes) > _MAX_TOOLS:
+        routes.pop(next(iter(routes)))
+
+
+def _merged_capabilities(all_caps: list[types.ServerCapabilities]) -> types.ServerCapabilities:
+    """One server's capabilities as they are; several servers' union."""
+    if len(all_caps) == 1:
+        return all_caps[0]
+
+    def first(attr: str) -> Any:
+        return next((getattr(c, attr) for c in all_caps if getattr(c, attr) is not None), None)
+
+    def any_flag(attr: str, flag: str) -> bool:
+        return any(bool(getattr(getattr(c, attr), flag, False)) for c in all_caps if getattr(c, attr) is not None)
+
+    tools = types.ToolsCapability(list_changed=True) if first("tools") is not None else None
+    resources = (
+        types.ResourcesCapability(subscribe=any_flag("resources", "subscribe"), list_changed=True)
+        if first("resources") is not None
+        else None
+    )
+    prompts = types.PromptsCapability(list_changed=True) if first("prompts") is not None else None
+    return types.ServerCapabilities(
+        tools=tools,
+        resources=resources,
+        prompts=prompts,
+        logging=first("logging"),
+        completions=first("completions"),
+    )
