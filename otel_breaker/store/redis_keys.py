@@ -8,7 +8,12 @@ identities share a key.
 
 from __future__ import annotations
 
+import hashlib
+
 from otel_breaker.identity import ToolKey
+
+#: Longest part of a key kept as written; a longer one keeps its head and a digest of the whole.
+MAX_PART = 160
 
 
 def _escape(part: str) -> str:
@@ -19,10 +24,21 @@ def _unescape(part: str) -> str:
     return part.replace("%3A", ":").replace("%2F", "/").replace("%7D", "}").replace("%7B", "{").replace("%25", "%")
 
 
+def _bounded(part: str) -> str:
+    """``part`` escaped, at most about :data:`MAX_PART` characters, still telling parts apart."""
+    escaped = _escape(part)
+    if len(escaped) <= MAX_PART:
+        return escaped
+    digest = hashlib.sha256(part.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{escaped[: MAX_PART - 18].rstrip('%')}#{digest}"
+
+
 def breaker_key(prefix: str, key: ToolKey, session_id: str | None = None) -> str:
-    """The Redis key of the breaker of ``key`` (in ``session_id`` when given)."""
-    parts = "/".join(_escape(part or "") for part in key)
-    scope = "k:" if session_id is None else f"s:{_escape(session_id)}:k:"
+    """The Redis key of the breaker of ``key`` (in ``session_id`` when given): every part
+    escaped and bounded, so no name, however long or strange, makes an unbounded key or
+    lets two identities share one."""
+    parts = "/".join(_bounded(part or "") for part in key)
+    scope = "k:" if session_id is None else f"s:{_bounded(session_id)}:k:"
     return "{" + f"{prefix}:{scope}{parts}" + "}"
 
 

@@ -602,3 +602,15 @@ def test_a_state_change_read_in_a_reply_drops_cached_rejections_naming_it(make_s
         assert primary.call(ok)["alternatives"] == []
     finally:
         registry.use_store(previous)
+
+
+def test_redis_keys_are_bounded_and_escaped_for_any_name(make_store, prefix):
+    store = make_store()
+    registry = BreakerRegistry(store=store, settings=Settings())
+    long_a, long_b = "a" * 5000 + "x", "a" * 5000 + "y"
+    one = registry.breaker_for(ToolCall(long_a, agent_name="{evil}/agent:%", origin="m:f"))
+    two = registry.breaker_for(ToolCall(long_b, agent_name="{evil}/agent:%", origin="m:f"))
+    assert one.storage.key != two.storage.key  # cut, but still apart
+    assert all(len(b.storage.key) < 600 for b in (one, two))
+    assert one.storage.key.count("{") == 1 and one.storage.key.count("}") == 1  # one hash tag
+    assert one.call(ok) == "ok" and two.call(ok) == "ok"
