@@ -9,6 +9,8 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from otel_breaker import upstream as _upstream
+from otel_breaker import upstream_gate as _upstream_gate
 from otel_breaker.breaker import CircuitBreaker
 from otel_breaker.classify import FAILURE, classify_exception, result_failed
 from otel_breaker.guard import INVALID_RESULT_ERROR_TYPE, run_async, run_sync
@@ -75,14 +77,15 @@ def _plan(
     registry: BreakerRegistry | None,
     agent: Any,
     agent_name: str | None,
-) -> list[tuple[ToolCall, Callable[..., Any], CircuitBreaker]]:
+) -> list[tuple[ToolCall, Callable[..., Any], CircuitBreaker, CircuitBreaker | None]]:
+    """Each candidate's call, function, breaker and the upstream breaker it runs behind (or None)."""
     if registry is None:
         registry = default_registry()
-    plan = [_resolve(primary, registry, agent, agent_name)]
+    resolved = [_resolve(primary, registry, agent, agent_name)]
     if not alternatives and tools:
-        alternatives = tuple((name, tools[name]) for name in plan[0][2].config.fallbacks if name in tools)
-    plan.extend(_resolve(item, registry, agent, agent_name) for item in alternatives)
-    return plan
+        alternatives = tuple((name, tools[name]) for name in resolved[0][2].config.fallbacks if name in tools)
+    resolved.extend(_resolve(item, registry, agent, agent_name) for item in alternatives)
+    return [(call, fn, breaker, _upstream.breaker_for_call(registry, call)) for call, fn, breaker in resolved]
 
 
 def _fails(breaker: CircuitBreaker, exc: BaseException) -> bool:
@@ -126,10 +129,15 @@ def call_with_fallback(
     """
 
     last: Rejection | BaseException | None = None
-    for call, fn, breaker in _plan(primary, alternatives, tools, registry, agent, agent_name):
+    for call, fn, breaker, upstream in _plan(primary, alternatives, tools, registry, agent, agent_name):
         attempt = _Attempt(breaker.config)
         try:
-            result = run_sync(breaker, fn, tuple(args), dict(kwargs or {}), call, attempt)
+            if upstream is None:
+                result = run_sync(breaker, fn, tuple(args), dict(kwargs or {}), call, attempt)
+            else:  # behind an upstream: its breaker is asked first, as on every other way in
+                result = _upstream_gate.run_sync(
+                    upstream, breaker, run_sync, fn, tuple(args), dict(kwargs or {}), call, attempt
+                )
         except BaseException as exc:
             if not _fails(breaker, exc):
                 raise
@@ -156,10 +164,15 @@ async def acall_with_fallback(
     each attempt is awaited and cancelled at its breaker's ``timeout``."""
 
     last: Rejection | BaseException | None = None
-    for call, fn, breaker in _plan(primary, alternatives, tools, registry, agent, agent_name):
+    for call, fn, breaker, upstream in _plan(primary, alternatives, tools, registry, agent, agent_name):
         attempt = _Attempt(breaker.config)
         try:
-            result = await run_async(breaker, fn, tuple(args), dict(kwargs or {}), call, attempt)
+            if upstream is None:
+                result = await run_async(breaker, fn, tuple(args), dict(kwargs or {}), call, attempt)
+            else:  # behind an upstream: its breaker is asked first, as on every other way in
+                result = await _upstream_gate.run_async(
+                    upstream, breaker, run_async, fn, tuple(args), dict(kwargs or {}), call, attempt
+                )
         except BaseException as exc:
             if not _fails(breaker, exc):
                 raise

@@ -9,7 +9,7 @@ import ssl
 
 import pytest
 
-from otel_breaker import guard, upstream
+from otel_breaker import Guard, ToolCall, guard, upstream
 from otel_breaker.breaker import CircuitBreakerConfig, State
 from otel_breaker.classify import is_transport_error, register_transport_error, unregister_transport_error
 from otel_breaker.config import load_settings, parse_upstreams, set_settings
@@ -270,3 +270,54 @@ def test_upstreams_configured_after_a_guarded_function_ran_apply_to_it():
             web_search()
     answer = news_a()
     assert answer["upstream"] == "serp" and runs == [2, 1, 1]
+
+
+def test_an_open_upstream_rejects_fallback_alternatives_behind_it():
+    # serp is dead: web_search's transport failures open it; call_with_fallback's
+    # news_search runs behind serp too, so it is rejected without running, and the
+    # local backup (behind no upstream) answers.
+    from otel_breaker.fallback import call_with_fallback
+
+    set_settings(load_settings({"OTEL_BREAKER_UPSTREAMS": "serp=web_search,news_search"}))
+    ran = []
+
+    def web_search(query):
+        ran.append("web_search")
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    def news_search(query):
+        ran.append("news_search")
+        return "news"
+
+    def backup(query):
+        ran.append("backup")
+        return "backup"
+
+    for _ in range(5):
+        with pytest.raises(ConnectionRefusedError):
+            Guard().call(ToolCall("web_search"), web_search, ("q",))
+    assert default_registry().get(upstream.UPSTREAM_PREFIX + "serp").state is State.OPEN
+    ran.clear()
+    result = call_with_fallback(("news_search", news_search), ("backup", backup), args=("q",))
+    assert result == "backup" and ran == ["backup"]
+
+
+async def test_an_open_upstream_rejects_async_fallback_alternatives_behind_it():
+    from otel_breaker.fallback import acall_with_fallback
+
+    set_settings(load_settings({"OTEL_BREAKER_UPSTREAMS": "serp=web_search,news_search"}))
+    default_registry().get(upstream.UPSTREAM_PREFIX + "serp").force_open(60)
+    ran = []
+
+    async def news_search(query):
+        ran.append("news_search")
+        return "news"
+
+    async def backup(query):
+        ran.append("backup")
+        return "backup"
+
+    assert await acall_with_fallback(("news_search", news_search), ("backup", backup), args=("q",)) == "backup"
+    assert ran == ["backup"]
+    only = await acall_with_fallback(("news_search", news_search), args=("q",))
+    assert only["circuit_open"] is True and ran == ["backup"]
