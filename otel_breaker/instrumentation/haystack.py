@@ -77,6 +77,11 @@ def _agent_name(agent: Any) -> str | None:
     return agent_display_name(agent)
 
 
+def _who(agent: Any) -> Any:
+    """The agent as its breakers are keyed: its name in the pipeline (the object when unnamed)."""
+    return _agent_name(agent) or agent
+
+
 class HaystackAdapter(SpecAdapter):
     """The patch points build runners rather than run tools, so the wrappers are
     written here; ``describe`` is the spec's."""
@@ -166,7 +171,7 @@ class HaystackAdapter(SpecAdapter):
         agent = _agent.get()
         if agent is None or not hide_open_tools_enabled():
             return tools
-        kept = visible_tools(tools, lambda t: t.name, agent=agent)
+        kept = visible_tools(tools, lambda t: t.name, agent=_who(agent))
         if kept is tools or not kept:
             return tools
         _all_tools.set(tools)
@@ -181,7 +186,7 @@ class HaystackAdapter(SpecAdapter):
         try:
             data = argument(args, kwargs, 0, "exe_context").state.data
             original = data["messages"]
-            amended = insert_status_block(original, _DIALECT, agent)
+            amended = insert_status_block(original, _DIALECT, _who(agent))
         except Exception:
             amended = None
         if amended is None:
