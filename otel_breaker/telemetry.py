@@ -139,6 +139,47 @@ def _span_shape(call: ToolCall, key: tuple, settings: Any) -> CachedSpanAttribut
     return CachedSpanAttributes(key, settings, span_name(attributes[ATTR_TOOL]), attributes)
 
 
+def _native_tool_span(parent: Any, call: ToolCall) -> Any:
+    """The framework's own ``execute_tool`` span of this call when it is current, else None.
+
+    Google ADK, Agent Framework, Semantic Kernel and Strands (and others with
+    their tracing on) open one around the tool they run; the GenAI conventions
+    ask instrumentations not to add a second one. It is this call's when it
+    names the same tool or call id; a span we already marked is not foreign."""
+    span = trace_api.get_current_span(parent)
+    if not span.is_recording():
+        return None
+    attributes = getattr(span, "attributes", None)
+    if attributes is None or attributes.get(ATTR_GUARDED):
+        return None
+    name = str(getattr(span, "name", ""))
+    if attributes.get(ATTR_OPERATION) != OPERATION and not name.startswith(OPERATION):
+        return None
+    call_id = attributes.get(ATTR_TOOL_CALL_ID)
+    if call_id is not None and call.call_id is not None:
+        return span if str(call_id) == str(call.call_id) else None
+    tool = attributes.get(ATTR_TOOL)
+    if tool is None:
+        tool = name[len(OPERATION) :].strip()
+    tool = str(tool)
+    if tool == call.tool or not tool or tool.endswith(call.tool) or call.tool.endswith(tool):
+        return span
+    return None
+
+
+def _annotate_native(span: Any, shape: CachedSpanAttributes, call: ToolCall, state: str) -> None:
+    """Our attributes on the framework's tool span; its own ``gen_ai.*`` values win."""
+    existing = span.attributes
+    attributes = {
+        key: value for key, value in shape.attributes.items() if key.startswith("otel_breaker.") or key not in existing
+    }
+    attributes[ATTR_STATE] = state
+    attributes[ATTR_REJECTED] = False
+    if call.call_id is not None and ATTR_TOOL_CALL_ID not in existing:
+        attributes[ATTR_TOOL_CALL_ID] = bounded(call.call_id)
+    span.set_attributes(attributes)
+
+
 def _key_labels(tool: str, agent: str | None, source: str | None = None) -> dict[str, str]:
     """Series labels: two same-named tools of different sources are two series."""
     labels = {ATTR_TOOL: bounded(tool)}
@@ -505,6 +546,12 @@ class Telemetry:
         settings = get_settings()
         if shape is None or shape.key != key or shape.settings is not settings:
             shape = breaker.span_cache = _span_shape(call, key, settings)
+        native = _native_tool_span(parent, call) if parent else None
+        if native is not None:
+            # The framework traces this call itself: one span per call, so ours is
+            # not started; the framework's carries our attributes instead.
+            _annotate_native(native, shape, call, state)
+            return (native, None, state)
         attributes = {**shape.attributes, ATTR_STATE: state, ATTR_REJECTED: False}
         if call.call_id is not None:
             attributes[ATTR_TOOL_CALL_ID] = bounded(call.call_id)
@@ -517,6 +564,8 @@ class Telemetry:
         return (span, token, state)
 
     def detach(self, handle: Any) -> None:
+        if handle[1] is None:  # the framework's own span: its context is the framework's to leave
+            return
         try:
             context_api.detach(handle[1])
         except Exception:  # a foreign context manager misbehaved; never fail the call
@@ -561,10 +610,11 @@ class Telemetry:
                 if err is not None:
                     description = exception_message(exc) if (exc is not None and self.capture_content) else None
                     span.set_status(Status(StatusCode.ERROR, description))
-                if exc is not None:
+                if exc is not None and handle[1] is not None:
                     self._exception_event(span, exc)
         finally:
-            span.end(end_time=end_time)
+            if handle[1] is not None:  # the framework ends its own span
+                span.end(end_time=end_time)
 
     def past_call(
         self,
@@ -623,7 +673,8 @@ class Telemetry:
             # The span is still current: the event carries its trace and span ids.
             self._emit_event(EVENT_REJECTED, _REJECTED_SEVERITY, {**_call_labels(call), **event}, None)
         finally:
-            span.end()
+            if handle[1] is not None:  # the framework ends its own span
+                span.end()
 
     def escalated(self, handle: Any, call: ToolCall, breaker: CircuitBreaker) -> None:
         """A human approved one call through an open breaker."""
