@@ -116,6 +116,11 @@ class BreakerInstrumentor(BaseInstrumentor):
         from otel_breaker.config import get_settings
 
         status_server.start_from_settings()  # OTEL_BREAKER_STATUS_ADDR, if set; never raises
+        if not kwargs.get("lazy", False):
+            from otel_breaker.instrumentation import autostart
+
+            if autostart.launched_by_opentelemetry_instrument():
+                autostart.after_launcher()  # no opentelemetry-distro: nothing else sets the SDK up
         tracer_provider = kwargs.get("tracer_provider")
         meter_provider = kwargs.get("meter_provider")
         if tracer_provider is not None or meter_provider is not None:

@@ -117,3 +117,33 @@ def attach_span_processor() -> None:
     from otel_breaker.processor import BreakerSpanProcessor, attach
 
     attach(provider, BreakerSpanProcessor())
+
+
+def launched_by_opentelemetry_instrument() -> bool:
+    """Whether this process was started by ``opentelemetry-instrument`` (its start-up module is loaded)."""
+    import sys
+
+    return "opentelemetry.instrumentation.auto_instrumentation" in sys.modules
+
+
+def after_launcher() -> None:
+    """``opentelemetry-instrument`` loaded our instrumentor. With ``opentelemetry-distro``
+    its configurator has set the SDK up by now; without it nothing has, and the
+    launcher says nothing: then we set it up from ``OTEL_*`` as the switch does,
+    or say in one line what to install."""
+    try:
+        from otel_breaker.sdk_setup import providers_set_by_program
+
+        if providers_set_by_program():
+            return
+    except ImportError:
+        pass
+    if export_asked():
+        if ensure_sdk() is not None:
+            attach_span_processor()
+        return
+    logger.warning(
+        "otel-breaker: opentelemetry-instrument set up no OpenTelemetry SDK and no OTEL_*_EXPORTER or "
+        "OTLP endpoint is set, so nothing is exported; pip install opentelemetry-distro (the launcher's "
+        "default set-up), or set OTEL_EXPORTER_OTLP_ENDPOINT"
+    )
