@@ -315,6 +315,8 @@ class Telemetry:
         self.span_events = True
         self.estimator = TokenEstimator()
         self._transitions: dict[tuple[str, str | None, str, str, str | None], int] = {}
+        #: (tool, agent, source) -> the state its breaker last entered (the gauge of a pruned one).
+        self._last_state: dict[tuple[str, str | None, str | None], State] = {}
         self._settings_read = False
         # ``explicit`` lives in a slot the breaker reads on every call (see observing).
         self._explicit: dict[str, Any] = {"explicit": None}
@@ -403,6 +405,7 @@ class Telemetry:
             self._settings_read = False  # capture_content, duration_metric: from settings again
             if counts:
                 self._transitions.clear()
+                self._last_state.clear()
                 self.estimator = TokenEstimator(self.estimator.tokens_per_call)
                 self._registry = None
                 for breaker in all_breakers():
@@ -688,6 +691,7 @@ class Telemetry:
         key = (breaker.name, breaker.agent_name, change.from_state.value, change.to_state.value, breaker.source)
         with self._lock:
             self._transitions[key] = self._transitions.get(key, 0) + 1
+            self._last_state[(breaker.name, breaker.agent_name, breaker.source)] = change.to_state
         event = {
             ATTR_FROM_STATE: change.from_state.value,
             ATTR_TO_STATE: change.to_state.value,
@@ -766,12 +770,22 @@ class Telemetry:
         with self._lock:
             return dict(self._transitions)
 
+    def _retired_series(self) -> set[tuple[str, str | None, str | None]]:
+        """(tool, agent, source) of breakers the registry pruned (their agent object
+        went away, a session ended): their series stay in every export, the last at
+        exit included, as the counters' do."""
+        return {(tool, agent, source) for tool, agent, _mode, source in self.registry.retired_counts()}
+
     def _observe_state(self, options: CallbackOptions) -> Iterable[Observation]:
         states: dict[tuple[str, str | None, str | None], dict[State, int]] = {}
         for breaker in self.live_breakers():
             key = (breaker.name, breaker.agent_name, breaker.source)
             per_state = states.setdefault(key, dict.fromkeys(STATES, 0))
             per_state[breaker.state] += 1
+        for key in self._retired_series():
+            if key not in states:  # no live breaker: the state its last one was left in
+                states[key] = dict.fromkeys(STATES, 0)
+                states[key][self._last_state.get(key, State.CLOSED)] = 1
         for (tool, agent, source), per_state in states.items():
             labels = _key_labels(tool, agent, source)
             for state, value in per_state.items():
@@ -782,10 +796,10 @@ class Telemetry:
         # Every breaker reports its "-> open" series from the start, at 0: rate() and
         # increase() only see growth after a series' first sample, so a first opening
         # would otherwise never count on dashboards and in alerts.
-        for breaker in self.live_breakers():
+        series = {(b.name, b.agent_name, b.source) for b in self.live_breakers()} | self._retired_series()
+        for tool, agent, source in series:
             for from_state in (State.CLOSED.value, State.HALF_OPEN.value):
-                key = (breaker.name, breaker.agent_name, from_state, State.OPEN.value, breaker.source)
-                transitions.setdefault(key, 0)
+                transitions.setdefault((tool, agent, from_state, State.OPEN.value, source), 0)
         for (tool, agent, from_state, to_state, source), value in transitions.items():
             labels = _key_labels(tool, agent, source)
             yield Observation(value, {**labels, ATTR_FROM_STATE: from_state, ATTR_TO_STATE: to_state})

@@ -37,6 +37,8 @@ class OtlpReceiver:
     def __init__(self) -> None:
         self.spans: list[ReceivedSpan] = []
         self.metric_names: set[str] = set()
+        #: One entry per metrics export: instrument name -> (attributes, value) of its points.
+        self.metric_exports: list[dict[str, list[tuple[dict[str, Any], float]]]] = []
         self.log_count = 0
         self._lock = threading.Lock()
         self._http: ThreadingHTTPServer | None = None
@@ -55,10 +57,19 @@ class OtlpReceiver:
                         self.spans.append(ReceivedSpan(span.name, scope_spans.scope.name, attributes))
 
     def _metrics(self, request: Any) -> None:
+        export: dict[str, list[tuple[dict[str, Any], float]]] = {}
+        for resource_metrics in request.resource_metrics:
+            for scope_metrics in resource_metrics.scope_metrics:
+                for metric in scope_metrics.metrics:
+                    kind = metric.WhichOneof("data")
+                    points = export.setdefault(metric.name, [])
+                    if kind in ("gauge", "sum"):
+                        for point in getattr(metric, kind).data_points:
+                            value = point.as_double if point.WhichOneof("value") == "as_double" else point.as_int
+                            points.append(({kv.key: _value(kv.value) for kv in point.attributes}, value))
         with self._lock:
-            for resource_metrics in request.resource_metrics:
-                for scope_metrics in resource_metrics.scope_metrics:
-                    self.metric_names.update(metric.name for metric in scope_metrics.metrics)
+            self.metric_names.update(export)
+            self.metric_exports.append(export)
 
     def _logs(self, request: Any) -> None:
         with self._lock:

@@ -250,8 +250,12 @@ async def _run_failing(instrument, otel) -> None:
     assert breaker.state is State.OPEN
 
 
-def test_opentelemetry_instrument_counts_a_natively_traced_call_once():
+@pytest.mark.parametrize("framework_tracing", ["true", "false"])
+def test_opentelemetry_instrument_counts_a_natively_traced_call_once(framework_tracing):
+    """With its tracing on (the default) the framework's span is the call's one span;
+    with ``ENABLE_INSTRUMENTATION=false`` ours is: one either way."""
     env = script_env(
+        ENABLE_INSTRUMENTATION=framework_tracing,
         OTEL_BREAKER_FAILURE_THRESHOLD="2",
         OTEL_TRACES_EXPORTER="console",
         OTEL_METRICS_EXPORTER="none",
@@ -259,6 +263,7 @@ def test_opentelemetry_instrument_counts_a_natively_traced_call_once():
     )
     out, stdout = run_script(SCRIPT, env, marker='{"body_runs"', launch=launcher())
     assert out["body_runs"] == 2  # counted twice, the breaker would have opened after the first call
-    # one span per call: the framework's own, holding ours
+    # one span per call, holding our attributes: the framework's own, or ours when its tracing is off
     assert stdout.count('"name": "execute_tool inventory"') == 5
     assert stdout.count('"otel_breaker.guarded": true') == 5
+    assert ('"name": "invoke_agent' in stdout) == (framework_tracing == "true")
