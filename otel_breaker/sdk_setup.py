@@ -153,8 +153,7 @@ def plan_export(environ: Mapping[str, str] | None = None, *, force_otlp: bool = 
                 problems.append(f"{signal}: {exc}; not exported")
                 continue
             if entry_point not in available:
-                package = EXPORTER_PACKAGES.get(entry_point)
-                fix = f"; pip install {package}" if package else ""
+                fix = f"; pip install {exporter_package(entry_point)}"
                 problems.append(
                     f"{signal} not exported: {var}={raw or name} names no installed exporter {entry_point!r} "
                     f"(available: {', '.join(sorted(available)) or 'none'}){fix}"
@@ -442,6 +441,13 @@ EXPORTER_PACKAGES = {
     "prometheus": "opentelemetry-exporter-prometheus",
     "console": "opentelemetry-sdk",
 }
+
+
+def exporter_package(entry_point: str) -> str:
+    """The package that provides an exporter entry point (by the contrib naming for unknown ones)."""
+    return EXPORTER_PACKAGES.get(entry_point) or f"opentelemetry-exporter-{entry_point.split('_')[0]}"
+
+
 #: Where the Prometheus exporter listens unless told otherwise (its own defaults).
 PROMETHEUS_DEFAULT_HOST = "localhost"
 PROMETHEUS_DEFAULT_PORT = 9464
@@ -483,7 +489,7 @@ def signal_failure_fix(signal: str, exporters: tuple[Exporter, ...], exc: BaseEx
             "set OTEL_EXPORTER_PROMETHEUS_PORT to a free port or free that one"
         )
     elif isinstance(exc, ImportError):
-        packages = sorted({EXPORTER_PACKAGES.get(e.entry_point, e.entry_point) for e in exporters})
+        packages = sorted({exporter_package(e.entry_point) for e in exporters})
         fix = f"an exporter package is missing or broken; pip install {' '.join(packages)}"
     elif isinstance(exc, ValueError):
         fix = f"check OTEL_{signal.upper()}_EXPORTER and the OTEL_EXPORTER_* settings of {names}"
@@ -581,3 +587,78 @@ def configure_sdk_from_env(environ: Mapping[str, str] | None = None, *, skip: Co
         ),
     )
     return setup
+
+
+# -- what doctor reports per signal -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SignalCheck:
+    """One signal's state as the set-up would find it here: ``exported``, ``off`` or ``problem``."""
+
+    signal: str
+    state: str
+    detail: str
+
+
+def _port_taken(host: str, port: int) -> bool:
+    import socket
+
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def check_signals(plan: ExportPlan, environ: Mapping[str, str] | None = None) -> list[SignalCheck]:
+    """Per signal, what the set-up would do, trying what can fail before a program runs:
+    each exporter's package loads (a broken or mismatched one is named), and a port an
+    exporter listens on is free and not the status endpoint's."""
+    env = os.environ if environ is None else environ
+    checks = []
+    status_addr = env.get("OTEL_BREAKER_STATUS_ADDR", "").strip()
+    for signal_plan in plan.signals:
+        signal = signal_plan.signal
+        if not signal_plan.exporters:
+            problem = next((p for p in plan.problems if p.startswith(f"{signal} not exported")), None)
+            if problem:
+                checks.append(SignalCheck(signal, "problem", problem))
+            else:
+                checks.append(SignalCheck(signal, "off", f"not exported ({signal_plan.reason})"))
+            continue
+        problems = []
+        for exporter in signal_plan.exporters:
+            try:
+                from importlib.metadata import entry_points
+
+                (entry_point,) = [
+                    ep
+                    for ep in entry_points(group=f"opentelemetry_{signal}_exporter")
+                    if ep.name == exporter.entry_point
+                ]
+                entry_point.load()
+            except Exception as exc:
+                problems.append(signal_failure_fix(signal, (exporter,), exc).removeprefix("otel-breaker: "))
+                continue
+            if exporter.entry_point == "prometheus":
+                host, port = prometheus_address(env)
+                if status_addr.rpartition(":")[2] == str(port):
+                    problems.append(
+                        f"{signal} not exported: the Prometheus exporter's port {port} is also "
+                        f"OTEL_BREAKER_STATUS_ADDR={status_addr}; set OTEL_EXPORTER_PROMETHEUS_PORT or "
+                        "OTEL_BREAKER_STATUS_ADDR to another"
+                    )
+                elif _port_taken(host, port):
+                    problems.append(
+                        f"{signal} not exported: the Prometheus exporter's port {host}:{port} is in use here; "
+                        "set OTEL_EXPORTER_PROMETHEUS_PORT to a free port"
+                    )
+        where = "; ".join(e.description for e in signal_plan.exporters)
+        if problems:
+            checks.append(SignalCheck(signal, "problem", "; ".join(problems)))
+        else:
+            checks.append(SignalCheck(signal, "exported", f"{where} ({signal_plan.reason})"))
+    return checks

@@ -43,14 +43,18 @@ def autostart() -> None:
         return
     if "otel_breaker" in {n.strip() for n in os.environ.get("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "").split(",")}:
         return
-    from otel_breaker.instrumentation import BreakerInstrumentor
+    from otel_breaker.instrumentation import FRAMEWORKS
 
-    instrumentor = BreakerInstrumentor()
+    if settings.status_addr:  # the status server (http.server, threads) only when asked for
+        from otel_breaker import status_server
+
+        status_server.start_from_settings(settings)
     try:
-        if not instrumentor.is_instrumented_by_opentelemetry:  # the launcher may have loaded it already
+        if not FRAMEWORKS.started_by_switch and not _launcher_instrumented():
             # Each framework is checked by its adapter when (and if) it is imported,
             # so no framework installed is a quiet no-op, as with the launcher.
-            instrumentor.instrument(lazy=True, lenient=True, skip_dep_check=True)
+            FRAMEWORKS.enable(None, lazy=True, lenient=True)
+            FRAMEWORKS.started_by_switch = True
     except Exception as exc:
         logger.warning("otel-breaker: could not register framework hooks: %s: %s", type(exc).__name__, exc)
     # Now, before the framework's module runs: its first span must find a provider.
@@ -59,6 +63,14 @@ def autostart() -> None:
     from otel_breaker.instrumentation.base import before_first_call
 
     before_first_call(attach_span_processor)
+
+
+def _launcher_instrumented() -> bool:
+    """Whether ``opentelemetry-instrument`` already loaded our instrumentor."""
+    import sys
+
+    module = sys.modules.get("otel_breaker.instrumentation.instrumentor")
+    return module is not None and module.BreakerInstrumentor._is_instrumented_by_opentelemetry
 
 
 def export_asked(environ: Mapping[str, str] | None = None) -> bool:

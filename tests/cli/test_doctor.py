@@ -81,7 +81,7 @@ def test_doctor_reports_every_problem_and_exits_1():
     assert "PROBLEM: OTEL_BREAKER_FAILURE_THRESHOLD='zero': expected a whole number >= 1" in out
     assert "PROBLEM: OTEL_BREAKER_FALLBACKS='web_search'" in out
     assert "OTEL_BREAKER_FAILURE_TRESHOLD is not an otel-breaker setting (misspelt?)" in out
-    assert "OTEL_TRACES_EXPORTER=nosuchexporter: no exporter 'nosuchexporter' is installed for traces" in out
+    assert "traces not exported: OTEL_TRACES_EXPORTER=nosuchexporter names no installed exporter" in out
     assert "4 problem(s) found:" in out
     # the lenient loader's warnings are not repeated on stderr: each problem is in the report
     assert result.stderr == ""
@@ -186,3 +186,21 @@ def test_doctor_describes_one_signal_asked_for_and_nothing_else():
     assert "    traces: OTLP http/protobuf to http://c:4318/v1/traces (OTEL_EXPORTER_OTLP_ENDPOINT is set)" in out
     assert "    metrics: not exported (OTEL_METRICS_EXPORTER=none)" in out
     assert "    logs: OTLP http/protobuf to http://c:4318/v1/logs" in out
+
+
+def test_doctor_reports_each_signal_and_names_a_port_clash():
+    env = clean_env(
+        OTEL_TRACES_EXPORTER="console",
+        OTEL_METRICS_EXPORTER="prometheus",
+        OTEL_EXPORTER_PROMETHEUS_PORT="9470",
+        OTEL_BREAKER_STATUS_ADDR="127.0.0.1:9470",
+        OTEL_LOGS_EXPORTER="zipkin_json",
+    )
+    result = run_cli("doctor", env=env)
+    assert result.returncode == 1
+    out = result.stdout
+    assert "    traces: console (OTEL_TRACES_EXPORTER=console)" in out
+    assert "    metrics not exported: the Prometheus exporter's port 9470 is also OTEL_BREAKER_STATUS_ADDR=" in out
+    assert "    logs not exported: OTEL_LOGS_EXPORTER=zipkin_json" in out
+    assert "pip install opentelemetry-exporter-zipkin" in out
+    assert "opentelemetry-distro is not installed" in out

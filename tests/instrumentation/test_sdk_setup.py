@@ -68,7 +68,8 @@ def test_explicit_exporters_and_problems():
     assert [e.entry_point for e in plan.exporters("traces")] == ["console", "otlp_proto_grpc"]
     assert plan.exporters("metrics") == ()
     assert plan.problems == ("metrics not exported: OTEL_METRICS_EXPORTER=nosuch names no installed exporter 'nosuch' "
-                             f"(available: {', '.join(sorted(sdk_setup._entry_point_names('metrics')))})",)  # fmt: skip
+                             f"(available: {', '.join(sorted(sdk_setup._entry_point_names('metrics')))}); "
+                             "pip install opentelemetry-exporter-nosuch",)  # fmt: skip
     bad = plan_export({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"})
     assert not bad.active and "expected grpc or http/protobuf" in bad.problems[0]
 
