@@ -452,7 +452,7 @@ class Telemetry:
                 return None
             provider = trace_api.get_tracer_provider()
         self._read_settings()
-        self._tracer = provider.get_tracer(SCOPE_NAME, __version__)
+        self._tracer = provider.get_tracer(SCOPE_NAME, __version__, schema_url=semconv.SCHEMA_URL)
         return self._tracer
 
     def _ensure_meter(self) -> bool:
@@ -467,7 +467,7 @@ class Telemetry:
             if self._meter_ready:
                 return True
             self._read_settings()
-            self._create_instruments(provider.get_meter(SCOPE_NAME, __version__))
+            self._create_instruments(provider.get_meter(SCOPE_NAME, __version__, schema_url=semconv.SCHEMA_URL))
             self._meter_ready = True
         return True
 
@@ -590,7 +590,12 @@ class Telemetry:
         if duration is not None:
             cache = breaker.telemetry_cache
             if cache is None:
-                cache = breaker.telemetry_cache = {None: _labels(breaker)}
+                # The semconv attributes of the duration: tool, agent, tool type, error.type
+                # (and our source and upstream); never a session or call id.
+                labels = _labels(breaker)
+                if call.tool_type:
+                    labels[ATTR_TOOL_TYPE] = call.tool_type
+                cache = breaker.telemetry_cache = {None: labels}
             attributes = cache.get(err)
             if attributes is None:
                 attributes = cache[err] = {**cache[None], ATTR_ERROR_TYPE: err}
@@ -737,7 +742,7 @@ class Telemetry:
             if _LOGS_GLOBALS.get("_LOGGER_PROVIDER", True) is None:
                 return None
             provider = logs_api.get_logger_provider()
-        self._event_logger = provider.get_logger(SCOPE_NAME, __version__)
+        self._event_logger = provider.get_logger(SCOPE_NAME, __version__, schema_url=semconv.SCHEMA_URL)
         return self._event_logger
 
     def _emit_event(
