@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import sys
 import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
@@ -54,6 +55,31 @@ ADAPTERS: dict[str, str] = {
 }
 
 
+#: identifier -> the top-level modules whose import means that framework is in use
+#: (``test_bootstrap`` checks them against every adapter's patch points). With the
+#: switch, an auto-detected framework's adapter is loaded only when one of them is
+#: imported: importing LangChain does not load the fifteen other adapters.
+FRAMEWORK_IMPORTS: dict[str, tuple[str, ...]] = {
+    "langchain": ("langchain_core", "langgraph", "langchain_mcp_adapters"),
+    "openai_agents": ("agents",),
+    "pydantic_ai": ("pydantic_ai",),
+    "llama_index": ("llama_index",),
+    "smolagents": ("smolagents",),
+    "crewai": ("crewai",),
+    "autogen": ("autogen_core", "autogen_agentchat"),
+    "praisonai": ("praisonaiagents",),
+    "mcp": ("mcp",),
+    "agno": ("agno",),
+    "dspy": ("dspy",),
+    "haystack": ("haystack",),
+    "fastmcp": ("fastmcp",),
+    "google_adk": ("google.adk",),
+    "strands": ("strands",),
+    "agent_framework": ("agent_framework",),
+    "semantic_kernel": ("semantic_kernel",),
+}
+
+
 def normalize_framework(name: str) -> str:
     """The adapter identifier for a user-written framework name (ValueError naming the allowed ones)."""
     return config.normalize_framework(name)
@@ -76,6 +102,7 @@ class Frameworks:
         self._hooked: set[str] = set()
         self._lock = threading.RLock()
         self._lazy = False
+        self._watching = False
         #: Set when the switch started it (``BreakerInstrumentor`` then reports itself instrumented).
         self.started_by_switch = False
 
@@ -93,6 +120,9 @@ class Frameworks:
         self._lazy = lazy
         errors = []
         for name in names:
+            if lazy and not explicit:
+                self._when_imported(name)
+                continue
             try:
                 self._enable(name, explicit=explicit)
             except DidNotEnable as exc:
@@ -102,6 +132,32 @@ class Frameworks:
         for error in errors:
             logger.error("otel-breaker: framework %s", error)
 
+    def _when_imported(self, name: str) -> None:
+        """Load ``name``'s adapter (and hook its patch modules) once its framework is imported."""
+        import wrapt
+
+        tops = FRAMEWORK_IMPORTS.get(name, ())
+        if not any(_findable(top) for top in tops):
+            self._status[name] = "skipped: not installed"
+            return
+        with self._lock:
+            self._watching = True
+            self._status.setdefault(name, "waiting for import")
+            if name in self._adapters or f"{name}:*" in self._hooked:
+                return
+            self._hooked.add(f"{name}:*")
+
+        def on_import(module: Any, name: str = name) -> None:
+            if not self._watching:  # uninstrumented since
+                return
+            try:
+                self._enable(name, explicit=False)
+            except Exception:
+                logger.exception("otel-breaker: enabling %s failed; its tools run unguarded", name)
+
+        for top in tops:
+            wrapt.register_post_import_hook(on_import, top)
+
     def disable(self) -> None:
         with self._lock:
             for adapter in self._adapters.values():
@@ -109,6 +165,7 @@ class Frameworks:
             self._adapters.clear()
             self._status.clear()
             self.started_by_switch = False
+            self._watching = False
 
     # -- per framework ----------------------------------------------------------------------
 
@@ -202,6 +259,18 @@ class Frameworks:
     def adapters(self) -> dict[str, FrameworkAdapter]:
         with self._lock:
             return dict(self._adapters)
+
+
+def _findable(module: str) -> bool:
+    """Whether ``module`` is installed (its parent package is imported to look, never it)."""
+    import importlib.util
+
+    if module in sys.modules:
+        return True
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def _target_modules(adapter: FrameworkAdapter) -> Iterable[str]:
