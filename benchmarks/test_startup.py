@@ -5,13 +5,24 @@ interpreter (``pip`` too). Each benchmark spawns ``python -c pass`` (no agent
 framework imported) and times it to exit, so the figures include interpreter
 start-up; compare the medians in one run: ``on`` minus ``off`` is what the
 switch adds. ``-S`` (no ``site``, so no ``.pth`` at all) is the floor.
+
+With a framework imported the switch does its work (config, the framework's
+adapter and the call path, patching): ``test_framework_import`` times
+``python -c "import <framework>"`` with the switch off and on, interleaved
+(off, on, off, on, ...) so both see the same machine load, and reports the
+medians and their difference in ``extra_info`` (and on stdout with ``-s``).
+No ``OTEL_*`` exporter is asked for: setting the SDK up is the user's export,
+timed apart in ``test_framework_import_with_export``.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import statistics
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -46,3 +57,60 @@ def _spawn(args: list[str], env: dict[str, str]) -> None:
 def test_interpreter_start_up(benchmark, variant, args, env):
     _spawn(args, env)  # warm the file-system cache
     benchmark.pedantic(_spawn, args=(args, env), rounds=ROUNDS, iterations=1)
+
+
+#: Interleaved pairs per framework import (each a fresh interpreter).
+PAIRS = 15
+FRAMEWORK_IMPORTS = ("langchain_core.tools", "pydantic_ai", "strands")
+
+
+def _timed(args: list[str], env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    _spawn(args, env)
+    return time.perf_counter() - start
+
+
+def _interleaved(module: str, on_env: dict[str, str], pairs: int = PAIRS) -> dict[str, float]:
+    args = ["-c", f"import {module}"]
+    off_env = _env()
+    _spawn(args, off_env)  # warm the file-system cache
+    _spawn(args, on_env)
+    off, on = [], []
+    for _ in range(pairs):
+        off.append(_timed(args, off_env))
+        on.append(_timed(args, on_env))
+    off_ms, on_ms = statistics.median(off) * 1000, statistics.median(on) * 1000
+    return {"off_ms": round(off_ms, 1), "on_ms": round(on_ms, 1), "added_ms": round(on_ms - off_ms, 1)}
+
+
+def _installed(module: str) -> None:
+    if importlib.util.find_spec(module.split(".")[0]) is None:
+        pytest.skip(f"{module} is not installed here")
+
+
+@pytest.mark.parametrize("module", FRAMEWORK_IMPORTS)
+@pytest.mark.benchmark(group="start-up: import a framework, switch off vs on (interleaved medians)")
+def test_framework_import(benchmark, module):
+    _installed(module)
+    figures = benchmark.pedantic(_interleaved, args=(module, _env(OTEL_BREAKER_ENABLED="true")), rounds=1)
+    benchmark.extra_info.update(figures)
+    print(f"\n{module}: off {figures['off_ms']} ms, on {figures['on_ms']} ms, +{figures['added_ms']} ms")
+
+
+@pytest.mark.parametrize("module", FRAMEWORK_IMPORTS)
+@pytest.mark.benchmark(group="start-up: import a framework, switch on with OTLP export (interleaved medians)")
+def test_framework_import_with_export(benchmark, module):
+    """The SDK and the OTLP/HTTP exporter set up at the framework's import (what
+    ``opentelemetry-instrument`` pays at start-up for the same variables)."""
+    _installed(module)
+    env = _env(
+        OTEL_BREAKER_ENABLED="true",
+        OTEL_TRACES_EXPORTER="otlp",
+        OTEL_METRICS_EXPORTER="none",
+        OTEL_LOGS_EXPORTER="none",
+        OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf",
+        OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:9",  # nothing is exported during an import
+    )
+    figures = benchmark.pedantic(_interleaved, args=(module, env), rounds=1)
+    benchmark.extra_info.update(figures)
+    print(f"\n{module} + OTLP export: off {figures['off_ms']} ms, on {figures['on_ms']} ms, +{figures['added_ms']} ms")

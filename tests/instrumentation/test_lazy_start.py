@@ -43,3 +43,15 @@ print(sorted(m for m in never if m in loaded))
     result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_requirements_read_without_packaging_agree_with_packaging():
+    from packaging.requirements import Requirement
+
+    from otel_breaker.instrumentation.spec import split_requirement
+
+    for name in ADAPTERS:
+        requires = getattr(load_adapter_class(name), "requires", "")
+        if requires:
+            parsed = Requirement(requires)
+            assert split_requirement(requires) == (parsed.name, str(parsed.specifier)), name
