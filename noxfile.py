@@ -98,6 +98,7 @@ def framework(session: nox.Session, name: str) -> None:
 @nox.session
 def benchmarks(session: nox.Session) -> None:
     """Speed against a bare call and the peer breakers (numbers go to docs/performance.md);
-    langchain-core for the framework-level benchmark."""
-    session.install("-e", ".[dev]", "langchain-core>=1.0,<2")
+    langchain-core for the framework-level benchmark, and pydantic-ai and Strands for the
+    start-up one (importing each with the switch off and on)."""
+    session.install("-e", ".[dev]", "langchain-core>=1.0,<2", "pydantic-ai-slim>=2.68,<3", "strands-agents>=1.62,<2")
     session.run("pytest", "benchmarks", "-q", "--benchmark-columns=min,median,mean,ops", *session.posargs)

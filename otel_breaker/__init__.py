@@ -5,34 +5,92 @@ later calls are rejected at once, without running the tool, with a message the
 agent loop understands; after a cooldown one probe tests recovery.
 """
 
-from otel_breaker import health as _health
+from typing import TYPE_CHECKING, Any
+
 from otel_breaker import loglines as _loglines
 from otel_breaker._version import __version__
-from otel_breaker.breaker import (
-    PRESETS,
-    BreakerStats,
-    CircuitBreaker,
-    CircuitBreakerConfig,
-    CircuitOpenError,
-    State,
-    StateChange,
-)
-from otel_breaker.classify import ApprovalDeniedError, PermissionDeniedError
-from otel_breaker.config import ConfigError, load_settings
-from otel_breaker.degrade import Rejection, set_escalation
-from otel_breaker.guard import Guard, ToolTimeoutError, guard
-from otel_breaker.identity import ToolKey, code_origin
-from otel_breaker.registry import (
-    BreakerRegistry,
-    breaker_scope,
-    get_circuit_breaker,
-    release,
-    reset_all_circuit_breakers,
-)
-from otel_breaker.toolcall import ToolCall
+from otel_breaker.breaker import add_global_listener as _add_global_listener
 
+# Bound here, not lazily: the submodule ``otel_breaker.guard`` would otherwise shadow
+# the decorator of the same name once anything imports it.
+from otel_breaker.guard import Guard, ToolTimeoutError, guard
+
+if TYPE_CHECKING:
+    from otel_breaker.breaker import (
+        PRESETS,
+        BreakerStats,
+        CircuitBreaker,
+        CircuitBreakerConfig,
+        CircuitOpenError,
+        State,
+        StateChange,
+    )
+    from otel_breaker.classify import ApprovalDeniedError, PermissionDeniedError
+    from otel_breaker.config import ConfigError, load_settings
+    from otel_breaker.degrade import Rejection, set_escalation
+    from otel_breaker.identity import ToolKey, code_origin
+    from otel_breaker.registry import (
+        BreakerRegistry,
+        breaker_scope,
+        get_circuit_breaker,
+        release,
+        reset_all_circuit_breakers,
+    )
+    from otel_breaker.toolcall import ToolCall
+
+# The other public names, each loaded from its module on first use: ``OTEL_BREAKER_ENABLED``
+# imports this package when a framework is imported, and a framework's import must
+# not pay for what no tool call needs (health checks, rejection texts, fallbacks).
+_LAZY = {
+    **dict.fromkeys(
+        ("PRESETS", "BreakerStats", "CircuitBreaker", "CircuitBreakerConfig", "CircuitOpenError", "State"),
+        "otel_breaker.breaker",
+    ),
+    "StateChange": "otel_breaker.breaker",
+    "ApprovalDeniedError": "otel_breaker.classify",
+    "PermissionDeniedError": "otel_breaker.classify",
+    "ConfigError": "otel_breaker.config",
+    "load_settings": "otel_breaker.config",
+    "Rejection": "otel_breaker.degrade",
+    "set_escalation": "otel_breaker.degrade",
+    **dict.fromkeys(
+        ("BreakerRegistry", "breaker_scope", "get_circuit_breaker", "release", "reset_all_circuit_breakers"),
+        "otel_breaker.registry",
+    ),
+    "ToolCall": "otel_breaker.toolcall",
+    "ToolKey": "otel_breaker.identity",
+    "code_origin": "otel_breaker.identity",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'otel_breaker' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+def _health_checks(change: Any) -> None:
+    """A breaker that opens gets its configured health check. The health module
+    (asyncio, threads) is loaded on the first transition, not at import."""
+    from otel_breaker import health
+    from otel_breaker.breaker import remove_global_listener
+
+    remove_global_listener(_health_checks)
+    health.install()  # from now on the monitor hears every transition itself
+    health.MONITOR.on_transition(change)
+
+
+_add_global_listener(_health_checks)
 _loglines.install()  # every line of our log bounded, whatever a message quotes
-_health.install()  # a breaker that opens gets its configured health check
 
 __all__ = [
     "PRESETS",

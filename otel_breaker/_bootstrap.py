@@ -58,7 +58,22 @@ class FrameworkImportWatch:
         if self.fired or fullname not in FRAMEWORK_MODULES:
             return None
         self.fired = True  # before starting: our own imports must not start it again
+        before = list(sys.meta_path)
         activate()
+        # Starting may put finders in front of this one (the post-import hooks that
+        # patch the framework): the import in progress has already passed that
+        # position, so they are asked here, or this very module would escape them.
+        for finder in sys.meta_path:
+            if finder is self:
+                break
+            if finder in before or not hasattr(finder, "find_spec"):
+                continue
+            try:
+                spec = finder.find_spec(fullname, path, target)
+            except Exception:
+                continue
+            if spec is not None:
+                return spec
         return None
 
 

@@ -181,7 +181,12 @@ def result_failed(result: Any, policy: FailurePolicy) -> bool:
 
 
 def error_type(exc: BaseException) -> str:
-    """The ``error.type`` value for an exception: its class name."""
+    """The ``error.type`` value for an exception: its class name, or the JSON-RPC
+    error code of an MCP protocol error (``exc.error.code``), as the MCP semantic
+    conventions ask."""
+    code = getattr(getattr(exc, "error", None), "code", None)
+    if isinstance(code, int) and not isinstance(code, bool) and type(exc).__module__.startswith(("mcp", "fastmcp")):
+        return str(code)
     return type(exc).__name__
 
 

@@ -507,9 +507,10 @@ def guard(
         return guard()(tool)
 
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
-        from otel_breaker.status_server import start_from_settings
+        if _config.get_settings().status_addr:  # the server module (http.server) only when asked for
+            from otel_breaker.status_server import start_from_settings
 
-        start_from_settings()  # OTEL_BREAKER_STATUS_ADDR, if set: once, never raises
+            start_from_settings()  # once, never raises
         name = tool or getattr(fn, "__name__", "tool")
         if clock is not None:
             settings = (registry if registry is not None else default_registry()).settings

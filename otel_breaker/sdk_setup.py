@@ -33,7 +33,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,7 +144,7 @@ def plan_export(environ: Mapping[str, str] | None = None, *, force_otlp: bool = 
             reason = f"{'OTEL_EXPORTER_OTLP_ENDPOINT' if any_endpoint else endpoint_var} is set"
         else:
             names, reason = [], f"nothing asked for: neither {var} nor an OTLP endpoint is set"
-        available = _entry_point_names(signal)
+        available = _entry_point_names(signal) if names else set()
         exporters = []
         for name in names:
             try:
@@ -153,9 +153,10 @@ def plan_export(environ: Mapping[str, str] | None = None, *, force_otlp: bool = 
                 problems.append(f"{signal}: {exc}; not exported")
                 continue
             if entry_point not in available:
+                fix = f"; pip install {exporter_package(entry_point)}"
                 problems.append(
-                    f"{var}={raw or name}: no exporter {entry_point!r} is installed for {signal} "
-                    f"(available: {', '.join(sorted(available)) or 'none'})"
+                    f"{signal} not exported: {var}={raw or name} names no installed exporter {entry_point!r} "
+                    f"(available: {', '.join(sorted(available)) or 'none'}){fix}"
                 )
                 continue
             if entry_point in _DEFAULT_ENDPOINTS:
@@ -375,6 +376,8 @@ class SdkSetup:
     plan: ExportPlan
     watch: CollectorWatch
     providers: dict[str, Any] = field(default_factory=dict)
+    #: Signals that could not be set up, with the one line that said why.
+    failed: dict[str, str] = field(default_factory=dict)
 
     def shutdown(self, budget: float | None = None) -> bool:
         """Flush and shut every provider down in parallel, waiting at most ``budget``
@@ -431,8 +434,127 @@ def _quiet_shutdown(provider: Any) -> None:
         _quiet.active = False
 
 
-def configure_sdk_from_env(environ: Mapping[str, str] | None = None) -> SdkSetup | None:
-    """Install SDK providers exporting as :func:`plan_export` says; None when nothing is asked for."""
+#: The package that provides each exporter entry point, for the fix a missing one names.
+EXPORTER_PACKAGES = {
+    "otlp_proto_grpc": "opentelemetry-exporter-otlp-proto-grpc",
+    "otlp_proto_http": "opentelemetry-exporter-otlp-proto-http",
+    "prometheus": "opentelemetry-exporter-prometheus",
+    "console": "opentelemetry-sdk",
+}
+
+
+def exporter_package(entry_point: str) -> str:
+    """The package that provides an exporter entry point (by the contrib naming for unknown ones)."""
+    return EXPORTER_PACKAGES.get(entry_point) or f"opentelemetry-exporter-{entry_point.split('_')[0]}"
+
+
+#: Where the Prometheus exporter listens unless told otherwise (its own defaults).
+PROMETHEUS_DEFAULT_HOST = "localhost"
+PROMETHEUS_DEFAULT_PORT = 9464
+
+
+def prometheus_address(environ: Mapping[str, str] | None = None) -> tuple[str, int]:
+    """The host and port the Prometheus exporter binds, as it reads them."""
+    env = os.environ if environ is None else environ
+    host = env.get("OTEL_EXPORTER_PROMETHEUS_HOST", "").strip() or PROMETHEUS_DEFAULT_HOST
+    try:
+        port = int(env.get("OTEL_EXPORTER_PROMETHEUS_PORT", "").strip() or PROMETHEUS_DEFAULT_PORT)
+    except ValueError:
+        port = PROMETHEUS_DEFAULT_PORT
+    return host, port
+
+
+def exporter_ports(plan: ExportPlan, environ: Mapping[str, str] | None = None) -> dict[int, str]:
+    """Local ports the planned exporters listen on, by port: the exporter's name and its variable."""
+    ports = {}
+    for exporter in plan.exporters("metrics"):
+        if exporter.entry_point == "prometheus":
+            host, port = prometheus_address(environ)
+            ports[port] = f"the Prometheus exporter ({host}:{port}, OTEL_EXPORTER_PROMETHEUS_PORT)"
+    return ports
+
+
+def signal_failure_fix(signal: str, exporters: tuple[Exporter, ...], exc: BaseException) -> str:
+    """One line naming the signal that could not be set up, why, and what to change."""
+    names = ", ".join(e.entry_point for e in exporters) or "none"
+    detail = f"{type(exc).__name__}: {str(exc)[:200]}"
+    if isinstance(exc, OSError) and any(e.entry_point == "prometheus" for e in exporters):
+        host, port = prometheus_address()
+        holder = ""
+        status_addr = os.environ.get("OTEL_BREAKER_STATUS_ADDR", "").strip()
+        if status_addr.rpartition(":")[2] == str(port):
+            holder = f" (OTEL_BREAKER_STATUS_ADDR={status_addr} uses it)"
+        fix = (
+            f"the Prometheus exporter could not listen on {host}:{port}{holder}; "
+            "set OTEL_EXPORTER_PROMETHEUS_PORT to a free port or free that one"
+        )
+    elif isinstance(exc, ImportError):
+        packages = sorted({exporter_package(e.entry_point) for e in exporters})
+        fix = f"an exporter package is missing or broken; pip install {' '.join(packages)}"
+    elif isinstance(exc, ValueError):
+        fix = f"check OTEL_{signal.upper()}_EXPORTER and the OTEL_EXPORTER_* settings of {names}"
+    else:
+        fix = f"check the settings of the {names} exporter"
+    return f"otel-breaker: {signal} not exported ({names}): {fix} [{detail}]; the other signals are unaffected"
+
+
+def _install_traces(setup: SdkSetup, resource: Any, exporters: tuple[Exporter, ...]) -> Any:
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    processors = [BatchSpanProcessor(load_exporter(exporter, setup.watch)) for exporter in exporters]
+    provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+    for processor in processors:
+        provider.add_span_processor(processor)
+    trace.set_tracer_provider(provider)
+    return provider
+
+
+def _install_metrics(setup: SdkSetup, resource: Any, exporters: tuple[Exporter, ...]) -> Any:
+    from opentelemetry import metrics
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+
+    readers = []
+    try:
+        for exporter in exporters:
+            loaded = load_exporter(exporter, setup.watch)
+            readers.append(loaded if isinstance(loaded, MetricReader) else PeriodicExportingMetricReader(loaded))
+    except BaseException:
+        for reader in readers:  # a periodic reader already started its thread
+            _quiet_shutdown(reader)
+        raise
+    provider = MeterProvider(metric_readers=readers, resource=resource, shutdown_on_exit=False)
+    metrics.set_meter_provider(provider)
+    return provider
+
+
+def _install_logs(setup: SdkSetup, resource: Any, exporters: tuple[Exporter, ...]) -> Any:
+    logs = _logs_sdk()
+    processors = [logs.BatchLogRecordProcessor(load_exporter(exporter, setup.watch)) for exporter in exporters]
+    provider = logs.LoggerProvider(resource=resource, shutdown_on_exit=False)
+    for processor in processors:
+        provider.add_log_record_processor(processor)
+    logs.set_logger_provider(provider)
+    return provider
+
+
+_INSTALLERS = {"traces": _install_traces, "metrics": _install_metrics, "logs": _install_logs}
+
+#: The outcome of the last set-up in this process, per signal (``doctor`` and tests read it).
+LAST_SETUP: SdkSetup | None = None
+
+
+def configure_sdk_from_env(environ: Mapping[str, str] | None = None, *, skip: Collection[str] = ()) -> SdkSetup | None:
+    """Install SDK providers exporting as :func:`plan_export` says; None when nothing is asked for.
+
+    Each signal is set up on its own: one that fails (a port in use, a missing
+    exporter package, a bad setting) is one warning line naming the signal and
+    the fix, and the others are installed as planned. ``skip``: signals whose
+    provider the program already set.
+    """
+    global LAST_SETUP
     plan = plan_export(environ)
     for problem in plan.problems:
         logger.warning("otel-breaker: %s", problem)
@@ -445,41 +567,98 @@ def configure_sdk_from_env(environ: Mapping[str, str] | None = None) -> SdkSetup
 
     resource = Resource.create()
     setup = SdkSetup(plan, CollectorWatch())
-    traces = plan.exporters("traces")
-    if traces:
-        from opentelemetry import trace
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
-
-        tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
-        for exporter in traces:
-            tracer_provider.add_span_processor(BatchSpanProcessor(load_exporter(exporter, setup.watch)))
-        trace.set_tracer_provider(tracer_provider)
-        setup.providers["traces"] = tracer_provider
-    metric_exporters = plan.exporters("metrics")
-    if metric_exporters:
-        from opentelemetry import metrics
-        from opentelemetry.sdk.metrics import MeterProvider
-        from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
-
-        readers = []
-        for exporter in metric_exporters:
-            loaded = load_exporter(exporter, setup.watch)
-            readers.append(loaded if isinstance(loaded, MetricReader) else PeriodicExportingMetricReader(loaded))
-        meter_provider = MeterProvider(metric_readers=readers, resource=resource, shutdown_on_exit=False)
-        metrics.set_meter_provider(meter_provider)
-        setup.providers["metrics"] = meter_provider
-    log_exporters = plan.exporters("logs")
-    if log_exporters:
-        logs = _logs_sdk()
-        logger_provider = logs.LoggerProvider(resource=resource, shutdown_on_exit=False)
-        for exporter in log_exporters:
-            logger_provider.add_log_record_processor(logs.BatchLogRecordProcessor(load_exporter(exporter, setup.watch)))
-        logs.set_logger_provider(logger_provider)
-        setup.providers["logs"] = logger_provider
+    for signal in SIGNALS:
+        exporters = plan.exporters(signal)
+        if not exporters or signal in skip:
+            continue
+        try:
+            setup.providers[signal] = _INSTALLERS[signal](setup, resource, exporters)
+        except Exception as exc:
+            setup.failed[signal] = signal_failure_fix(signal, exporters, exc)
+            logger.warning("%s", setup.failed[signal])
+    LAST_SETUP = setup
+    if not setup.providers:
+        return setup
     atexit.register(setup.shutdown)
     logger.info(
         "otel-breaker: OpenTelemetry SDK set up from OTEL_* variables: %s",
-        "; ".join(f"{e.signal}: {e.description}" for p in plan.signals for e in p.exporters),
+        "; ".join(
+            f"{e.signal}: {e.description}" for p in plan.signals if p.signal in setup.providers for e in p.exporters
+        ),
     )
     return setup
+
+
+# -- what doctor reports per signal -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SignalCheck:
+    """One signal's state as the set-up would find it here: ``exported``, ``off`` or ``problem``."""
+
+    signal: str
+    state: str
+    detail: str
+
+
+def _port_taken(host: str, port: int) -> bool:
+    import socket
+
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def check_signals(plan: ExportPlan, environ: Mapping[str, str] | None = None) -> list[SignalCheck]:
+    """Per signal, what the set-up would do, trying what can fail before a program runs:
+    each exporter's package loads (a broken or mismatched one is named), and a port an
+    exporter listens on is free and not the status endpoint's."""
+    env = os.environ if environ is None else environ
+    checks = []
+    status_addr = env.get("OTEL_BREAKER_STATUS_ADDR", "").strip()
+    for signal_plan in plan.signals:
+        signal = signal_plan.signal
+        if not signal_plan.exporters:
+            problem = next((p for p in plan.problems if p.startswith(f"{signal} not exported")), None)
+            if problem:
+                checks.append(SignalCheck(signal, "problem", problem))
+            else:
+                checks.append(SignalCheck(signal, "off", f"not exported ({signal_plan.reason})"))
+            continue
+        problems = []
+        for exporter in signal_plan.exporters:
+            try:
+                from importlib.metadata import entry_points
+
+                (entry_point,) = [
+                    ep
+                    for ep in entry_points(group=f"opentelemetry_{signal}_exporter")
+                    if ep.name == exporter.entry_point
+                ]
+                entry_point.load()
+            except Exception as exc:
+                problems.append(signal_failure_fix(signal, (exporter,), exc).removeprefix("otel-breaker: "))
+                continue
+            if exporter.entry_point == "prometheus":
+                host, port = prometheus_address(env)
+                if status_addr.rpartition(":")[2] == str(port):
+                    problems.append(
+                        f"{signal} not exported: the Prometheus exporter's port {port} is also "
+                        f"OTEL_BREAKER_STATUS_ADDR={status_addr}; set OTEL_EXPORTER_PROMETHEUS_PORT or "
+                        "OTEL_BREAKER_STATUS_ADDR to another"
+                    )
+                elif _port_taken(host, port):
+                    problems.append(
+                        f"{signal} not exported: the Prometheus exporter's port {host}:{port} is in use here; "
+                        "set OTEL_EXPORTER_PROMETHEUS_PORT to a free port"
+                    )
+        where = "; ".join(e.description for e in signal_plan.exporters)
+        if problems:
+            checks.append(SignalCheck(signal, "problem", "; ".join(problems)))
+        else:
+            checks.append(SignalCheck(signal, "exported", f"{where} ({signal_plan.reason})"))
+    return checks

@@ -6,9 +6,12 @@ telemetry module, the dashboard generator and the docs' tables read them from
 here, so a rename happens once. Standard library only: this module imports
 nothing else of ours (layer 0).
 
-Names follow the GenAI semantic conventions where one exists (``execute_tool``
-spans, ``gen_ai.*`` attributes, ``gen_ai.execute_tool.duration``) and the
-``otel_breaker.`` namespace otherwise.
+Names follow the GenAI and MCP semantic conventions of the
+``semantic-conventions-genai`` repository, release :data:`SEMCONV_VERSION`
+(``execute_tool`` spans, ``gen_ai.*`` attributes, ``gen_ai.execute_tool.duration``,
+``error.type``), and the ``otel_breaker.`` namespace for breaker state. The core
+``opentelemetry-semantic-conventions`` package's ``gen_ai.*`` constants are
+deprecated, so the names are written here rather than imported.
 """
 
 from __future__ import annotations
@@ -18,6 +21,10 @@ from dataclasses import dataclass
 
 #: Instrumentation scope of every tracer, meter and logger of otel-breaker.
 SCOPE_NAME = "otel_breaker"
+#: The release of the GenAI semantic conventions (``semantic-conventions-genai``) we follow.
+SEMCONV_VERSION = "0.1.0"
+#: Its schema URL, given to every tracer, meter and logger (a backend can translate by it).
+SCHEMA_URL = f"https://opentelemetry.io/schemas/gen-ai/{SEMCONV_VERSION}"
 
 # -- spans ------------------------------------------------------------------------------
 OPERATION = "execute_tool"
@@ -69,6 +76,8 @@ EVENT_EXCEPTION = "exception"
 
 #: ``error.type`` of a call a breaker rejected.
 ERROR_CIRCUIT_OPEN = "circuit_open"
+#: ``error.type`` of an MCP tool result with ``isError`` set (a protocol error carries its JSON-RPC code).
+ERROR_TOOL = "tool_error"
 
 # -- instruments ------------------------------------------------------------------------
 GAUGE = "gauge"

@@ -73,7 +73,7 @@ def parse_address(addr: str, allow_remote: bool = False) -> tuple[str, int]:
     shown = quoted(addr)
     host, sep, port_text = text.rpartition(":")
     if not sep or not (port_text.isascii() and port_text.isdigit()) or not host:
-        raise StatusAddressError(f"OTEL_BREAKER_STATUS_ADDR={shown}: expected HOST:PORT, e.g. 127.0.0.1:9464")
+        raise StatusAddressError(f"OTEL_BREAKER_STATUS_ADDR={shown}: expected HOST:PORT, e.g. 127.0.0.1:9470")
     port = int(port_text)
     if port > 65535:
         raise StatusAddressError(f"OTEL_BREAKER_STATUS_ADDR={shown}: port must be 0-65535")
@@ -320,10 +320,28 @@ def start_from_settings(settings: Settings | None = None) -> StatusServer | None
             logger.error("otel-breaker: status endpoint not started: %s", exc)
             return None
         except OSError as exc:
-            logger.error("otel-breaker: status endpoint not started on %s: %s", quoted(settings.status_addr), exc)
+            logger.error(
+                "otel-breaker: status endpoint not started on %s: %s%s",
+                quoted(settings.status_addr),
+                exc,
+                _port_owner(settings.status_addr),
+            )
             return None
         logger.info("otel-breaker: breaker board at %s/ (JSON at /status)", _running.url)
         return _running
+
+
+def _port_owner(addr: str) -> str:
+    """Names the exporter that listens on ``addr``'s port, when one is configured to."""
+    from otel_breaker.sdk_setup import prometheus_address
+
+    _host, port = prometheus_address()
+    if addr.rpartition(":")[2] != str(port):
+        return ""
+    return (
+        f" (port {port} is the Prometheus exporter's, OTEL_EXPORTER_PROMETHEUS_PORT; "
+        "give OTEL_BREAKER_STATUS_ADDR another port)"
+    )
 
 
 def _after_fork() -> None:  # a child has no server thread; let it start its own

@@ -140,6 +140,47 @@ def _span_shape(call: ToolCall, key: tuple, settings: Any) -> CachedSpanAttribut
     return CachedSpanAttributes(key, settings, span_name(attributes[ATTR_TOOL]), attributes)
 
 
+def _native_tool_span(parent: Any, call: ToolCall) -> Any:
+    """The framework's own ``execute_tool`` span of this call when it is current, else None.
+
+    Google ADK, Agent Framework, Semantic Kernel and Strands (and others with
+    their tracing on) open one around the tool they run; the GenAI conventions
+    ask instrumentations not to add a second one. It is this call's when it
+    names the same tool or call id; a span we already marked is not foreign."""
+    span = trace_api.get_current_span(parent)
+    if not span.is_recording():
+        return None
+    attributes = getattr(span, "attributes", None)
+    if attributes is None or attributes.get(ATTR_GUARDED):
+        return None
+    name = str(getattr(span, "name", ""))
+    if attributes.get(ATTR_OPERATION) != OPERATION and not name.startswith(OPERATION):
+        return None
+    call_id = attributes.get(ATTR_TOOL_CALL_ID)
+    if call_id is not None and call.call_id is not None:
+        return span if str(call_id) == str(call.call_id) else None
+    tool = attributes.get(ATTR_TOOL)
+    if tool is None:
+        tool = name[len(OPERATION) :].strip()
+    tool = str(tool)
+    if tool == call.tool or not tool or tool.endswith(call.tool) or call.tool.endswith(tool):
+        return span
+    return None
+
+
+def _annotate_native(span: Any, shape: CachedSpanAttributes, call: ToolCall, state: str) -> None:
+    """Our attributes on the framework's tool span; its own ``gen_ai.*`` values win."""
+    existing = span.attributes
+    attributes = {
+        key: value for key, value in shape.attributes.items() if key.startswith("otel_breaker.") or key not in existing
+    }
+    attributes[ATTR_STATE] = state
+    attributes[ATTR_REJECTED] = False
+    if call.call_id is not None and ATTR_TOOL_CALL_ID not in existing:
+        attributes[ATTR_TOOL_CALL_ID] = bounded(call.call_id)
+    span.set_attributes(attributes)
+
+
 def _key_labels(tool: str, agent: str | None, source: str | None = None, origin: str | None = None) -> dict[str, str]:
     """Series labels: the bounded parts of a tool's identity, so two same-named tools
     of different sources or code are two series (never an object id or a per-request value)."""
@@ -278,6 +319,8 @@ class Telemetry:
         self.span_events = True
         self.estimator = TokenEstimator()
         self._transitions: dict[tuple[str, str | None, str, str, str | None], int] = {}
+        #: (tool, agent, source) -> the state its breaker last entered (the gauge of a pruned one).
+        self._last_state: dict[tuple[str, str | None, str | None, str | None], State] = {}
         self._settings_read = False
         # ``explicit`` lives in a slot the breaker reads on every call (see observing).
         self._explicit: dict[str, Any] = {"explicit": None}
@@ -366,6 +409,7 @@ class Telemetry:
             self._settings_read = False  # capture_content, duration_metric: from settings again
             if counts:
                 self._transitions.clear()
+                self._last_state.clear()
                 self.estimator = TokenEstimator(self.estimator.tokens_per_call)
                 self._registry = None
                 for breaker in all_breakers():
@@ -412,7 +456,7 @@ class Telemetry:
                 return None
             provider = trace_api.get_tracer_provider()
         self._read_settings()
-        self._tracer = provider.get_tracer(SCOPE_NAME, __version__)
+        self._tracer = provider.get_tracer(SCOPE_NAME, __version__, schema_url=semconv.SCHEMA_URL)
         return self._tracer
 
     def _ensure_meter(self) -> bool:
@@ -427,7 +471,7 @@ class Telemetry:
             if self._meter_ready:
                 return True
             self._read_settings()
-            self._create_instruments(provider.get_meter(SCOPE_NAME, __version__))
+            self._create_instruments(provider.get_meter(SCOPE_NAME, __version__, schema_url=semconv.SCHEMA_URL))
             self._meter_ready = True
         return True
 
@@ -509,6 +553,12 @@ class Telemetry:
         settings = get_settings()
         if shape is None or shape.key != key or shape.settings is not settings:
             shape = breaker.span_cache = _span_shape(call, key, settings)
+        native = _native_tool_span(parent, call) if parent else None
+        if native is not None:
+            # The framework traces this call itself: one span per call, so ours is
+            # not started; the framework's carries our attributes instead.
+            _annotate_native(native, shape, call, state)
+            return (native, None, state)
         attributes = {**shape.attributes, ATTR_STATE: state, ATTR_REJECTED: False}
         if call.call_id is not None:
             attributes[ATTR_TOOL_CALL_ID] = bounded(call.call_id)
@@ -521,6 +571,8 @@ class Telemetry:
         return (span, token, state)
 
     def detach(self, handle: Any) -> None:
+        if handle[1] is None:  # the framework's own span: its context is the framework's to leave
+            return
         try:
             context_api.detach(handle[1])
         except Exception:  # a foreign context manager misbehaved; never fail the call
@@ -542,7 +594,12 @@ class Telemetry:
         if duration is not None:
             cache = breaker.telemetry_cache
             if cache is None:
-                cache = breaker.telemetry_cache = {None: _labels(breaker)}
+                # The semconv attributes of the duration: tool, agent, tool type, error.type
+                # (and our source and upstream); never a session or call id.
+                labels = _labels(breaker)
+                if call.tool_type:
+                    labels[ATTR_TOOL_TYPE] = call.tool_type
+                cache = breaker.telemetry_cache = {None: labels}
             attributes = cache.get(err)
             if attributes is None:
                 attributes = cache[err] = {**cache[None], ATTR_ERROR_TYPE: err}
@@ -568,10 +625,11 @@ class Telemetry:
                 if err is not None:
                     description = exception_message(exc) if (exc is not None and self.capture_content) else None
                     span.set_status(Status(StatusCode.ERROR, description))
-                if exc is not None:
+                if exc is not None and handle[1] is not None:
                     self._exception_event(span, exc)
         finally:
-            span.end(end_time=end_time)
+            if handle[1] is not None:  # the framework ends its own span
+                span.end(end_time=end_time)
 
     def past_call(
         self,
@@ -630,7 +688,8 @@ class Telemetry:
             # The span is still current: the event carries its trace and span ids.
             self._emit_event(EVENT_REJECTED, _REJECTED_SEVERITY, {**_call_labels(call), **event}, None)
         finally:
-            span.end()
+            if handle[1] is not None:  # the framework ends its own span
+                span.end()
 
     def escalated(self, handle: Any, call: ToolCall, breaker: CircuitBreaker) -> None:
         """A human approved one call through an open breaker."""
@@ -651,6 +710,7 @@ class Telemetry:
         )
         with self._lock:
             self._transitions[key] = self._transitions.get(key, 0) + 1
+            self._last_state[(breaker.name, breaker.agent_name, breaker.source, breaker.origin)] = change.to_state
         event = {
             ATTR_FROM_STATE: change.from_state.value,
             ATTR_TO_STATE: change.to_state.value,
@@ -696,7 +756,7 @@ class Telemetry:
             if _LOGS_GLOBALS.get("_LOGGER_PROVIDER", True) is None:
                 return None
             provider = logs_api.get_logger_provider()
-        self._event_logger = provider.get_logger(SCOPE_NAME, __version__)
+        self._event_logger = provider.get_logger(SCOPE_NAME, __version__, schema_url=semconv.SCHEMA_URL)
         return self._event_logger
 
     def _emit_event(
@@ -729,12 +789,22 @@ class Telemetry:
         with self._lock:
             return dict(self._transitions)
 
+    def _retired_series(self) -> set[tuple[str, str | None, str | None, str | None]]:
+        """(tool, agent, source, origin) of breakers the registry pruned (evicted idle at
+        the cap, a session ended, an agent object gone in instance scope): their series
+        stay in every export, the last at exit included, as the counters' do."""
+        return {(tool, agent, source, origin) for tool, agent, _mode, source, origin in self.registry.retired_counts()}
+
     def _observe_state(self, options: CallbackOptions) -> Iterable[Observation]:
         states: dict[tuple[str, str | None, str | None, str | None], dict[State, int]] = {}
         for breaker in self.live_breakers():
             key = (breaker.name, breaker.agent_name, breaker.source, breaker.origin)
             per_state = states.setdefault(key, dict.fromkeys(STATES, 0))
             per_state[breaker.state] += 1
+        for key in self._retired_series():
+            if key not in states:  # no live breaker: the state its last one was left in
+                states[key] = dict.fromkeys(STATES, 0)
+                states[key][self._last_state.get(key, State.CLOSED)] = 1
         for (tool, agent, source, origin), per_state in states.items():
             labels = _key_labels(tool, agent, source, origin)
             for state, value in per_state.items():
@@ -745,10 +815,10 @@ class Telemetry:
         # Every breaker reports its "-> open" series from the start, at 0: rate() and
         # increase() only see growth after a series' first sample, so a first opening
         # would otherwise never count on dashboards and in alerts.
-        for breaker in self.live_breakers():
+        series = {(b.name, b.agent_name, b.source, b.origin) for b in self.live_breakers()} | self._retired_series()
+        for tool, agent, source, origin in series:
             for from_state in (State.CLOSED.value, State.HALF_OPEN.value):
-                key = (breaker.name, breaker.agent_name, from_state, State.OPEN.value, breaker.source, breaker.origin)
-                transitions.setdefault(key, 0)
+                transitions.setdefault((tool, agent, from_state, State.OPEN.value, source, origin), 0)
         for (tool, agent, from_state, to_state, source, origin), value in transitions.items():
             labels = _key_labels(tool, agent, source, origin)
             yield Observation(value, {**labels, ATTR_FROM_STATE: from_state, ATTR_TO_STATE: to_state})

@@ -214,3 +214,20 @@ def test_cli_errors_are_one_line(capsys):
     assert "cannot read breaker status" in err and "Traceback" not in err
     assert main(["status", "--url", "ftp://x"]) == 2
     assert "expected http://HOST:PORT" in capsys.readouterr().err
+
+
+def test_a_port_clash_with_the_prometheus_exporter_is_named(monkeypatch, caplog):
+    import socket
+
+    monkeypatch.setattr(status_server, "_tried", False)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_PORT", str(port))
+        settings = load_settings({"OTEL_BREAKER_STATUS_ADDR": f"127.0.0.1:{port}"})
+        with caplog.at_level(logging.ERROR, logger="otel_breaker"):
+            assert status_server.start_from_settings(settings) is None
+    (record,) = [r for r in caplog.records if "status endpoint not started" in r.getMessage()]
+    assert "the Prometheus exporter's" in record.getMessage()
+    assert "OTEL_EXPORTER_PROMETHEUS_PORT" in record.getMessage()

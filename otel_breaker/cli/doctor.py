@@ -45,6 +45,7 @@ SDK_PACKAGES = (
     ("opentelemetry-api", "API (required)"),
     ("opentelemetry-sdk", "SDK: needed to export anything"),
     ("opentelemetry-instrumentation", "opentelemetry-instrument launcher support"),
+    ("opentelemetry-distro", "the launcher's default SDK set-up (without it otel-breaker sets the SDK up)"),
     ("opentelemetry-exporter-otlp-proto-http", "OTLP/HTTP exporter"),
     ("opentelemetry-exporter-otlp-proto-grpc", "OTLP/gRPC exporter"),
     ("opentelemetry-exporter-prometheus", "Prometheus exporter (extra [prometheus])"),
@@ -247,21 +248,22 @@ def check_telemetry(report: Report) -> None:
         value = os.environ.get(var)
         shown = bounded(_shown(var, value), 2 * MAX_CELL_CHARS) if value is not None else "(not set)"
         report.add(f"    {var:<40} {shown}")
-    from otel_breaker.sdk_setup import plan_export
+    from otel_breaker.sdk_setup import check_signals, plan_export
 
     report.add(
-        "  zero-code export (OTEL_BREAKER_ENABLED=true, at the first guarded call, when the program set no "
-        "provider itself):"
+        "  zero-code export (OTEL_BREAKER_ENABLED=true, at the first import of a supported framework, when the "
+        "program set no provider itself; each signal on its own):"
     )
     plan = plan_export()
-    for signal in plan.signals:
-        if signal.exporters:
-            for exporter in signal.exporters:
-                report.add(f"    {signal.signal}: {exporter.description} ({signal.reason})")
-        else:
-            report.add(f"    {signal.signal}: not exported ({signal.reason})")
+    checks = check_signals(plan)
+    for check in checks:
+        named = check.detail.startswith(check.signal)
+        report.add("    " + (check.detail if named else f"{check.signal}: {check.detail}"))
+        if check.state == "problem":
+            report.problem(check.detail)
     for problem in plan.problems:
-        report.problem(problem)
+        if not any(problem in check.detail for check in checks):
+            report.problem(problem)
     for signal in plan.signals:
         for exporter in signal.exporters:
             if exporter.entry_point == "otlp_proto_grpc" and ":4318" in exporter.description:
@@ -269,10 +271,27 @@ def check_telemetry(report: Report) -> None:
                     f"    note: {signal.signal} use gRPC (OTEL_EXPORTER_OTLP_PROTOCOL is not http/protobuf) to port "
                     "4318, the usual OTLP/HTTP port; set OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf if that is meant"
                 )
-    report.add(
-        "  (under opentelemetry-instrument the launcher's own configuration applies; a program that sets its "
-        "own providers exports as it chose)"
-    )
+    check_launcher(report, plan)
+
+
+def check_launcher(report: Report, plan: Any) -> None:
+    """What ``opentelemetry-instrument`` sets up here: with ``opentelemetry-distro`` its
+    configurator does; without it, otel-breaker does from the same plan, or nothing."""
+    if _version("opentelemetry-distro") is not None:
+        report.add(
+            "  opentelemetry-instrument: opentelemetry-distro is installed, its configuration applies (a program "
+            "that sets its own providers exports as it chose)"
+        )
+    elif plan.active:
+        report.add(
+            "  opentelemetry-instrument: opentelemetry-distro is not installed; otel-breaker sets the SDK up "
+            "from the OTEL_* variables as above when the launcher loads it"
+        )
+    else:
+        report.add(
+            "  opentelemetry-instrument: opentelemetry-distro is not installed and no OTEL_*_EXPORTER or OTLP "
+            "endpoint is set, so under the launcher nothing is exported; pip install opentelemetry-distro"
+        )
 
 
 def register(subparsers: Any) -> None:

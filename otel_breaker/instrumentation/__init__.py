@@ -7,23 +7,29 @@ a launcher, ``OTEL_BREAKER_ENABLED=true`` does the same through the ``.pth``
 start-up hook.
 
 Adapters are listed by import string and loaded lazily: no framework is
-imported by us. A framework that is missing or outside its tested version
-range is skipped quietly when auto-detected, and is an error when asked for by
-name (``OTEL_BREAKER_FRAMEWORKS``).
+imported by us. The switch's path (:mod:`.autostart`) registers the post-import
+hooks through :data:`FRAMEWORKS` without loading ``BaseInstrumentor`` (its
+dependency checks and semantic-convention helpers cost tens of milliseconds of
+a framework's import); ``BreakerInstrumentor`` is loaded when first named.
+A framework that is missing or outside its tested version range is skipped
+quietly when auto-detected, and is an error when asked for by name
+(``OTEL_BREAKER_FRAMEWORKS``).
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
+import sys
 import threading
-from collections.abc import Collection, Iterable
-from typing import Any
-
-from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 from otel_breaker import config
-from otel_breaker.instrumentation.base import DidNotEnable, FrameworkAdapter
+
+if TYPE_CHECKING:
+    from otel_breaker.instrumentation.base import FrameworkAdapter
+    from otel_breaker.instrumentation.instrumentor import BreakerInstrumentor
 
 logger = logging.getLogger("otel_breaker")
 
@@ -49,6 +55,31 @@ ADAPTERS: dict[str, str] = {
 }
 
 
+#: identifier -> the top-level modules whose import means that framework is in use
+#: (``test_bootstrap`` checks them against every adapter's patch points). With the
+#: switch, an auto-detected framework's adapter is loaded only when one of them is
+#: imported: importing LangChain does not load the fifteen other adapters.
+FRAMEWORK_IMPORTS: dict[str, tuple[str, ...]] = {
+    "langchain": ("langchain_core", "langgraph", "langchain_mcp_adapters"),
+    "openai_agents": ("agents",),
+    "pydantic_ai": ("pydantic_ai",),
+    "llama_index": ("llama_index",),
+    "smolagents": ("smolagents",),
+    "crewai": ("crewai",),
+    "autogen": ("autogen_core", "autogen_agentchat"),
+    "praisonai": ("praisonaiagents",),
+    "mcp": ("mcp",),
+    "agno": ("agno",),
+    "dspy": ("dspy",),
+    "haystack": ("haystack",),
+    "fastmcp": ("fastmcp",),
+    "google_adk": ("google.adk",),
+    "strands": ("strands",),
+    "agent_framework": ("agent_framework",),
+    "semantic_kernel": ("semantic_kernel",),
+}
+
+
 def normalize_framework(name: str) -> str:
     """The adapter identifier for a user-written framework name (ValueError naming the allowed ones)."""
     return config.normalize_framework(name)
@@ -59,95 +90,88 @@ def load_adapter_class(identifier: str) -> type[FrameworkAdapter]:
     return getattr(importlib.import_module(module_name), class_name)
 
 
-class BreakerInstrumentor(BaseInstrumentor):
-    """Guards the tool calls of every supported agent framework."""
+class Frameworks:
+    """Which frameworks are patched (or waiting for their import), and why not when skipped.
+
+    One per process (:data:`FRAMEWORKS`); ``BreakerInstrumentor`` and the switch
+    both drive it, so instrumenting twice patches once."""
 
     def __init__(self) -> None:
-        # BaseInstrumentor is a singleton; keep state across calls.
-        if not hasattr(self, "_adapters"):
-            self._adapters: dict[str, FrameworkAdapter] = {}
-            self._status: dict[str, str] = {}
-            self._hooked: set[str] = set()
-            self._lock = threading.RLock()
-            self._lazy = False
+        self._adapters: dict[str, FrameworkAdapter] = {}
+        self._status: dict[str, str] = {}
+        self._hooked: set[str] = set()
+        self._lock = threading.RLock()
+        self._lazy = False
+        self._watching = False
+        #: Set when the switch started it (``BreakerInstrumentor`` then reports itself instrumented).
+        self.started_by_switch = False
 
-    def instrumentation_dependencies(self) -> Collection[str]:
-        """Every framework's tested requirement, read from its adapter (the one
-        source the pyproject ``instruments-any`` extra and doctor agree with).
-
-        Any one of them is enough, the contrib ``_instruments_any`` convention:
-        see :meth:`_check_dependency_conflicts`."""
-        from otel_breaker.instrumentation.spec import instruments_any
-
-        return tuple(instruments_any())
-
-    def _check_dependency_conflicts(self) -> Any:
-        """A conflict only when none of the frameworks is installed in its tested range.
-
-        ``BaseInstrumentor`` reads ``instrumentation_dependencies()`` as "all
-        required"; like contrib's ``_instruments_any`` instrumentations, ours needs
-        one. A framework that is absent or out of range is then skipped by its own
-        adapter, so instrumenting with only some frameworks installed works.
-        """
-        from opentelemetry.instrumentation.dependencies import get_dependency_conflicts
-
-        requirements = self.instrumentation_dependencies()
-        try:
-            return get_dependency_conflicts((), requirements)
-        except TypeError:  # opentelemetry-instrumentation before "instruments-any"
-            conflicts = [get_dependency_conflicts([r]) for r in requirements]
-            return None if any(c is None for c in conflicts) else next(iter(conflicts), None)
-
-    def instrument(self, **kwargs: Any) -> Any:
-        """``BaseInstrumentor.instrument``; frameworks named with ``frameworks=``
-        skip the any-of check, since each is checked by name (a missing one raises
-        :class:`DidNotEnable` saying which)."""
-        if kwargs.get("frameworks") is not None:
-            kwargs.setdefault("skip_dep_check", True)
-        return super().instrument(**kwargs)
-
-    # -- BaseInstrumentor ---------------------------------------------------------------
-
-    def _instrument(self, **kwargs: Any) -> None:
-        """Options: ``tracer_provider``, ``meter_provider``, ``frameworks`` (names;
-        asking for a missing one raises), ``lazy`` (patch on import, the default
-        when started from the environment)."""
-        from otel_breaker import status_server, telemetry
+    def enable(self, requested: Iterable[str] | None, *, lazy: bool, lenient: bool) -> None:
+        """Patch (or, ``lazy``, hook the import of) the frameworks named, or every one
+        installed; asking by name for one that is missing raises unless ``lenient``."""
         from otel_breaker.config import get_settings
+        from otel_breaker.instrumentation.base import DidNotEnable
 
-        status_server.start_from_settings()  # OTEL_BREAKER_STATUS_ADDR, if set; never raises
-        tracer_provider = kwargs.get("tracer_provider")
-        meter_provider = kwargs.get("meter_provider")
-        if tracer_provider is not None or meter_provider is not None:
-            telemetry.configure(tracer_provider, meter_provider)
-        requested = kwargs.get("frameworks")
         explicit = requested is not None
         if requested is None:
             requested = get_settings().frameworks
             explicit = requested is not None
         names = [normalize_framework(n) for n in requested] if requested is not None else list(ADAPTERS)
-        self._lazy = bool(kwargs.get("lazy", False))
+        self._lazy = lazy
         errors = []
         for name in names:
+            if lazy and not explicit:
+                self._when_imported(name)
+                continue
             try:
                 self._enable(name, explicit=explicit)
             except DidNotEnable as exc:
                 errors.append(f"{name}: {exc}")
-        if errors and explicit and not kwargs.get("lenient", False):
+        if errors and explicit and not lenient:
             raise DidNotEnable("; ".join(errors))
         for error in errors:
             logger.error("otel-breaker: framework %s", error)
 
-    def _uninstrument(self, **kwargs: Any) -> None:
+    def _when_imported(self, name: str) -> None:
+        """Load ``name``'s adapter (and hook its patch modules) once its framework is imported."""
+        import wrapt
+
+        tops = FRAMEWORK_IMPORTS.get(name, ())
+        if not any(_findable(top) for top in tops):
+            self._status[name] = "skipped: not installed"
+            return
+        with self._lock:
+            self._watching = True
+            self._status.setdefault(name, "waiting for import")
+            if name in self._adapters or f"{name}:*" in self._hooked:
+                return
+            self._hooked.add(f"{name}:*")
+
+        def on_import(module: Any, name: str = name) -> None:
+            if not self._watching:  # uninstrumented since
+                return
+            try:
+                self._enable(name, explicit=False)
+            except Exception:
+                logger.exception("otel-breaker: enabling %s failed; its tools run unguarded", name)
+
+        for top in tops:
+            wrapt.register_post_import_hook(on_import, top)
+
+    def disable(self) -> None:
         with self._lock:
             for adapter in self._adapters.values():
                 adapter.unpatch()
             self._adapters.clear()
             self._status.clear()
+            self.started_by_switch = False
+            self._watching = False
 
     # -- per framework ----------------------------------------------------------------------
 
     def _enable(self, name: str, explicit: bool) -> None:
+        from otel_breaker.instrumentation.base import DidNotEnable
+
         with self._lock:
             if name in self._adapters:
                 return
@@ -169,6 +193,8 @@ class BreakerInstrumentor(BaseInstrumentor):
                 self._patch_now(name, adapter, explicit)
 
     def _patch_now(self, name: str, adapter: FrameworkAdapter, explicit: bool) -> None:
+        from otel_breaker.instrumentation.base import DidNotEnable
+
         try:
             version = adapter.check_version()
         except DidNotEnable as exc:
@@ -204,6 +230,8 @@ class BreakerInstrumentor(BaseInstrumentor):
             adapter = self._adapters.get(name)
             if adapter is None:
                 return
+            from otel_breaker.instrumentation.base import DidNotEnable
+
             try:
                 version = adapter.check_version()
             except DidNotEnable as exc:
@@ -233,10 +261,38 @@ class BreakerInstrumentor(BaseInstrumentor):
             return dict(self._adapters)
 
 
+def _findable(module: str) -> bool:
+    """Whether ``module`` is installed (its parent package is imported to look, never it)."""
+    import importlib.util
+
+    if module in sys.modules:
+        return True
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 def _target_modules(adapter: FrameworkAdapter) -> Iterable[str]:
     if adapter.modules:
         return adapter.modules
     return [target.module for target in adapter.targets()]
 
 
-__all__ = ["ADAPTERS", "BreakerInstrumentor", "DidNotEnable", "FrameworkAdapter", "normalize_framework"]
+FRAMEWORKS = Frameworks()
+
+
+def __getattr__(name: str) -> Any:
+    """``BreakerInstrumentor`` (the entry point), ``DidNotEnable`` and ``FrameworkAdapter``, loaded on first use."""
+    if name == "BreakerInstrumentor":
+        from otel_breaker.instrumentation.instrumentor import BreakerInstrumentor
+
+        return BreakerInstrumentor
+    if name in ("DidNotEnable", "FrameworkAdapter"):
+        from otel_breaker.instrumentation import base
+
+        return getattr(base, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["ADAPTERS", "FRAMEWORKS", "BreakerInstrumentor", "DidNotEnable", "FrameworkAdapter", "normalize_framework"]

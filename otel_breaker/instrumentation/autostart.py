@@ -4,10 +4,15 @@ The start-up hook (``otel_breaker/_bootstrap.py``) calls :func:`autostart` on
 the first import of a supported framework. It reads the configuration (one
 log line per bad ``OTEL_BREAKER_*`` value, whose valid parts still apply),
 registers post-import hooks for the selected frameworks (nothing is imported
-eagerly), and arranges for the OpenTelemetry SDK to be set up from the standard
-``OTEL_*`` variables (see :mod:`otel_breaker.sdk_setup`) if, by the first
-guarded call, the program has set no provider itself. Every problem is logged;
-the program always starts.
+eagerly), and, when the standard ``OTEL_*`` variables ask for export and the
+program has set no provider of its own, sets the OpenTelemetry SDK up right
+there (see :mod:`otel_breaker.sdk_setup`): the framework's module has not run
+yet, so its very first span is recorded. Nothing of the SDK is imported when
+nothing is asked for. Every problem is logged; the program always starts.
+
+A program that sets its own providers in code does so before it imports the
+framework (as with ``opentelemetry-instrument``), or leaves the ``OTEL_*``
+exporter variables unset.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Mapping
+from typing import Any
 
 logger = logging.getLogger("otel_breaker")
 
@@ -36,37 +43,74 @@ def autostart() -> None:
         return
     if "otel_breaker" in {n.strip() for n in os.environ.get("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "").split(",")}:
         return
-    from otel_breaker.instrumentation import BreakerInstrumentor
+    from otel_breaker.instrumentation import FRAMEWORKS
 
-    instrumentor = BreakerInstrumentor()
+    if settings.status_addr:  # the status server (http.server, threads) only when asked for
+        from otel_breaker import status_server
+
+        status_server.start_from_settings(settings)
     try:
-        if not instrumentor.is_instrumented_by_opentelemetry:  # the launcher may have loaded it already
+        if not FRAMEWORKS.started_by_switch and not _launcher_instrumented():
             # Each framework is checked by its adapter when (and if) it is imported,
             # so no framework installed is a quiet no-op, as with the launcher.
-            instrumentor.instrument(lazy=True, lenient=True, skip_dep_check=True)
+            FRAMEWORKS.enable(None, lazy=True, lenient=True)
+            FRAMEWORKS.started_by_switch = True
     except Exception as exc:
         logger.warning("otel-breaker: could not register framework hooks: %s: %s", type(exc).__name__, exc)
+    # Now, before the framework's module runs: its first span must find a provider.
+    if ensure_sdk() is not None:
+        attach_span_processor()
     from otel_breaker.instrumentation.base import before_first_call
 
-    before_first_call(ensure_sdk)
     before_first_call(attach_span_processor)
 
 
-def ensure_sdk() -> None:
-    """Set up the SDK from ``OTEL_*`` variables unless the program already set a provider."""
+def _launcher_instrumented() -> bool:
+    """Whether ``opentelemetry-instrument`` already loaded our instrumentor."""
+    import sys
+
+    module = sys.modules.get("otel_breaker.instrumentation.instrumentor")
+    return module is not None and module.BreakerInstrumentor._is_instrumented_by_opentelemetry
+
+
+def export_asked(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether any ``OTEL_*`` variable asks for export (a few lookups: nothing imported)."""
+    env = os.environ if environ is None else environ
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    return any(
+        env.get(name, "").strip()
+        for name in (
+            "OTEL_TRACES_EXPORTER",
+            "OTEL_METRICS_EXPORTER",
+            "OTEL_LOGS_EXPORTER",
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_LOGS_ENDPOINT",
+        )
+    )
+
+
+def ensure_sdk() -> Any:
+    """Set up the SDK from ``OTEL_*`` variables for the signals whose provider the
+    program has not set (once per process); the set-up, or None."""
     global _sdk_checked
     with _sdk_lock:
         if _sdk_checked:
-            return
+            return None
         _sdk_checked = True
+    if not export_asked():
+        logger.debug("otel-breaker: no OpenTelemetry export asked for; no SDK set up")
+        return None
     try:
         from otel_breaker.sdk_setup import configure_sdk_from_env, providers_set_by_program
 
         already = providers_set_by_program()
         if already:
             logger.debug("otel-breaker: the program set its own %s provider(s); no SDK set up", ", ".join(already))
-            return
-        configure_sdk_from_env()
+            return None
+        return configure_sdk_from_env()
     except Exception as exc:
         logger.warning(
             "otel-breaker: could not set up the OpenTelemetry SDK from OTEL_* variables: %s: %s",
@@ -85,3 +129,33 @@ def attach_span_processor() -> None:
     from otel_breaker.processor import BreakerSpanProcessor, attach
 
     attach(provider, BreakerSpanProcessor())
+
+
+def launched_by_opentelemetry_instrument() -> bool:
+    """Whether this process was started by ``opentelemetry-instrument`` (its start-up module is loaded)."""
+    import sys
+
+    return "opentelemetry.instrumentation.auto_instrumentation" in sys.modules
+
+
+def after_launcher() -> None:
+    """``opentelemetry-instrument`` loaded our instrumentor. With ``opentelemetry-distro``
+    its configurator has set the SDK up by now; without it nothing has, and the
+    launcher says nothing: then we set it up from ``OTEL_*`` as the switch does,
+    or say in one line what to install."""
+    try:
+        from otel_breaker.sdk_setup import providers_set_by_program
+
+        if providers_set_by_program():
+            return
+    except ImportError:
+        pass
+    if export_asked():
+        if ensure_sdk() is not None:
+            attach_span_processor()
+        return
+    logger.warning(
+        "otel-breaker: opentelemetry-instrument set up no OpenTelemetry SDK and no OTEL_*_EXPORTER or "
+        "OTLP endpoint is set, so nothing is exported; pip install opentelemetry-distro (the launcher's "
+        "default set-up), or set OTEL_EXPORTER_OTLP_ENDPOINT"
+    )

@@ -67,6 +67,7 @@ from otel_breaker.guard import IGNORED_RESULT
 from otel_breaker.instrumentation.base import GuardedCall, PatchTarget, _active_call, active_call, same_logical_call
 from otel_breaker.instrumentation.spec import SpecAdapter, tool_patch
 from otel_breaker.menu import hide_open_tools_enabled, visible_tools
+from otel_breaker.semconv import ERROR_TOOL
 from otel_breaker.telemetry import TELEMETRY
 from otel_breaker.toolcall import ToolCall
 
@@ -380,7 +381,7 @@ class MCPAdapter(SpecAdapter):
         text = _result_text(result)
         if _UNKNOWN_TOOL.match(text) or _BAD_ARGUMENTS.search(text):
             return IGNORED_RESULT  # the model's mistake, not the tool's failure
-        return "tool_error"
+        return ERROR_TOOL
 
     def rejection(self, call: ToolCall, info: Rejection) -> Any:
         from mcp.types import CallToolResult, TextContent

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -323,12 +324,19 @@ class SpecAdapter(FrameworkAdapter):
 # -- version requirements: one source -----------------------------------------------------
 
 
-def split_requirement(requirement: str) -> tuple[str, str]:
-    """``("google-adk", ">=2.13,<3")`` from ``"google-adk>=2.13,<3"``."""
-    from packaging.requirements import Requirement
+_REQUIREMENT = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*((?:[<>=!~]=?[^,;\s]+\s*,?\s*)*)$")
 
-    parsed = Requirement(requirement)
-    return parsed.name, str(parsed.specifier)
+
+def split_requirement(requirement: str) -> tuple[str, str]:
+    """``("google-adk", "<3,>=2.13")`` from ``"google-adk>=2.13,<3"`` (the specifiers
+    sorted, as ``packaging`` prints them). Each adapter class is declared with one, so
+    this runs when a framework is imported: a name and version specifiers only, read
+    without ``packaging.requirements`` (tens of milliseconds to import)."""
+    match = _REQUIREMENT.match(requirement)
+    if match is None:
+        raise ValueError(f"not a 'name<specifiers>' requirement: {requirement!r}")
+    specifiers = sorted(part.replace(" ", "") for part in match.group(2).split(",") if part.strip())
+    return match.group(1), ",".join(specifiers)
 
 
 def requirement_of(adapter_class: type[FrameworkAdapter]) -> str:

@@ -81,7 +81,7 @@ def test_doctor_reports_every_problem_and_exits_1():
     assert "PROBLEM: OTEL_BREAKER_FAILURE_THRESHOLD='zero': expected a whole number >= 1" in out
     assert "PROBLEM: OTEL_BREAKER_FALLBACKS='web_search'" in out
     assert "OTEL_BREAKER_FAILURE_TRESHOLD is not an otel-breaker setting (misspelt?)" in out
-    assert "OTEL_TRACES_EXPORTER=nosuchexporter: no exporter 'nosuchexporter' is installed for traces" in out
+    assert "traces not exported: OTEL_TRACES_EXPORTER=nosuchexporter names no installed exporter" in out
     assert "4 problem(s) found:" in out
     # the lenient loader's warnings are not repeated on stderr: each problem is in the report
     assert result.stderr == ""
@@ -225,3 +225,21 @@ def test_doctor_table_stays_readable_with_long_names():
     result = run_cli("doctor", env=clean_env(OTEL_BREAKER_TOOLS=long_tools, OTEL_BREAKER_REDIS_PREFIX="p" * 500))
     widest = max(len(line) for line in result.stdout.splitlines())
     assert widest <= 160, [line for line in result.stdout.splitlines() if len(line) > 160][:3]
+
+
+def test_doctor_reports_each_signal_and_names_a_port_clash():
+    env = clean_env(
+        OTEL_TRACES_EXPORTER="console",
+        OTEL_METRICS_EXPORTER="prometheus",
+        OTEL_EXPORTER_PROMETHEUS_PORT="9470",
+        OTEL_BREAKER_STATUS_ADDR="127.0.0.1:9470",
+        OTEL_LOGS_EXPORTER="zipkin_json",
+    )
+    result = run_cli("doctor", env=env)
+    assert result.returncode == 1
+    out = result.stdout
+    assert "    traces: console (OTEL_TRACES_EXPORTER=console)" in out
+    assert "    metrics not exported: the Prometheus exporter's port 9470 is also OTEL_BREAKER_STATUS_ADDR=" in out
+    assert "    logs not exported: OTEL_LOGS_EXPORTER=zipkin_json" in out
+    assert "pip install opentelemetry-exporter-zipkin" in out
+    assert "opentelemetry-distro is not installed" in out

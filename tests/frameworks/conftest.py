@@ -9,6 +9,28 @@ from otel_breaker.instrumentation import BreakerInstrumentor
 
 
 @pytest.fixture
+def otel():
+    """A real SDK with in-memory exporters; the framework's own spans (sent to the
+    global tracer provider, installed once per process as a user's SDK would be)
+    land in the same exporter as ours, so a test sees every span of its run."""
+    from contract import _global_forwarder
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from otel_support import Otel
+
+    from otel_breaker import telemetry
+
+    otel = Otel()
+    forwarder = _global_forwarder()
+    target = SimpleSpanProcessor(otel.spans)
+    if forwarder is not None:
+        forwarder.targets.append(target)
+    yield otel
+    if forwarder is not None and target in forwarder.targets:
+        forwarder.targets.remove(target)
+    telemetry.TELEMETRY.reset(counts=True)
+
+
+@pytest.fixture
 def instrument():
     """``instrument("langchain")`` patches one framework for this test only."""
     instrumentor = BreakerInstrumentor()

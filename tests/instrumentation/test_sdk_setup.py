@@ -67,8 +67,9 @@ def test_explicit_exporters_and_problems():
     plan = plan_export(env)
     assert [e.entry_point for e in plan.exporters("traces")] == ["console", "otlp_proto_grpc"]
     assert plan.exporters("metrics") == ()
-    assert plan.problems == ("OTEL_METRICS_EXPORTER=nosuch: no exporter 'nosuch' is installed for metrics "
-                             f"(available: {', '.join(sorted(sdk_setup._entry_point_names('metrics')))})",)  # fmt: skip
+    assert plan.problems == ("metrics not exported: OTEL_METRICS_EXPORTER=nosuch names no installed exporter 'nosuch' "
+                             f"(available: {', '.join(sorted(sdk_setup._entry_point_names('metrics')))}); "
+                             "pip install opentelemetry-exporter-nosuch",)  # fmt: skip
     bad = plan_export({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"})
     assert not bad.active and "expected grpc or http/protobuf" in bad.problems[0]
 

@@ -156,7 +156,8 @@ async def test_upstream_on_spans_and_in_the_state_gauge(instrument, otel, thresh
     spans = otel.tool_spans("tool_05")
     assert spans and all(s.attributes.get("otel_breaker.upstream") == SERVER_ID for s in spans)
     failed = [s for s in otel.tool_spans("tool_00") if s.attributes.get("error.type")]
-    assert [s.attributes["error.type"] for s in failed] == ["MCPError"], "the transport failure shows on the span"
+    # error.type of an MCP protocol error is its JSON-RPC code (the MCP semantic conventions): -32000, connection closed
+    assert [s.attributes["error.type"] for s in failed] == ["-32000"], "the transport failure shows on the span"
     rejected = [s for s in otel.tool_spans("tool_19") if s.attributes.get("otel_breaker.rejected")]
     assert rejected, "a call the upstream rejected still has its span"
     state = otel.metric_value(

@@ -1,0 +1,57 @@
+"""What the switch loads when a framework is imported: that framework's adapter and
+the call path, nothing a tool call does not need (the import-cost budget)."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+from otel_breaker.instrumentation import ADAPTERS, FRAMEWORK_IMPORTS, _target_modules, load_adapter_class
+
+FAKE_FRAMEWORK = pathlib.Path(__file__).parent / "fake_framework"
+
+
+def test_every_adapter_is_loaded_by_the_import_of_its_framework():
+    assert set(FRAMEWORK_IMPORTS) == set(ADAPTERS)
+    for name, tops in FRAMEWORK_IMPORTS.items():
+        modules = list(_target_modules(load_adapter_class(name)()))
+        assert any(m == top or m.startswith(top + ".") for m in modules for top in tops), name
+
+
+def test_importing_a_framework_loads_only_what_a_call_needs():
+    program = """
+import sys
+import langchain_core
+loaded = set(sys.modules)
+never = [
+    "opentelemetry.instrumentation.instrumentor",  # BaseInstrumentor: the launcher's, not the switch's
+    "otel_breaker.instrumentation.instrumentor",
+    "otel_breaker.status_server",  # only with OTEL_BREAKER_STATUS_ADDR
+    "otel_breaker.health",  # on the first transition
+    "otel_breaker.cli",
+    "otel_breaker.instrumentation.strands",  # another framework's adapter
+    "otel_breaker.instrumentation.crewai",
+    "packaging.requirements",
+    "opentelemetry.sdk",  # no export asked for
+]
+print(sorted(m for m in never if m in loaded))
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.update(PYTHONPATH=str(FAKE_FRAMEWORK), OTEL_BREAKER_ENABLED="true")
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def test_requirements_read_without_packaging_agree_with_packaging():
+    from packaging.requirements import Requirement
+
+    from otel_breaker.instrumentation.spec import split_requirement
+
+    for name in ADAPTERS:
+        requires = getattr(load_adapter_class(name), "requires", "")
+        if requires:
+            parsed = Requirement(requires)
+            assert split_requirement(requires) == (parsed.name, str(parsed.specifier)), name
