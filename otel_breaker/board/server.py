@@ -235,6 +235,12 @@ class BoardServer(socketserver.TCPServer):
     ) -> None:
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
+        # The pool first: a bind that fails closes the server (server_close) inside __init__.
+        self._serving: dict[Any, float] = {}  # connection -> when a worker took it
+        self._waiting: queue.Queue[Any] = queue.Queue(maxsize=max_waiting)
+        self._workers: list[threading.Thread] = []
+        self._idle = 0
+        self._pool_lock = threading.Lock()
         super().__init__(address, _Handler)
         self.board = board
         self.token = token
@@ -243,11 +249,6 @@ class BoardServer(socketserver.TCPServer):
         self.idle_timeout = idle_timeout
         self.request_deadline = request_deadline
         self.max_workers = max_workers
-        self._serving: dict[Any, float] = {}  # connection -> when a worker took it
-        self._waiting: queue.Queue[Any] = queue.Queue(maxsize=max_waiting)
-        self._workers: list[threading.Thread] = []
-        self._idle = 0
-        self._pool_lock = threading.Lock()
         self.refused = 0  # connections closed at once because the pool and its queue were full
 
     @property

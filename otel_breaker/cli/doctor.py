@@ -289,8 +289,8 @@ def check_launcher(report: Report, plan: Any) -> None:
         )
     else:
         report.add(
-            "  opentelemetry-instrument: opentelemetry-distro is not installed and no OTEL_*_EXPORTER or OTLP "
-            "endpoint is set, so under the launcher nothing is exported; pip install opentelemetry-distro"
+            "  opentelemetry-instrument: opentelemetry-distro is not installed and no OTEL_*_EXPORTER or OTLP\n"
+            "    endpoint is set, so under the launcher nothing is exported; pip install opentelemetry-distro"
         )
 
 
