@@ -27,6 +27,7 @@ from otel_breaker.registry import (
     release,
     reset_all_circuit_breakers,
 )
+from otel_breaker.retry_hint import register_retry_hint, unregister_retry_hint
 from otel_breaker.toolcall import ToolCall
 
 _health.install()  # a breaker that opens gets its configured health check
@@ -52,7 +53,9 @@ __all__ = [
     "get_circuit_breaker",
     "guard",
     "load_settings",
+    "register_retry_hint",
     "release",
     "reset_all_circuit_breakers",
     "set_escalation",
+    "unregister_retry_hint",
 ]

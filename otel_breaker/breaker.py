@@ -851,6 +851,30 @@ class CircuitBreaker:
             return
         self._change(lambda now: self._open(now, "manual", math.inf if duration is None else now + duration))
 
+    def open_for(self, seconds: float, reason: str = "retry_after") -> float:
+        """Open now for ``seconds`` (a service's retry hint), capped at ``max_recovery_timeout``.
+
+        The service knows when it will answer again, so its hint replaces the
+        cooldown (a half-open probe waits for it) unless the breaker is held open
+        by hand. Returns the seconds applied (0 when ``seconds`` is not positive).
+        """
+        try:
+            duration = min(float(seconds), self._config.max_recovery_timeout)
+        except (TypeError, ValueError):
+            return 0.0
+        if not duration > 0:  # also NaN
+            return 0.0
+        if self._storage is not None and self._storage.force_open(self, duration):
+            return duration
+
+        def apply(now: float) -> StateChange | None:
+            if self._state is _OPEN and self._open_until == math.inf:
+                return None
+            return self._open(now, reason, now + duration)
+
+        self._change(apply)
+        return duration
+
     def force_close(self) -> None:
         """Close now, clearing the failure streak."""
         if self._storage is not None and self._storage.force_close(self):

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from otel_breaker import breaker as _breaker_module
 from otel_breaker import config as _config
 from otel_breaker import deadline, rejection
+from otel_breaker import retry_hint as _retry_hints
 from otel_breaker import upstream as _upstream
 from otel_breaker import upstream_gate as _upstream_gate
 from otel_breaker.breaker import REJECTED, SHADOW, CircuitBreaker, CircuitBreakerConfig, Clock
@@ -144,6 +145,19 @@ def _record(breaker: CircuitBreaker, permit: Any, outcome: int) -> None:
         _bookkeeping_failed("recording an outcome")
 
 
+def _retry_hint(breaker: CircuitBreaker, outcome: int, exc: BaseException) -> None:
+    """A failure whose service said when to come back (``Retry-After``, see
+    ``retry_hint.py``) opens the breaker at once, for that long."""
+    if outcome != FAILURE:
+        return
+    try:
+        seconds = _retry_hints.retry_hint(exc)
+        if seconds is not None:
+            breaker.open_for(seconds)
+    except Exception:
+        _bookkeeping_failed("reading a retry hint")
+
+
 def _classify(
     breaker: CircuitBreaker, exc: BaseException, call: ToolCall | None = None, adapter: Adapter | None = None
 ) -> int:
@@ -222,6 +236,7 @@ def run_sync(
         except BaseException as exc:
             outcome, err = _raised(breaker, call, adapter, exc)
             _record(breaker, permit, outcome)
+            _retry_hint(breaker, outcome, exc)
             if observed:
                 _end(breaker, call, span, breaker._clock() - start, err, exc, permit)
             raise
@@ -286,6 +301,7 @@ async def run_async(
         except BaseException as exc:
             outcome, err = _raised(breaker, call, adapter, exc)
             await _arecord(breaker, permit, outcome) if remote else _record(breaker, permit, outcome)
+            _retry_hint(breaker, outcome, exc)
             if observed:
                 _end(breaker, call, span, breaker._clock() - start, err, exc, permit)
             raise
@@ -393,7 +409,9 @@ def _decorate(breaker: CircuitBreaker, fn: Callable[..., Any]) -> Callable[..., 
 
 def _after_raise(breaker: CircuitBreaker, permit: Any, exc: BaseException) -> None:
     """Record a call that raised, for the breaker's quick path."""
-    _record(breaker, permit, _raised(breaker, None, None, exc)[0])
+    outcome = _raised(breaker, None, None, exc)[0]
+    _record(breaker, permit, outcome)
+    _retry_hint(breaker, outcome, exc)
 
 
 # The rejection :func:`_reject` answers when nothing watches and no adapter is involved.
