@@ -20,6 +20,7 @@ from otel_breaker.classify import ApprovalDeniedError, PermissionDeniedError
 from otel_breaker.config import ConfigError, load_settings
 from otel_breaker.degrade import Rejection, set_escalation
 from otel_breaker.guard import Guard, ToolTimeoutError, guard
+from otel_breaker.loops import ToolLoopError
 from otel_breaker.registry import (
     BreakerRegistry,
     breaker_scope,
@@ -47,6 +48,7 @@ __all__ = [
     "State",
     "StateChange",
     "ToolCall",
+    "ToolLoopError",
     "ToolTimeoutError",
     "__version__",
     "breaker_scope",

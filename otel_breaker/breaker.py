@@ -105,8 +105,26 @@ class CircuitBreakerConfig:
     high_stakes: bool = False
     count_model_retry: bool = False
     """Count a tool's "ask the model again" signal (PydanticAI ``ModelRetry``) as a failure."""
+    loop_limit: int = 3
+    """The loop guard: how many times an identical call may end in a counted way
+    (``loop_count``) before the next identical one is not run (``loops.py``)."""
+    loop_action: str = "reject"
+    """What the loop guard does then: ``reject`` (answer the model), ``stop`` (raise
+    ``ToolLoopError`` to the caller of the run) or ``warn`` (count it, change nothing)."""
+    loop_count: tuple[str, ...] = ("mistakes",)
+    """What ends an identical call in a counted way: ``mistakes`` (arguments the tool
+    rejects, an unknown tool), ``failures``, ``retries`` (``ModelRetry`` and the like)."""
 
     def __post_init__(self) -> None:
+        kinds = self.loop_count
+        if isinstance(kinds, str):  # "mistakes,failures" (also + or | between names)
+            kinds = tuple(k.strip() for k in kinds.replace("+", ",").replace("|", ",").split(",") if k.strip())
+        if not isinstance(kinds, tuple):
+            try:
+                kinds = tuple(kinds)
+            except TypeError:
+                pass
+        object.__setattr__(self, "loop_count", kinds)
         problems = list(_config_problems(self))
         if problems:
             raise ValueError("invalid CircuitBreakerConfig: " + "; ".join(problems))
@@ -140,6 +158,11 @@ class CircuitBreakerConfig:
 
 
 CONFIG_FIELDS = tuple(f.name for f in fields(CircuitBreakerConfig))
+
+#: What the loop guard may do once an identical call repeats (``loop_action``).
+LOOP_ACTIONS = ("reject", "stop", "warn")
+#: What may count toward the loop guard (``loop_count``).
+LOOP_COUNT_KINDS = ("mistakes", "failures", "retries")
 
 #: Upper bounds of accepted options: beyond them a value is a typo, not a policy.
 MAX_COUNT = 10**9
@@ -203,6 +226,14 @@ def _config_problems(c: CircuitBreakerConfig):
         )
     if c.mode not in MODES:
         problems.append(f"mode={c.mode!r} (must be one of {', '.join(MODES)})")
+    positive_int("loop_limit")
+    if isinstance(c.loop_limit, int) and c.loop_limit > MAX_COUNT:
+        problems.append(f"loop_limit={c.loop_limit!r} (must be at most {MAX_COUNT:,})")
+    if c.loop_action not in LOOP_ACTIONS:
+        problems.append(f"loop_action={c.loop_action!r} (must be one of {', '.join(LOOP_ACTIONS)})")
+    kinds = c.loop_count
+    if not isinstance(kinds, tuple) or not all(k in LOOP_COUNT_KINDS for k in kinds):
+        problems.append(f"loop_count={kinds!r} (must be a subset of {', '.join(LOOP_COUNT_KINDS)})")
     yield from problems
 
 

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from otel_breaker import breaker as _breaker_module
 from otel_breaker import config as _config
 from otel_breaker import deadline, rejection
+from otel_breaker import loops as _loops
 from otel_breaker import retry_hint as _retry_hints
 from otel_breaker import upstream as _upstream
 from otel_breaker import upstream_gate as _upstream_gate
@@ -454,6 +455,12 @@ class Guard:
             breaker = None
         if breaker is None:
             return fn(*args, **(kwargs or {}))
+        # The loop guard (loops.py): an identical call that already failed N times is not run.
+        answer, watch = _loops.enter(call, breaker, adapter, args, kwargs or {})
+        if answer is not _loops.RUN:
+            return answer
+        if watch is not None:
+            fn = watch.wrap(fn)
         # Upstream breaker (upstream_gate.py): admitted first, counts transport failures.
         # Looked up only for a tool with a source or when upstreams are configured.
         if call.source is not None or registry.settings.upstreams:
@@ -476,6 +483,12 @@ class Guard:
         if breaker is None:
             result = fn(*args, **(kwargs or {}))
             return await result if inspect.isawaitable(result) else result
+        # The loop guard (loops.py): an identical call that already failed N times is not run.
+        answer, watch = _loops.enter(call, breaker, adapter, args, kwargs or {})
+        if answer is not _loops.RUN:
+            return answer
+        if watch is not None:
+            fn = watch.wrap(fn)
         # Upstream breaker (upstream_gate.py): admitted first, counts transport failures.
         upstream = _upstream.breaker_for_call(self.registry, call)
         if upstream is not None:
