@@ -51,6 +51,8 @@ _BREAKER_OPTIONS: dict[str, str] = {
     "health_check_interval": "float",
     "high_stakes": "bool",
     "count_model_retry": "bool",
+    "slow_call_seconds": "float_or_none",
+    "slow_call_rate": "float_or_none",
     "loop_limit": "int",
     "loop_action": "loop_action",
     "loop_count": "loop_count",

@@ -250,6 +250,7 @@ def run_sync(
                 breaker.record(permit, outcome)
             except Exception:
                 _bookkeeping_failed("recording an outcome")
+        _slow(breaker, elapsed)
         if observed:
             try:
                 TELEMETRY.finish(span, call, breaker, elapsed, err, None, permit)
@@ -290,7 +291,7 @@ async def run_async(
                 return value
             permit = SHADOW
         timeout = breaker._config.timeout
-        timed = observed or timeout is not None
+        timed = observed or timeout is not None or breaker._config.slow_call_seconds is not None
         start = breaker._clock() if timed else 0.0
         try:
             result = fn(*args, **kwargs)
@@ -311,6 +312,7 @@ async def run_async(
         else:
             outcome, err, elapsed = _returned(breaker, call, adapter, result, start, timed)
         await _arecord(breaker, permit, outcome) if remote else _record(breaker, permit, outcome)
+        _slow(breaker, elapsed)
         if observed:
             _end(breaker, call, span, elapsed, err, None, permit)
         return result
@@ -320,8 +322,19 @@ async def run_async(
 
 
 def _timed(breaker: CircuitBreaker) -> bool:
-    """Whether the call's duration matters (a per-call timeout is configured)."""
-    return breaker._config.timeout is not None
+    """Whether the call's duration matters (a per-call timeout or the slow-call rule is configured)."""
+    config = breaker._config
+    return config.timeout is not None or config.slow_call_seconds is not None
+
+
+def _slow(breaker: CircuitBreaker, elapsed: float) -> None:
+    """The slow-call rule (``slow_call_seconds``), when configured: off by default."""
+    if breaker._config.slow_call_seconds is None:
+        return
+    try:
+        breaker.record_duration(elapsed)
+    except Exception:
+        _bookkeeping_failed("recording a duration")
 
 
 def _raised(

@@ -129,7 +129,7 @@ class LoopRejection(rejection.Rejection):
     @property
     def remediation(self) -> str:
         return (
-            "Repeating it cannot succeed. Change the arguments (check the tool's parameters and types), "
+            "Do not repeat it: change the arguments (check the tool's parameters and types), "
             "use another tool, or stop and tell the user what went wrong."
         )
 
@@ -383,6 +383,10 @@ def _kind_of_result(call: ToolCall, adapter: Any, result: Any) -> tuple[str | No
     if adapter is None:
         return None, None
     try:
+        read = getattr(adapter, "result_hint", None)
+        hint = read(call, result) if read is not None else None
+        if hint in (MISTAKE, RETRY_REQUEST):
+            return (MISTAKES if hint == MISTAKE else RETRIES), _text(result)
         err = adapter.result_error(call, result)
     except Exception:
         return None, None
@@ -390,11 +394,15 @@ def _kind_of_result(call: ToolCall, adapter: Any, result: Any) -> tuple[str | No
         return "success", None
     if err == _IGNORED_RESULT or not isinstance(err, str):
         return None, None
+    return FAILURES, _text(result) or err
+
+
+def _text(result: Any) -> str | None:
+    """A returned error's text, bounded, for :class:`ToolLoopError` and the loop message."""
     try:
-        text = str(result)[:MAX_ERROR_CHARS]
+        return str(result)[:MAX_ERROR_CHARS]
     except Exception:
-        text = err
-    return FAILURES, text
+        return None
 
 
 class Watch:
@@ -469,6 +477,7 @@ RUN = object()
 def enter(call: ToolCall, breaker: CircuitBreaker, adapter: Any, args: tuple, kwargs: dict) -> tuple[Any, Watch | None]:
     """Before a call: (RUN, watch) to run it, or (value, None): the loop guard's answer.
     Raises :class:`ToolLoopError` under ``stop``. Never raises anything else."""
+    stop: tuple[str, int, str | None] | None = None
     try:
         config: CircuitBreakerConfig = breaker.config
         scope = LOOPS.scope(call)
@@ -480,22 +489,24 @@ def enter(call: ToolCall, breaker: CircuitBreaker, adapter: Any, args: tuple, kw
             if count >= config.loop_limit:
                 action = config.loop_action
                 LOOPS.detected(call, action, count)
-                if action == "stop":
-                    raise ToolLoopError(call.tool, count, last_error)
-                if action == "reject":
-                    return _reject(breaker, call, adapter, count, last_error), None
+                if action != "warn":
+                    stop = (action, count, last_error)
         else:
             arguments = None
-        if not config.loop_count:
-            return RUN, None
-        if arguments is None:
-            arguments = arguments_of(call, args, kwargs)
-        return RUN, Watch(call, breaker, adapter, scope, sig, arguments)
-    except ToolLoopError:
-        raise
+        if stop is None:
+            if not config.loop_count:
+                return RUN, None
+            if arguments is None:
+                arguments = arguments_of(call, args, kwargs)
+            return RUN, Watch(call, breaker, adapter, scope, sig, arguments)
     except Exception:
         logger.debug("otel-breaker: the loop guard failed; the call runs", exc_info=True)
         return RUN, None
+    action, count, last_error = stop
+    if action == "stop":
+        raise ToolLoopError(call.tool, count, last_error)
+    # The framework's rejection form; an adapter whose form is an exception raises it here.
+    return _reject(breaker, call, adapter, count, last_error), None
 
 
 def _reject(breaker: CircuitBreaker, call: ToolCall, adapter: Any, count: int, last_error: str | None) -> Any:

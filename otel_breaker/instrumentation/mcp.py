@@ -382,6 +382,14 @@ class MCPAdapter(SpecAdapter):
             return IGNORED_RESULT  # the model's mistake, not the tool's failure
         return "tool_error"
 
+    def result_hint(self, call: ToolCall, result: Any) -> str | None:
+        if type(result).__name__ != "CallToolResult" or not (
+            getattr(result, "is_error", None) or getattr(result, "isError", False)
+        ):
+            return None
+        text = _result_text(result)
+        return MISTAKE if _UNKNOWN_TOOL.match(text) or _BAD_ARGUMENTS.search(text) else None
+
     def rejection(self, call: ToolCall, info: Rejection) -> Any:
         from mcp.types import CallToolResult, TextContent
 

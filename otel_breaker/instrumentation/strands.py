@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from otel_breaker.classify import MISTAKE
 from otel_breaker.degrade import STATUS_HEADER, Rejection
 from otel_breaker.guard import IGNORED_RESULT
 from otel_breaker.instrumentation.spec import (
@@ -88,6 +89,16 @@ class StrandsAdapter(SpecAdapter):
         if _bad_arguments(exception):
             return IGNORED_RESULT  # the model's arguments did not validate
         return type(exception).__name__ if exception is not None else "tool_error"
+
+    def result_hint(self, call: ToolCall, result: Any) -> str | None:
+        tool_result = getattr(result, "tool_result", None)
+        if (
+            isinstance(tool_result, dict)
+            and tool_result.get("status") == "error"
+            and _bad_arguments(getattr(result, "exception", None))
+        ):
+            return MISTAKE
+        return None
 
     def rejection(self, call: ToolCall, info: Rejection) -> Any:
         from strands.types._events import ToolResultEvent

@@ -1,0 +1,93 @@
+"""The loop guard's scenarios, on a framework's real loop with its own offline model.
+
+A framework's ``TestContract`` adds :class:`LoopContract` beside ``FrameworkContract``
+once its adapter reports the model's invalid arguments to the call path:
+
+* identical invalid arguments x20: with the defaults, from the 4th identical call the
+  model reads the loop message (the first three answers are the framework's own, as
+  without otel-breaker); with ``loop_action=stop`` the run raises ``ToolLoopError`` to
+  its caller after at most 4 calls;
+* a varying-argument sequence: untouched (identical with and without otel-breaker);
+* identical tool failures: untouched by default, guarded with ``OTEL_BREAKER_LOOP_COUNT``;
+* on/off identical where nothing repeats.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import pytest
+from contract import FrameworkDriver, Tool, call
+from status_prompt import breaker_settings
+
+from otel_breaker import ToolLoopError
+from otel_breaker.registry import default_registry
+
+#: What the model reads once the loop guard stops running an identical call.
+LOOP = "this exact call, with the same arguments"
+#: Arguments the tool's schema (``x: int``) rejects.
+INVALID = {"x": "not a number"}
+
+
+def invalid(times: int, vary: bool = False) -> list[Any]:
+    return [("echo", {"x": f"not a number {i}"} if vary else dict(INVALID)) for i in range(times)]
+
+
+class LoopContract:
+    driver: ClassVar[FrameworkDriver]
+    #: How many identical invalid calls the framework's own loop lets the model make
+    #: before it ends the run itself (None: no limit of its own).
+    loop_calls: ClassVar[int] = 20
+
+    def _run(self, steps: list[Any], tool: Tool | None = None) -> tuple[str, int, list[str], int]:
+        tool = tool or Tool.healthy("echo")
+        agent = self.driver.build([tool], [*steps, "done"])
+        final = self.driver.run(agent)
+        sent = self.driver.sent(agent)
+        return final, tool.runs, sent[-1].tool_results, len(sent)
+
+    def test_loop_identical_invalid_arguments_get_the_loop_message(self, instrument):
+        n = self.loop_calls
+        final, runs, plain, _ = self._run(invalid(n))
+        assert final == "done" and runs == 0 and len(plain) == n
+        assert not any(LOOP in r for r in plain)
+        instrument(self.driver.framework)
+        final, runs, seen, _ = self._run(invalid(n))
+        assert final == "done" and runs == 0 and len(seen) == n
+        assert seen[:3] == plain[:3]  # the framework's own answers, as without otel-breaker
+        assert all(LOOP in r and "'echo'" in r and "3 times" in r for r in seen[3:])
+
+    def test_loop_stop_ends_the_run_with_tool_loop_error(self, instrument):
+        breaker_settings(loop_action="stop")
+        instrument(self.driver.framework)
+        tool = Tool.healthy("echo")
+        agent = self.driver.build([tool], [*invalid(self.loop_calls), "done"])
+        with pytest.raises(ToolLoopError) as raised:
+            self.driver.run(agent)
+        assert (raised.value.tool, raised.value.count) == ("echo", 3)
+        assert len(self.driver.sent(agent)) <= 4  # the model was asked at most 4 times
+
+    def test_loop_varying_arguments_untouched(self, instrument):
+        n = min(self.loop_calls, 8)
+        baseline = self._run(invalid(n, vary=True))
+        instrument(self.driver.framework)
+        assert self._run(invalid(n, vary=True)) == baseline
+
+    def test_loop_identical_failures_untouched_by_default_guarded_when_counted(self, instrument):
+        steps = [call("echo", 1)] * 6
+        baseline = self._run(steps, Tool.failing("echo"))
+        assert baseline[1] == 6
+        breaker_settings(failure_threshold="50")
+        instrument(self.driver.framework)
+        assert self._run(steps, Tool.failing("echo")) == baseline
+        breaker_settings(failure_threshold="50", loop_count="mistakes,failures")
+        default_registry().clear(keep_counts=False)  # breakers made under the earlier settings go
+        final, runs, seen, _ = self._run(steps, Tool.failing("echo"))
+        assert final == "done" and runs == 3
+        assert seen[:3] == baseline[2][:3] and all(LOOP in r for r in seen[3:])
+
+    def test_loop_on_off_identical_when_nothing_repeats(self, instrument):
+        steps = [call("echo", 1), call("echo", 2), ("echo", dict(INVALID)), call("echo", 3)]
+        baseline = self._run(steps)
+        instrument(self.driver.framework)
+        assert self._run(steps) == baseline
