@@ -113,8 +113,13 @@ class LoopRejection(rejection.Rejection):
 
     __slots__ = ("count", "last_error")
 
-    def __init__(self, breaker: CircuitBreaker, call: ToolCall, count: int, last_error: str | None) -> None:
-        super().__init__(breaker, call)
+    def __init__(self, breaker: CircuitBreaker | None, call: ToolCall, count: int, last_error: str | None) -> None:
+        # No breaker for a name no tool has: the rejection needs none of its state.
+        self.breaker = breaker  # type: ignore[assignment]
+        self.call = call
+        self.state = State.CLOSED
+        self._retry_after = None
+        self._alternatives = ()
         self.count = count
         self.last_error = last_error
 
@@ -136,6 +141,11 @@ class LoopRejection(rejection.Rejection):
     @property
     def message(self) -> str:
         tool = safe_name(self.call.tool)
+        if self.breaker is None:
+            return sanitize(
+                f"Tool '{tool}' was not called: no tool of that name exists, and calling it has already "
+                f"failed {self.count} times. Use only the tools you were given, or stop and tell the user."
+            )
         why = f" The last error was: {sanitize(self.last_error)}." if self.last_error else ""
         return sanitize(
             f"Tool '{tool}' was not called: this exact call, with the same arguments, has already failed "
@@ -398,8 +408,22 @@ def _kind_of_result(call: ToolCall, adapter: Any, result: Any) -> tuple[str | No
 
 
 def _text(result: Any) -> str | None:
-    """A returned error's text, bounded, for :class:`ToolLoopError` and the loop message."""
+    """A returned error's text, bounded, for :class:`ToolLoopError` and the loop message:
+    the text content of a tool result (MCP's ``CallToolResult``, a Strands result event,
+    a LangChain ``ToolMessage``) where there is one, else the value as a string."""
     try:
+        holder = getattr(result, "tool_result", result)
+        content = holder.get("content") if isinstance(holder, dict) else getattr(holder, "content", None)
+        if isinstance(content, str):
+            return content[:MAX_ERROR_CHARS]
+        if isinstance(content, list):
+            texts = []
+            for item in content[:8]:
+                text = item.get("text") if isinstance(item, dict) else getattr(item, "text", None)
+                if isinstance(text, str):
+                    texts.append(text)
+            if texts:
+                return " ".join(texts)[:MAX_ERROR_CHARS]
         return str(result)[:MAX_ERROR_CHARS]
     except Exception:
         return None
@@ -516,3 +540,56 @@ def _reject(breaker: CircuitBreaker, call: ToolCall, adapter: Any, count: int, l
     if breaker.config.graceful_degradation:
         return info.as_dict()
     raise info.error()
+
+
+# -- a tool name no tool has ------------------------------------------------------------------
+#
+# No breaker and no per-name metric series exist for such a name (a model can invent
+# any number of them): the loop guard keys it by the bounded name within the run, with
+# the process defaults, and reports it under the fixed ``UNKNOWN_TOOL`` marker.
+
+_UNKNOWN_PREFIX = "\0unknown:"
+
+
+def _unknown_key(call: ToolCall) -> tuple[str, str]:
+    return LOOPS.scope(call), _UNKNOWN_PREFIX + bounded(call.tool)
+
+
+def check_unknown(call: ToolCall, adapter: Any) -> Any:
+    """Before a call to a name no tool may have: RUN, or the loop guard's answer
+    (``adapter.rejection``); raises :class:`ToolLoopError` under ``stop``."""
+    stop = None
+    try:
+        from otel_breaker.config import get_settings
+
+        config = get_settings().defaults
+        scope, name = _unknown_key(call)
+        if not LOOPS.might_repeat(scope, name):
+            return RUN
+        count, last_error = LOOPS.count(scope, signature(name, None))
+        if count >= config.loop_limit:
+            LOOPS.detected(call, config.loop_action, count, unknown=True)
+            if config.loop_action != "warn":
+                stop = (config.loop_action, count, last_error)
+    except Exception:
+        logger.debug("otel-breaker: the loop guard failed; the call runs", exc_info=True)
+        return RUN
+    if stop is None:
+        return RUN
+    action, count, last_error = stop
+    if action == "stop":
+        raise ToolLoopError(call.tool, count, last_error)
+    return adapter.rejection(call, LoopRejection(None, call, count, last_error))
+
+
+def unknown_tool_called(call: ToolCall, error: str | None) -> None:
+    """A call to a name no tool has was answered as such: a mistake of the model."""
+    try:
+        from otel_breaker.config import get_settings
+
+        if MISTAKES not in get_settings().defaults.loop_count:
+            return
+        scope, name = _unknown_key(call)
+        LOOPS.counted(scope, name, signature(name, None), error)
+    except Exception:
+        logger.debug("otel-breaker: loop bookkeeping failed", exc_info=True)

@@ -73,7 +73,7 @@ def test_identical_invalid_arguments_get_the_loop_message_from_the_fourth_call()
     assert all(s.startswith("error:") for s in seen[:3])
     message = seen[3]
     assert message.startswith("REJECTED: Tool 'search' was not called: this exact call, with the same arguments")
-    assert "failed 3 times" in message and "Change the arguments" in message and "expected an integer" in message
+    assert "failed 3 times" in message and "change the arguments" in message and "expected an integer" in message
     assert all(s == message for s in seen[4:])
     # Never counted toward health: the breaker saw three neutral calls.
     breaker = default_registry().get("search")

@@ -33,11 +33,25 @@ def invalid(times: int, vary: bool = False) -> list[Any]:
     return [("echo", {"x": f"not a number {i}"} if vary else dict(INVALID)) for i in range(times)]
 
 
+def loop_error(exc: BaseException) -> ToolLoopError | None:
+    """The ``ToolLoopError`` a run ended with: itself, or inside the exception group of a
+    framework whose run is a task group (MCP's ``Client`` wraps what its body raises)."""
+    if isinstance(exc, ToolLoopError):
+        return exc
+    for inner in getattr(exc, "exceptions", ()):
+        found = loop_error(inner)
+        if found is not None:
+            return found
+    return None
+
+
 class LoopContract:
     driver: ClassVar[FrameworkDriver]
     #: How many identical invalid calls the framework's own loop lets the model make
     #: before it ends the run itself (None: no limit of its own).
     loop_calls: ClassVar[int] = 20
+    #: Whether the adapter sees a call to a tool name no tool has (the loop guard's unknown-tool case).
+    guards_unknown_tools: ClassVar[bool] = False
 
     def _run(self, steps: list[Any], tool: Tool | None = None) -> tuple[str, int, list[str], int]:
         tool = tool or Tool.healthy("echo")
@@ -62,10 +76,31 @@ class LoopContract:
         instrument(self.driver.framework)
         tool = Tool.healthy("echo")
         agent = self.driver.build([tool], [*invalid(self.loop_calls), "done"])
-        with pytest.raises(ToolLoopError) as raised:
+        with pytest.raises(BaseException) as raised:
             self.driver.run(agent)
-        assert (raised.value.tool, raised.value.count) == ("echo", 3)
+        error = loop_error(raised.value)
+        assert error is not None, f"the run ended with {raised.value!r}, not ToolLoopError"
+        assert (error.tool, error.count) == ("echo", 3)
         assert len(self.driver.sent(agent)) <= 4  # the model was asked at most 4 times
+
+    def test_loop_unknown_tool_name(self, instrument):
+        if not self.guards_unknown_tools:
+            pytest.skip("the framework answers a tool name no tool has itself, before any patched tool path")
+        n = self.loop_calls
+        steps = [("no_such_tool", {"x": 1})] * n
+        final, runs, plain, _ = self._run(steps)
+        assert final == "done" and runs == 0 and len(plain) == n
+        instrument(self.driver.framework)
+        final, runs, seen, _ = self._run(steps)
+        assert final == "done" and len(seen) == n
+        assert seen[:3] == plain[:3]
+        assert all("no tool of that name exists" in r and "3 times" in r for r in seen[3:])
+        breaker_settings(loop_action="stop")
+        agent = self.driver.build([Tool.healthy("echo")], [*steps, "done"])
+        with pytest.raises(BaseException) as raised:
+            self.driver.run(agent)
+        error = loop_error(raised.value)
+        assert error is not None and (error.tool, error.count) == ("no_such_tool", 3)
 
     def test_loop_varying_arguments_untouched(self, instrument):
         n = min(self.loop_calls, 8)

@@ -34,6 +34,7 @@ def quiet_server():
 
 class TestContract(FrameworkContract, LoopContract):
     driver = MCPDriver()
+    guards_unknown_tools = True
 
     @pytest.mark.skip(reason=NO_AGENT)
     def test_failures_counted_once_and_model_reads_rejection(self): ...
