@@ -41,3 +41,4 @@ class AgentFrameworkDriver:
 
 class TestContract(FrameworkContract, LoopContract):
     driver = AgentFrameworkDriver()
+    sees_invalid_arguments = False  # refused before the patched tool path

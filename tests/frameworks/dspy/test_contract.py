@@ -12,8 +12,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from contract import FrameworkContract
 from driver import DSPyDriver
-from loop_contract import LoopContract
 
 
-class TestContract(FrameworkContract, LoopContract):
+class TestContract(FrameworkContract):
     driver = DSPyDriver()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any, ClassVar
 
 import pytest
 
@@ -17,3 +18,5 @@ from loop_contract import LoopContract
 
 class TestContract(FrameworkContract, LoopContract):
     driver = LlamaIndexDriver()
+    loop_calls = 8  # the workflow's own max_iterations (20) ends a longer run
+    invalid_arguments: ClassVar[dict[str, Any]] = {"y": 1}  # FunctionTool checks names, not types

@@ -17,3 +17,5 @@ from loop_contract import LoopContract
 
 class TestContract(FrameworkContract, LoopContract):
     driver = PraisonAIDriver()
+    sees_invalid_arguments = False  # refused before the patched tool path
+    stops_repeated_failures = "PraisonAI's own circuit breaker ends repeated tool failures"
