@@ -36,6 +36,22 @@ _INFERENCES_PER_TRACE = 8
 _ESTIMATORS: weakref.WeakSet[TokenEstimator] = weakref.WeakSet()
 
 
+def repeated_turns_tokens(prompt_tokens: int, growth_tokens: int, turns: int, output_tokens: int = 0) -> int:
+    """Tokens of ``turns`` more model turns of a loop, counting context growth.
+
+    Each turn re-sends the whole prompt, which was ``prompt_tokens`` at the first of
+    them and grows by ``growth_tokens`` a turn (the repeated call and its error stay in
+    the transcript), and answers with ``output_tokens``: ``turns * (prompt + output) +
+    growth * turns * (turns - 1) / 2``. So N retries cost about N squared tokens, where a
+    flat per-call estimate grows linearly. Negative inputs count as 0.
+    """
+    turns = max(0, int(turns))
+    prompt_tokens, growth_tokens, output_tokens = (
+        max(0, int(v)) for v in (prompt_tokens, growth_tokens, output_tokens)
+    )
+    return turns * (prompt_tokens + output_tokens) + growth_tokens * turns * (turns - 1) // 2
+
+
 def _reinit_after_fork() -> None:
     """A lock another thread held at a fork stays held in the child: replace them."""
     for estimator in list(_ESTIMATORS):

@@ -29,6 +29,7 @@ from otel_breaker.cli._common import number, one_line_errors
 from otel_breaker.cli._demo_telemetry import close, serve, set_up_telemetry
 from otel_breaker.cli._demo_text import as_json, duration, render
 from otel_breaker.simulation.cases import CASES, run_case
+from otel_breaker.simulation.loop_case import compare_loop_cases
 from otel_breaker.simulation.runs import Moment, run_with_breakers, run_without_breakers
 from otel_breaker.simulation.world import DEFAULT_STEPS
 
@@ -166,6 +167,7 @@ def run(args: argparse.Namespace) -> int:
     # The four menu cases run first, before telemetry exists, and are then forgotten:
     # what the demo exports is the run with breakers alone.
     cases = [run_case(case, args.steps, lambda step, c=case: progress.advance(c.label)) for case in CASES]
+    loop_cases = compare_loop_cases()
     TELEMETRY.reset(counts=True)
     record = None
     try:
@@ -206,9 +208,9 @@ def run(args: argparse.Namespace) -> int:
                 for outcome in without.outcomes:
                     record.write(json.dumps(outcome) + "\n")
         if args.json:
-            print(json.dumps(as_json(args.steps, without, with_, timeline, transitions, cases), indent=2))
+            print(json.dumps(as_json(args.steps, without, with_, timeline, transitions, cases, loop_cases), indent=2))
         else:
-            print(render(args.steps, without, with_, timeline, transitions, prompt, cases))
+            print(render(args.steps, without, with_, timeline, transitions, prompt, cases, loop_cases))
         if record is not None:
             print(
                 f"\nRecorded {len(without.outcomes)} tool outcomes to {args.record}; "

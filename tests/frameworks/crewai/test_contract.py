@@ -18,3 +18,4 @@ from loop_contract import LoopContract
 class TestContract(FrameworkContract, LoopContract):
     driver = CrewAIDriver()
     sees_invalid_arguments = False  # refused before the patched tool path
+    stops_repeated_failures = "CrewAI ends a run after 5 identical calls with the same result"
