@@ -521,8 +521,9 @@ def enter(call: ToolCall, breaker: CircuitBreaker, adapter: Any, args: tuple, kw
         else:
             arguments = None
         if stop is None:
-            if not config.loop_count:
-                return RUN, None
+            kinds = config.loop_count
+            if not kinds or (adapter is None and kinds == (MISTAKES,)):
+                return RUN, None  # nothing to count: without an adapter no call is a known mistake
             if arguments is None:
                 arguments = arguments_of(call, args, kwargs)
             return RUN, Watch(call, breaker, adapter, scope, sig, arguments)
