@@ -58,7 +58,7 @@ from otel_breaker.semconv import (
     REASON_LOOP,
     UNKNOWN_TOOL,
 )
-from otel_breaker.telemetry import LOOP_SOURCES, TELEMETRY
+from otel_breaker.telemetry import LOOP_SOURCES, SAVINGS_SOURCES, TELEMETRY
 from otel_breaker.toolcall import ToolCall
 
 logger = logging.getLogger("otel_breaker")
@@ -351,9 +351,20 @@ class LoopGuard:
                 attributes[ATTR_AGENT] = bounded(agent)
             yield value, attributes
 
+    def saved_turns(self) -> Iterable[tuple[object, str, int]]:
+        """(key, tool, count) of the calls the guard did not run (``reject``, ``stop``):
+        each saved a model turn, priced by the token estimator at the prompt size it last
+        saw for the tool (``tokens.py``)."""
+        with self._lock:
+            items = list(self._detections.items())
+        for (tool, agent, action), value in items:
+            if action != "warn":
+                yield ("loop", tool, agent, action), tool, value
+
 
 LOOPS = LoopGuard()
 LOOP_SOURCES.append(LOOPS.detections)
+SAVINGS_SOURCES.append(LOOPS.saved_turns)
 
 
 def reset() -> None:

@@ -777,6 +777,8 @@ class Telemetry:
         self.estimator.settle(
             (key, key[0], values[3] + values[4]) for key, values in self.counts().items() if key[2] == "enforce"
         )
+        for source in SAVINGS_SOURCES:  # calls the loop guard answered: each saved a model turn
+            self.estimator.settle(source())
 
     def _observe_tokens(self, options: CallbackOptions) -> Iterable[Observation]:
         self.settle_savings()
@@ -799,6 +801,9 @@ _CARDINALITY_WARNED: set[str] = set()
 #: ``source(rejected)`` yields (value, attributes) for ``otel_breaker.calls.rejected``
 #: (True) or ``otel_breaker.loops`` (False). The loop guard adds itself.
 LOOP_SOURCES: list[Callable[[bool], Iterable[tuple[int, dict[str, Any]]]]] = []
+#: Rejections of modules above this one that save tokens: ``source()`` yields
+#: (key, tool, lifetime count) as :meth:`TokenEstimator.settle` takes them.
+SAVINGS_SOURCES: list[Callable[[], Iterable[tuple[object, str, int]]]] = []
 
 TELEMETRY = Telemetry()
 

@@ -238,3 +238,29 @@ def test_idle_entries_are_forgotten_and_the_table_is_bounded(monkeypatch):
     for index in range(50):
         LOOPS.counted("s", "t", f"sig{index}", None)
     assert len(LOOPS._entries) <= 10
+
+
+def test_telemetry_event_rejected_metric_loops_counter_and_tokens_saved(otel):
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
+
+    from otel_breaker import telemetry
+
+    exporter = InMemoryLogRecordExporter()
+    provider = LoggerProvider()
+    provider.add_log_record_processor(SimpleLogRecordProcessor(exporter))
+    telemetry.configure(logger_provider=provider)
+    model_calls("ten", 5)  # two calls answered by the loop guard
+    events = [d.log_record for d in exporter.get_finished_logs() if d.log_record.event_name == "otel_breaker.loop"]
+    assert len(events) == 2
+    assert events[0].attributes["gen_ai.tool.name"] == "search"
+    assert events[0].attributes["otel_breaker.loop.action"] == "reject"
+    assert events[0].attributes["otel_breaker.loop.count"] == 3
+    assert otel.value("otel_breaker.calls.rejected", gen_ai_tool_name="search", otel_breaker_reason="loop") == 2
+    # each saved a model turn: priced by the estimate (the configured one: no usage observed)
+    assert otel.value("otel_breaker.tokens.saved", gen_ai_tool_name="search") == 2 * 1500
+    set_settings(load_settings({"OTEL_BREAKER_LOOP_ACTION": "warn"}))
+    default_registry().clear(keep_counts=False)  # the breaker made under the earlier settings goes
+    model_calls("eleven", 5)
+    assert otel.value("otel_breaker.loops", gen_ai_tool_name="search", otel_breaker_loop_action="warn") == 2
+    provider.shutdown()
