@@ -255,3 +255,17 @@ def test_a_servers_hint_opens_its_upstream_and_every_tool_behind_it_waits(regist
     assert runs == ["web"]
     registry_clock.advance(45)
     assert news_search() == "news"
+
+
+def test_the_status_block_reports_the_servers_retry_time(registry_clock):
+    from otel_breaker import guard
+    from otel_breaker.degrade import tool_status_block
+
+    @guard("web_search")
+    def web_search() -> str:
+        raise httpx_error(429, {"Retry-After": "120"})
+
+    with pytest.raises(httpx.HTTPStatusError):
+        web_search()
+    block = tool_status_block()
+    assert "'web_search' (open): may be retried in about 120s" in block
