@@ -424,9 +424,10 @@ def _text(result: Any) -> str | None:
     a LangChain ``ToolMessage``) where there is one, else the value as a string."""
     try:
         holder = getattr(result, "tool_result", result)
-        output = getattr(holder, "output", None)  # an OpenAI Agents function tool's result
-        if isinstance(output, str):
-            return output[:MAX_ERROR_CHARS]
+        for name in ("error", "output"):  # Agno's execution result; an OpenAI Agents tool result
+            text = getattr(holder, name, None)
+            if isinstance(text, str) and text:
+                return text[:MAX_ERROR_CHARS]
         content = holder.get("content") if isinstance(holder, dict) else getattr(holder, "content", None)
         if isinstance(content, str):
             return content[:MAX_ERROR_CHARS]
