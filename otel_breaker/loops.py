@@ -37,6 +37,7 @@ import inspect
 import json
 import logging
 import math
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -365,6 +366,15 @@ class LoopGuard:
 LOOPS = LoopGuard()
 LOOP_SOURCES.append(LOOPS.detections)
 SAVINGS_SOURCES.append(LOOPS.saved_turns)
+
+
+def _reinit_after_fork() -> None:
+    """A lock another thread held at a fork stays held in the child: replace it."""
+    LOOPS._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reinit_after_fork)
 
 
 def reset() -> None:
