@@ -559,6 +559,36 @@ def enter(call: ToolCall, breaker: CircuitBreaker, adapter: Any, args: tuple, kw
     return _reject(breaker, call, adapter, count, last_error), None
 
 
+class Mistakes:
+    """An adapter as the loop guard sees a call its framework refuses before the tool
+    path (the model's arguments failed validation): what the call raises is the mistake."""
+
+    def __init__(self, adapter: Any) -> None:
+        self.adapter = adapter
+
+    def exception_hint(self, call: ToolCall, exc: BaseException) -> str | None:
+        return MISTAKE if isinstance(exc, Exception) else None
+
+    def result_error(self, call: ToolCall, result: Any) -> str | None:
+        return None
+
+    def rejection(self, call: ToolCall, info: rejection.Rejection) -> Any:
+        return self.adapter.rejection(call, info)
+
+
+async def arun_mistake(
+    breaker: CircuitBreaker, call: ToolCall, adapter: Any, fn: Any, args: tuple, kwargs: dict
+) -> Any:
+    """Run a call whose arguments the framework refuses before its tool path, through the
+    loop guard only (the breaker counts nothing for it): ``adapter`` is a :class:`Mistakes`."""
+    answer, watch = enter(call, breaker, adapter, args, kwargs)
+    if answer is not RUN:
+        return answer
+    runner = fn if watch is None else watch.wrap(fn)
+    result = runner(*args, **kwargs)
+    return await result if inspect.isawaitable(result) else result
+
+
 def _reject(breaker: CircuitBreaker, call: ToolCall, adapter: Any, count: int, last_error: str | None) -> Any:
     info = LoopRejection(breaker, call, count, last_error)
     if adapter is not None:

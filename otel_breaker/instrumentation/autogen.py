@@ -41,6 +41,7 @@ import logging
 from collections.abc import AsyncGenerator
 from typing import Any
 
+from otel_breaker import loops
 from otel_breaker.degrade import Rejection
 from otel_breaker.instrumentation.base import PatchTarget, agent_display_name
 from otel_breaker.instrumentation.spec import MessageDialect, SpecAdapter, insert_status_block, prompt_patch, tool_patch
@@ -155,6 +156,40 @@ class AutoGenAdapter(SpecAdapter):
             call_id=call_id if isinstance(call_id, str) else None,
             arguments=dict(arguments) if arguments is not None else None,
         )
+
+    async def _tool_async(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        call = self._call_of(instance, args, kwargs)
+        if call is not None:
+            return await self.run_async(call, wrapped, args, kwargs)
+        mistake = self._mistake(instance, args, kwargs) if self._enabled else None
+        breaker = self.guard.breaker_for(mistake) if mistake is not None else None
+        if breaker is None:
+            return await wrapped(*args, **kwargs)
+        # Arguments the tool's schema refuses: the breaker counts nothing, the loop guard does.
+        return await loops.arun_mistake(breaker, mistake, loops.Mistakes(self), wrapped, args, kwargs)
+
+    def _mistake(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
+        """The call, when its arguments fail the tool's schema (the model's mistake); else None."""
+        try:
+            name = instance.name
+            if not isinstance(name, str) or not name or _is_handoff(instance, name):
+                return None
+            arguments = args[0] if args else kwargs.get("args")
+            try:
+                instance.args_type().model_validate(arguments)
+            except Exception:
+                agent = _agent.get()
+                agent_name = agent_display_name(agent) if agent is not None else None
+                return ToolCall(
+                    name,
+                    framework=self.name,
+                    agent=agent,
+                    agent_name=agent_name or _runtime_agent(),
+                    arguments=dict(arguments) if isinstance(arguments, dict) else arguments,
+                )
+        except Exception:
+            pass
+        return None
 
     def rejection(self, call: ToolCall, info: Rejection) -> Any:
         # The workbench hands the exception's text to the model as an error result.
