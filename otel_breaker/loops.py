@@ -109,6 +109,17 @@ class ToolLoopError(BaseException):
         )
 
 
+def loop_message(error: ToolLoopError) -> str:
+    """The ``reject`` text for a stop that cannot reach the caller of the run."""
+    tool = safe_name(error.tool)
+    why = f" The last error was: {sanitize(error.last_error)}." if error.last_error else ""
+    return sanitize(
+        f"Tool '{tool}' was not called: this exact call, with the same arguments, has already failed "
+        f"{error.count} times.{why} Do not repeat it: change the arguments, use another tool, or stop "
+        "and tell the user what went wrong."
+    )
+
+
 class LoopRejection(rejection.Rejection):
     """What the model reads when the loop guard does not run an identical call."""
 

@@ -158,15 +158,20 @@ class AutoGenAdapter(SpecAdapter):
         )
 
     async def _tool_async(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        call = self._call_of(instance, args, kwargs)
-        if call is not None:
-            return await self.run_async(call, wrapped, args, kwargs)
-        mistake = self._mistake(instance, args, kwargs) if self._enabled else None
-        breaker = self.guard.breaker_for(mistake) if mistake is not None else None
-        if breaker is None:
-            return await wrapped(*args, **kwargs)
-        # Arguments the tool's schema refuses: the breaker counts nothing, the loop guard does.
-        return await loops.arun_mistake(breaker, mistake, loops.Mistakes(self), wrapped, args, kwargs)
+        try:
+            call = self._call_of(instance, args, kwargs)
+            if call is not None:
+                return await self.run_async(call, wrapped, args, kwargs)
+            mistake = self._mistake(instance, args, kwargs) if self._enabled else None
+            breaker = self.guard.breaker_for(mistake) if mistake is not None else None
+            if breaker is None:
+                return await wrapped(*args, **kwargs)
+            # Arguments the tool's schema refuses: the breaker counts nothing, the loop guard does.
+            return await loops.arun_mistake(breaker, mistake, loops.Mistakes(self), wrapped, args, kwargs)
+        except loops.ToolLoopError as error:
+            # AutoGen's agent runtime does not pass a BaseException on (the run would never
+            # end): ``stop`` answers like ``reject`` here, with the same text.
+            raise RuntimeError(loops.loop_message(error)) from None
 
     def _mistake(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
         """The call, when its arguments fail the tool's schema (the model's mistake); else None."""
