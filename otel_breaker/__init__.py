@@ -36,6 +36,8 @@ if TYPE_CHECKING:
         release,
         reset_all_circuit_breakers,
     )
+    from otel_breaker.loops import ToolLoopError
+    from otel_breaker.retry_hint import register_retry_hint, unregister_retry_hint
     from otel_breaker.toolcall import ToolCall
 
 # The other public names, each loaded from its module on first use: ``OTEL_BREAKER_ENABLED``
@@ -58,6 +60,9 @@ _LAZY = {
         "otel_breaker.registry",
     ),
     "ToolCall": "otel_breaker.toolcall",
+    "ToolLoopError": "otel_breaker.loops",
+    "register_retry_hint": "otel_breaker.retry_hint",
+    "unregister_retry_hint": "otel_breaker.retry_hint",
     "ToolKey": "otel_breaker.identity",
     "code_origin": "otel_breaker.identity",
 }
@@ -108,6 +113,7 @@ __all__ = [
     "StateChange",
     "ToolCall",
     "ToolKey",
+    "ToolLoopError",
     "ToolTimeoutError",
     "__version__",
     "breaker_scope",
@@ -115,7 +121,9 @@ __all__ = [
     "get_circuit_breaker",
     "guard",
     "load_settings",
+    "register_retry_hint",
     "release",
     "reset_all_circuit_breakers",
     "set_escalation",
+    "unregister_retry_hint",
 ]

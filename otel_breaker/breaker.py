@@ -105,8 +105,33 @@ class CircuitBreakerConfig:
     high_stakes: bool = False
     count_model_retry: bool = False
     """Count a tool's "ask the model again" signal (PydanticAI ``ModelRetry``) as a failure."""
+    slow_call_seconds: float | None = None
+    """A call that takes longer than this is slow (resilience4j's
+    ``slowCallDurationThreshold``). None (the default): a slow call is never counted."""
+    slow_call_rate: float | None = None
+    """Open once this share of the calls in ``monitor_window`` (at least ``minimum_calls``)
+    was slow (resilience4j's ``slowCallRateThreshold``); None with ``slow_call_seconds``
+    set means 1.0, every call slow."""
+    loop_limit: int = 3
+    """The loop guard: how many times an identical call may end in a counted way
+    (``loop_count``) before the next identical one is not run (``loops.py``)."""
+    loop_action: str = "reject"
+    """What the loop guard does then: ``reject`` (answer the model), ``stop`` (raise
+    ``ToolLoopError`` to the caller of the run) or ``warn`` (count it, change nothing)."""
+    loop_count: tuple[str, ...] = ("mistakes",)
+    """What ends an identical call in a counted way: ``mistakes`` (arguments the tool
+    rejects, an unknown tool), ``failures``, ``retries`` (``ModelRetry`` and the like)."""
 
     def __post_init__(self) -> None:
+        kinds = self.loop_count
+        if isinstance(kinds, str):  # "mistakes,failures" (also + or | between names)
+            kinds = tuple(k.strip() for k in kinds.replace("+", ",").replace("|", ",").split(",") if k.strip())
+        if not isinstance(kinds, tuple):
+            try:
+                kinds = tuple(kinds)
+            except TypeError:
+                pass
+        object.__setattr__(self, "loop_count", kinds)
         problems = list(_config_problems(self))
         if problems:
             raise ValueError("invalid CircuitBreakerConfig: " + "; ".join(problems))
@@ -140,6 +165,11 @@ class CircuitBreakerConfig:
 
 
 CONFIG_FIELDS = tuple(f.name for f in fields(CircuitBreakerConfig))
+
+#: What the loop guard may do once an identical call repeats (``loop_action``).
+LOOP_ACTIONS = ("reject", "stop", "warn")
+#: What may count toward the loop guard (``loop_count``).
+LOOP_COUNT_KINDS = ("mistakes", "failures", "retries")
 
 #: Upper bounds of accepted options: beyond them a value is a typo, not a policy.
 MAX_COUNT = 10**9
@@ -186,7 +216,14 @@ def _config_problems(c: CircuitBreakerConfig):
         value = getattr(c, name)
         if isinstance(value, int) and value > MAX_COUNT:
             problems.append(f"{name}={value!r} (must be at most {MAX_COUNT:,})")
-    for name in ("recovery_timeout", "max_recovery_timeout", "timeout", "monitor_window", "health_check_interval"):
+    for name in (
+        "recovery_timeout",
+        "max_recovery_timeout",
+        "timeout",
+        "monitor_window",
+        "health_check_interval",
+        "slow_call_seconds",
+    ):
         value = getattr(c, name)
         if isinstance(value, int | float) and not isinstance(value, bool) and value > MAX_SECONDS:
             problems.append(f"{name}={value!r} (must be at most {MAX_SECONDS:g} seconds, a year)")
@@ -203,6 +240,20 @@ def _config_problems(c: CircuitBreakerConfig):
         )
     if c.mode not in MODES:
         problems.append(f"mode={c.mode!r} (must be one of {', '.join(MODES)})")
+    non_negative("slow_call_seconds", allow_none=True)
+    slow_rate = c.slow_call_rate
+    if slow_rate is not None and (
+        isinstance(slow_rate, bool) or not isinstance(slow_rate, int | float) or not 0 < slow_rate <= 1
+    ):
+        problems.append(f"slow_call_rate={slow_rate!r} (must be in (0, 1] or None)")
+    positive_int("loop_limit")
+    if isinstance(c.loop_limit, int) and c.loop_limit > MAX_COUNT:
+        problems.append(f"loop_limit={c.loop_limit!r} (must be at most {MAX_COUNT:,})")
+    if c.loop_action not in LOOP_ACTIONS:
+        problems.append(f"loop_action={c.loop_action!r} (must be one of {', '.join(LOOP_ACTIONS)})")
+    kinds = c.loop_count
+    if not isinstance(kinds, tuple) or not all(k in LOOP_COUNT_KINDS for k in kinds):
+        problems.append(f"loop_count={kinds!r} (must be a subset of {', '.join(LOOP_COUNT_KINDS)})")
     yield from problems
 
 
@@ -466,6 +517,8 @@ class CircuitBreaker:
         self._next_lease = 0
         self._probe_successes = 0
         self._window = _FailureWindow(self._config.monitor_window) if self._config.failure_rate_threshold else None
+        #: Calls and slow calls over ``monitor_window``, when ``slow_call_seconds`` is set.
+        self._slow_window: _FailureWindow | None = None
         self._simple = self._quick_path_allowed()
         self._quiet_rejection = self._quiet_rejection_allowed()
         # Lifetime counters: monotonic, read by telemetry at collection time.
@@ -651,6 +704,7 @@ class CircuitBreaker:
             and self._storage is None
             and self._window is None
             and c.timeout is None
+            and c.slow_call_seconds is None
             and c.is_failure_result is None
         )
 
@@ -838,6 +892,8 @@ class CircuitBreaker:
             self._reopenings = 0
             if self._window is not None:
                 self._window.clear()
+            if self._slow_window is not None:
+                self._slow_window.clear()
         if previous is to:
             return None
         return StateChange(self, previous, to, reason, now)
@@ -862,6 +918,56 @@ class CircuitBreaker:
         if self._storage is not None and self._storage.force_open(self, duration):
             return
         self._change(lambda now: self._open(now, "manual", math.inf if duration is None else now + duration))
+
+    def record_duration(self, seconds: float) -> None:
+        """A closed-state call's duration, for the slow-call rule (resilience4j's):
+        with ``slow_call_seconds`` set, once at least ``minimum_calls`` calls were made in
+        ``monitor_window`` and the share of them slower than it reaches ``slow_call_rate``,
+        the breaker opens. Unset, nothing happens: a slow tool is not a broken tool."""
+        config = self._config
+        threshold = config.slow_call_seconds
+        if threshold is None or self._state is not _CLOSED:
+            return
+        rate_limit = 1.0 if config.slow_call_rate is None else config.slow_call_rate
+
+        def apply(now: float) -> StateChange | None:
+            if self._state is not _CLOSED:
+                return None
+            window = self._slow_window
+            if window is None:
+                window = self._slow_window = _FailureWindow(config.monitor_window)
+            window.add(now, seconds > threshold)
+            calls, slow = window.totals(now)
+            rate = slow / calls if calls else 0.0
+            if calls >= config.minimum_calls and rate >= rate_limit:
+                return self._open(now, f"slow_call_rate={rate:.2f}")
+            return None
+
+        self._change(apply)
+
+    def open_for(self, seconds: float, reason: str = "retry_after") -> float:
+        """Open now for ``seconds`` (a service's retry hint), capped at ``max_recovery_timeout``.
+
+        The service knows when it will answer again, so its hint replaces the
+        cooldown (a half-open probe waits for it) unless the breaker is held open
+        by hand. Returns the seconds applied (0 when ``seconds`` is not positive).
+        """
+        try:
+            duration = min(float(seconds), self._config.max_recovery_timeout)
+        except (TypeError, ValueError):
+            return 0.0
+        if not duration > 0:  # also NaN
+            return 0.0
+        if self._storage is not None and self._storage.force_open(self, duration):
+            return duration
+
+        def apply(now: float) -> StateChange | None:
+            if self._state is _OPEN and self._open_until == math.inf:
+                return None
+            return self._open(now, reason, now + duration)
+
+        self._change(apply)
+        return duration
 
     def force_close(self) -> None:
         """Close now, clearing the failure streak."""

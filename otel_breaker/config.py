@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from otel_breaker.breaker import PRESETS, CircuitBreakerConfig
+from otel_breaker.breaker import LOOP_ACTIONS, LOOP_COUNT_KINDS, PRESETS, CircuitBreakerConfig
 from otel_breaker.sanitize import quoted
 from otel_breaker.words import FALSE_WORDS, TRUE_WORDS
 
@@ -52,6 +52,11 @@ _BREAKER_OPTIONS: dict[str, str] = {
     "health_check_interval": "float",
     "high_stakes": "bool",
     "count_model_retry": "bool",
+    "slow_call_seconds": "float_or_none",
+    "slow_call_rate": "float_or_none",
+    "loop_limit": "int",
+    "loop_action": "loop_action",
+    "loop_count": "loop_count",
 }
 
 
@@ -164,6 +169,15 @@ def _parse(kind: str, raw: str) -> Any:
         if text not in ("enforce", "observe"):
             raise ValueError("expected 'enforce' or 'observe'")
         return text
+    if kind == "loop_action":
+        if text not in LOOP_ACTIONS:
+            raise ValueError(f"expected one of {', '.join(LOOP_ACTIONS)}")
+        return text
+    if kind == "loop_count":
+        kinds = tuple(k.strip() for k in text.replace("+", ",").replace("|", ",").split(",") if k.strip())
+        if not all(k in LOOP_COUNT_KINDS for k in kinds):
+            raise ValueError(f"expected a subset of {', '.join(LOOP_COUNT_KINDS)} (separated by , or +)")
+        return kinds
     if kind == "scope":
         if text not in SCOPES:
             raise ValueError(f"expected one of {', '.join(SCOPES)}")

@@ -23,6 +23,8 @@ from typing import Any, Protocol
 from otel_breaker import breaker as _breaker_module
 from otel_breaker import config as _config
 from otel_breaker import deadline, rejection
+from otel_breaker import loops as _loops
+from otel_breaker import retry_hint as _retry_hints
 from otel_breaker import upstream as _upstream
 from otel_breaker import upstream_gate as _upstream_gate
 from otel_breaker.breaker import REJECTED, SHADOW, CircuitBreaker, CircuitBreakerConfig, Clock
@@ -144,6 +146,19 @@ def _record(breaker: CircuitBreaker, permit: Any, outcome: int) -> None:
         _bookkeeping_failed("recording an outcome")
 
 
+def _retry_hint(breaker: CircuitBreaker, outcome: int, exc: BaseException) -> None:
+    """A failure whose service said when to come back (``Retry-After``, see
+    ``retry_hint.py``) opens the breaker at once, for that long."""
+    if outcome != FAILURE:
+        return
+    try:
+        seconds = _retry_hints.retry_hint(exc)
+        if seconds is not None:
+            breaker.open_for(seconds)
+    except Exception:
+        _bookkeeping_failed("reading a retry hint")
+
+
 def _classify(
     breaker: CircuitBreaker, exc: BaseException, call: ToolCall | None = None, adapter: Adapter | None = None
 ) -> int:
@@ -222,6 +237,7 @@ def run_sync(
         except BaseException as exc:
             outcome, err = _raised(breaker, call, adapter, exc)
             _record(breaker, permit, outcome)
+            _retry_hint(breaker, outcome, exc)
             if observed:
                 _end(breaker, call, span, breaker._clock() - start, err, exc, permit)
             raise
@@ -234,6 +250,7 @@ def run_sync(
                 breaker.record(permit, outcome)
             except Exception:
                 _bookkeeping_failed("recording an outcome")
+        _slow(breaker, elapsed)
         if observed:
             try:
                 TELEMETRY.finish(span, call, breaker, elapsed, err, None, permit)
@@ -274,7 +291,7 @@ async def run_async(
                 return value
             permit = SHADOW
         timeout = breaker._config.timeout
-        timed = observed or timeout is not None
+        timed = observed or timeout is not None or breaker._config.slow_call_seconds is not None
         start = breaker._clock() if timed else 0.0
         try:
             result = fn(*args, **kwargs)
@@ -286,6 +303,7 @@ async def run_async(
         except BaseException as exc:
             outcome, err = _raised(breaker, call, adapter, exc)
             await _arecord(breaker, permit, outcome) if remote else _record(breaker, permit, outcome)
+            _retry_hint(breaker, outcome, exc)
             if observed:
                 _end(breaker, call, span, breaker._clock() - start, err, exc, permit)
             raise
@@ -294,6 +312,7 @@ async def run_async(
         else:
             outcome, err, elapsed = _returned(breaker, call, adapter, result, start, timed)
         await _arecord(breaker, permit, outcome) if remote else _record(breaker, permit, outcome)
+        _slow(breaker, elapsed)
         if observed:
             _end(breaker, call, span, elapsed, err, None, permit)
         return result
@@ -303,8 +322,19 @@ async def run_async(
 
 
 def _timed(breaker: CircuitBreaker) -> bool:
-    """Whether the call's duration matters (a per-call timeout is configured)."""
-    return breaker._config.timeout is not None
+    """Whether the call's duration matters (a per-call timeout or the slow-call rule is configured)."""
+    config = breaker._config
+    return config.timeout is not None or config.slow_call_seconds is not None
+
+
+def _slow(breaker: CircuitBreaker, elapsed: float) -> None:
+    """The slow-call rule (``slow_call_seconds``), when configured: off by default."""
+    if breaker._config.slow_call_seconds is None:
+        return
+    try:
+        breaker.record_duration(elapsed)
+    except Exception:
+        _bookkeeping_failed("recording a duration")
 
 
 def _raised(
@@ -393,7 +423,9 @@ def _decorate(breaker: CircuitBreaker, fn: Callable[..., Any]) -> Callable[..., 
 
 def _after_raise(breaker: CircuitBreaker, permit: Any, exc: BaseException) -> None:
     """Record a call that raised, for the breaker's quick path."""
-    _record(breaker, permit, _raised(breaker, None, None, exc)[0])
+    outcome = _raised(breaker, None, None, exc)[0]
+    _record(breaker, permit, outcome)
+    _retry_hint(breaker, outcome, exc)
 
 
 # The rejection :func:`_reject` answers when nothing watches and no adapter is involved.
@@ -436,6 +468,12 @@ class Guard:
             breaker = None
         if breaker is None:
             return fn(*args, **(kwargs or {}))
+        # The loop guard (loops.py): an identical call that already failed N times is not run.
+        answer, watch = _loops.enter(call, breaker, adapter, args, kwargs or {})
+        if answer is not _loops.RUN:
+            return answer
+        if watch is not None:
+            fn = watch.wrap(fn)
         # Upstream breaker (upstream_gate.py): admitted first, counts transport failures.
         # Looked up only for a tool with a source or when upstreams are configured.
         if call.source is not None or registry.settings.upstreams:
@@ -458,6 +496,12 @@ class Guard:
         if breaker is None:
             result = fn(*args, **(kwargs or {}))
             return await result if inspect.isawaitable(result) else result
+        # The loop guard (loops.py): an identical call that already failed N times is not run.
+        answer, watch = _loops.enter(call, breaker, adapter, args, kwargs or {})
+        if answer is not _loops.RUN:
+            return answer
+        if watch is not None:
+            fn = watch.wrap(fn)
         # Upstream breaker (upstream_gate.py): admitted first, counts transport failures.
         upstream = _upstream.breaker_for_call(self.registry, call)
         if upstream is not None:

@@ -73,6 +73,15 @@ ATTR_STORE = "otel_breaker.store"
 EVENT_STATE_CHANGE = "otel_breaker.state_change"
 EVENT_REJECTED = "otel_breaker.rejected"
 EVENT_EXCEPTION = "exception"
+#: The loop guard saw an identical call repeat (``loops.py``).
+EVENT_LOOP = "otel_breaker.loop"
+#: ``otel_breaker.reason`` of a call the loop guard did not run.
+REASON_LOOP = "loop"
+#: ``gen_ai.tool.name`` of a loop of calls to a tool no tool has: no per-name series.
+UNKNOWN_TOOL = "otel_breaker.unknown_tool"
+#: ``otel_breaker.loop.action`` of a loop detection.
+ATTR_LOOP_ACTION = "otel_breaker.loop.action"
+ATTR_LOOP_COUNT = "otel_breaker.loop.count"
 
 #: ``error.type`` of a call a breaker rejected.
 ERROR_CIRCUIT_OPEN = "circuit_open"
@@ -164,6 +173,13 @@ DURATION = Instrument(
     HISTOGRAM,
     "s",
     "Duration of tool executions.",
+)
+
+LOOPS = Instrument(
+    "otel_breaker.loops",
+    COUNTER,
+    "{call}",
+    "Identical repeated tool calls the loop guard saw and let run (loop_action=warn).",
 )
 
 INSTRUMENTS = (STATE, TRANSITIONS, CALLS, REJECTED, TOKENS_SAVED, COST_SAVED, STORE_ERRORS, DURATION)

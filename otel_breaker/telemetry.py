@@ -490,6 +490,7 @@ class Telemetry:
             (semconv.COST_SAVED, self._observe_cost),
             (semconv.STORE_ERRORS, self._observe_store_errors),
         )
+        counters += ((semconv.LOOPS, self._observe_loops),)
         for instrument, callback in counters:
             meter.create_observable_counter(
                 instrument.name,
@@ -759,6 +760,11 @@ class Telemetry:
         self._event_logger = provider.get_logger(SCOPE_NAME, __version__, schema_url=semconv.SCHEMA_URL)
         return self._event_logger
 
+    def event(self, name: str, attributes: dict[str, Any], warning: bool = False) -> None:
+        """A log-based event of a module above this one (the loop guard), with the
+        active span's trace context."""
+        self._emit_event(name, (SeverityNumber.WARN, "WARN") if warning else _REJECTED_SEVERITY, attributes, None)
+
     def _emit_event(
         self, name: str, severity: tuple[SeverityNumber, str], attributes: dict[str, Any], context: Any
     ) -> None:
@@ -834,7 +840,15 @@ class Telemetry:
             for outcome, value in zip(OUTCOMES, totals, strict=True):
                 yield Observation(value, {**labels, ATTR_OUTCOME: outcome})
 
+    def _observe_loops(self, options: CallbackOptions) -> Iterable[Observation]:
+        for source in LOOP_SOURCES:
+            for value, labels in source(False):
+                yield Observation(value, labels)
+
     def _observe_rejected(self, options: CallbackOptions) -> Iterable[Observation]:
+        for source in LOOP_SOURCES:  # calls the loop guard did not run (reason="loop")
+            for value, labels in source(True):
+                yield Observation(value, labels)
         for (tool, agent, mode, source, origin), values in self.counts().items():
             labels = {**_key_labels(tool, agent, source, origin), ATTR_MODE: mode}
             if values[3] or not values[4]:
@@ -847,6 +861,8 @@ class Telemetry:
         self.estimator.settle(
             (key, key[0], values[3] + values[4]) for key, values in self.counts().items() if key[2] == "enforce"
         )
+        for source in SAVINGS_SOURCES:  # calls the loop guard answered: each saved a model turn
+            self.estimator.settle(source())
 
     def _observe_tokens(self, options: CallbackOptions) -> Iterable[Observation]:
         self.settle_savings()
@@ -864,6 +880,14 @@ class Telemetry:
 
 
 _CARDINALITY_WARNED: set[str] = set()
+
+#: Counts of modules above this one, observed with the instruments here:
+#: ``source(rejected)`` yields (value, attributes) for ``otel_breaker.calls.rejected``
+#: (True) or ``otel_breaker.loops`` (False). The loop guard adds itself.
+LOOP_SOURCES: list[Callable[[bool], Iterable[tuple[int, dict[str, Any]]]]] = []
+#: Rejections of modules above this one that save tokens: ``source()`` yields
+#: (key, tool, lifetime count) as :meth:`TokenEstimator.settle` takes them.
+SAVINGS_SOURCES: list[Callable[[], Iterable[tuple[object, str, int]]]] = []
 
 TELEMETRY = Telemetry()
 

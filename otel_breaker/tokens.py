@@ -4,7 +4,12 @@ The model: a rejected call saves one failed round-trip of that tool, i.e. the
 model call that issued the tool call plus reading the error it would have
 returned. We learn that cost from real usage: the ``gen_ai.usage.input_tokens``
 and ``output_tokens`` of the model call that ended last before the tool span
-started, in the same trace, smoothed per tool (an exponential moving average).
+started, in the same trace. The input side is the prompt size at the latest such
+turn, not an average: each turn re-sends the whole transcript, which only grows
+while a run goes on, so an average of earlier turns would lag behind the turn a
+rejection saves (a loop of N retries costs about N squared tokens, see
+:func:`repeated_turns_tokens`). The output side is smoothed per tool (an
+exponential moving average).
 Until a tool has been observed, ``OTEL_BREAKER_TOKENS_PER_CALL`` is used. The
 attribute ``otel_breaker.estimate.source`` says which (``observed`` or
 ``configured``). It is an estimate, not a measurement.
@@ -34,6 +39,22 @@ _INFERENCES_PER_TRACE = 8
 
 
 _ESTIMATORS: weakref.WeakSet[TokenEstimator] = weakref.WeakSet()
+
+
+def repeated_turns_tokens(prompt_tokens: int, growth_tokens: int, turns: int, output_tokens: int = 0) -> int:
+    """Tokens of ``turns`` more model turns of a loop, counting context growth.
+
+    Each turn re-sends the whole prompt, which was ``prompt_tokens`` at the first of
+    them and grows by ``growth_tokens`` a turn (the repeated call and its error stay in
+    the transcript), and answers with ``output_tokens``: ``turns * (prompt + output) +
+    growth * turns * (turns - 1) / 2``. So N retries cost about N squared tokens, where a
+    flat per-call estimate grows linearly. Negative inputs count as 0.
+    """
+    turns = max(0, int(turns))
+    prompt_tokens, growth_tokens, output_tokens = (
+        max(0, int(v)) for v in (prompt_tokens, growth_tokens, output_tokens)
+    )
+    return turns * (prompt_tokens + output_tokens) + growth_tokens * turns * (turns - 1) // 2
 
 
 def _reinit_after_fork() -> None:
@@ -112,7 +133,7 @@ class TokenEstimator:
                 self._observed[tool] = [float(input_tokens), float(output_tokens), model]
                 return
             alpha = self._alpha
-            current[0] += alpha * (input_tokens - current[0])
+            current[0] = float(input_tokens)  # the prompt at this turn (context growth)
             current[1] += alpha * (output_tokens - current[1])
             if model:
                 current[2] = model

@@ -47,6 +47,7 @@ from otel_breaker.classify import (
     is_transport_error,
     is_transport_text,
 )
+from otel_breaker.retry_hint import retry_hint
 from otel_breaker.sanitize import MAX_ALTERNATIVES, safe_name, sanitize
 from otel_breaker.semconv import ATTR_ERROR_TYPE, ATTR_GUARDED
 from otel_breaker.telemetry import TELEMETRY
@@ -265,11 +266,27 @@ def _settle(upstream: CircuitBreaker, permit: Any, exc: BaseException) -> None:
 def _settle_outcome(upstream: CircuitBreaker, exc: BaseException) -> int:
     """An exception from the tool: the upstream's failure when it is a transport one
     (then marked neutral for the tool), else neutral for the upstream."""
+    hint = _server_hint(exc)
+    if hint is not None:
+        # The server said when to come back: every tool behind it waits that long.
+        _mark(exc, upstream)
+        try:
+            upstream.open_for(hint)
+        except Exception:
+            _failed("opening for a retry hint")
+        return FAILURE
     if is_transport_error(exc):
         _mark(exc, upstream)
         _note_on_span(exc)
         return FAILURE
     return IGNORED
+
+
+def _server_hint(exc: BaseException) -> float | None:
+    try:
+        return retry_hint(exc)
+    except Exception:
+        return None
 
 
 def _note_on_span(exc: BaseException) -> None:

@@ -6,7 +6,7 @@ import gc
 
 import pytest
 
-from otel_breaker import telemetry
+from otel_breaker import loops, telemetry
 from otel_breaker.config import set_settings
 from otel_breaker.registry import default_registry
 
@@ -54,8 +54,10 @@ def fresh_state():
     set_settings(None)
     default_registry().clear(keep_counts=False)
     telemetry.TELEMETRY.reset(counts=True)
+    loops.reset()
     gc.collect()  # breakers of earlier tests must not show up in this test's metrics
     yield
     default_registry().clear(keep_counts=False)
     set_settings(None)
     telemetry.TELEMETRY.reset(counts=True)
+    loops.reset()

@@ -167,3 +167,45 @@ def test_the_readme_table_is_what_the_demo_computes(results):
         assert (turns, tokens) == (f"{result.model_turns:,}", f"{result.model_tokens:,}"), label
         expected = "-" if case.key == "no_breaker" else f"{result.model_tokens / base - 1:+.0%}"
         assert change == expected, label
+
+
+# -- the loop case ---------------------------------------------------------------------------------
+
+
+def test_the_loop_case_guard_off_reject_and_stop():
+    from otel_breaker.simulation.loop_case import TURN_LIMIT, compare_loop_cases, savings
+    from otel_breaker.tokens import repeated_turns_tokens
+
+    off, reject, stop = compare_loop_cases()
+    assert (off.model_turns, off.ran, off.rejected) == (TURN_LIMIT, TURN_LIMIT, 0)
+    assert off.outcome.startswith("turn limit")
+    # reject: three errors, the loop message on the 4th identical call, a corrected call, the answer
+    assert (reject.model_turns, reject.ran, reject.rejected, reject.outcome) == (6, 4, 1, "answered")
+    # stop: three errors, then ToolLoopError on the 4th identical call
+    assert (stop.model_turns, stop.ran) == (4, 3) and "ToolLoopError" in stop.outcome
+    # every turn re-sends a transcript that only grows
+    assert all(b > a for a, b in zip(off.prompts, off.prompts[1:], strict=False))
+    for guarded in (reject, stop):
+        saved = savings(off, guarded)
+        assert saved["measured"] == off.model_tokens - guarded.model_tokens > 0
+        assert saved["flat"] < saved["measured"]  # a flat per-call estimate misses the context growth
+    assert savings(off, stop)["context"] == savings(off, stop)["measured"]  # stop's turns are a prefix of off's
+    assert repeated_turns_tokens(100, 10, 3, 5) == 3 * 105 + 10 * 3
+    assert repeated_turns_tokens(-1, -1, -1) == 0
+
+
+def test_the_readme_loop_table_is_what_the_code_computes():
+    import pathlib
+
+    from otel_breaker.simulation.loop_case import compare_loop_cases, savings
+
+    readme = (pathlib.Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    off, reject, stop = compare_loop_cases()
+    assert f"| off | {off.model_turns} | {off.model_tokens:,} | - | - | - |" in readme
+    for label, result in (("`reject` (default)", reject), ("`stop`", stop)):
+        saved = savings(off, result)
+        row = (
+            f"| {label} | {result.model_turns} | {result.model_tokens:,} | {saved['measured']:,} | "
+            f"{saved['flat']:,} | {saved['context']:,} |"
+        )
+        assert row in readme, row

@@ -409,3 +409,13 @@ def test_state_reads_use_the_breaker_state(otel):
     assert otel.value("otel_breaker.state", otel_breaker_state="open") == 1
     assert breaker.state is State.OPEN
     assert trace.get_current_span() is trace.INVALID_SPAN
+
+
+def test_the_estimate_follows_the_prompt_as_the_transcript_grows():
+    from otel_breaker.tokens import TokenEstimator
+
+    estimator = TokenEstimator(tokens_per_call=1500)
+    estimator.observe("search", 1000, 100)
+    estimator.observe("search", 3000, 200)  # a later turn re-sends a longer transcript
+    tokens, source = estimator.estimate("search")
+    assert source == "observed" and tokens == 3000 + 130  # the latest prompt; output smoothed (weight 0.3)

@@ -9,6 +9,7 @@ from typing import Any
 from otel_breaker.simulation import upstream_scene
 from otel_breaker.simulation.agent import Ledger
 from otel_breaker.simulation.cases import CaseResult
+from otel_breaker.simulation.loop_case import TURN_LIMIT, LoopResult, savings
 from otel_breaker.simulation.runs import Moment
 from otel_breaker.simulation.upstream_scene import SceneResult
 from otel_breaker.simulation.world import BACKUP, MAX_ATTEMPTS, PRIMARY, TOOL_TIMEOUT, outage
@@ -82,6 +83,7 @@ def render(
     transitions: dict,
     prompt: list[str],
     cases: list[CaseResult] | None = None,
+    loop_cases: list[LoopResult] | None = None,
 ) -> str:
     first, last = outage(steps)
     lines = [
@@ -124,7 +126,50 @@ def render(
         ]
     if cases:
         lines += ["", *render_cases(cases)]
+    if loop_cases:
+        lines += ["", *render_loop_cases(loop_cases)]
     return "\n".join(lines)
+
+
+def render_loop_cases(results: list[LoopResult]) -> list[str]:
+    """The loop case: a model repeating an identical invalid call, guard off, reject and stop."""
+    off = results[0]
+    width = max(len(r.label) for r in results)
+    titles = ("model turns", "est. tokens", "saved", "flat est.", "context est.")
+    lines = [
+        f"What the loop guard saves: a model repeats an identical invalid call (run limit {TURN_LIMIT} calls)",
+        f"  {'':<{width}}" + "".join(f"  {t:>12}" for t in titles) + "  outcome",
+    ]
+    for r in results:
+        saved = None if r is off else savings(off, r)
+        cells = [f"{r.model_turns:,}", f"{r.model_tokens:,}"]
+        cells += ["-"] * 3 if saved is None else [f"{saved[k]:,}" for k in ("measured", "flat", "context")]
+        lines.append(f"  {r.label:<{width}}" + "".join(f"  {c:>12}" for c in cells) + f"  {r.outcome}")
+    note = (
+        "Each model turn re-sends the whole transcript, so repeats cost about N squared tokens. Saved: the "
+        "difference measured here; flat est.: calls avoided x 1,500 tokens (the per-call estimate); context est.: "
+        "the avoided turns priced at the prompt size the run had reached, growing by one repeat a turn."
+    )
+    lines.append(textwrap.fill(note, width=100, initial_indent="  ", subsequent_indent="  "))
+    return lines
+
+
+def loop_cases_json(results: list[LoopResult]) -> list[dict[str, Any]]:
+    off = results[0] if results else None
+    return [
+        {
+            "case": r.key,
+            "label": r.label,
+            "model_turns": r.model_turns,
+            "est_tokens": r.model_tokens,
+            "tool_calls": r.tool_calls,
+            "tool_runs": r.ran,
+            "rejected": r.rejected,
+            "outcome": r.outcome,
+            "tokens_saved": None if r is off or off is None else savings(off, r),
+        }
+        for r in results
+    ]
 
 
 CASE_COLUMNS: list[tuple[str, Callable[[CaseResult, CaseResult], str]]] = [
@@ -178,6 +223,7 @@ def as_json(
     timeline: list[Moment],
     transitions: dict,
     cases: list[CaseResult] | None = None,
+    loop_cases: list[LoopResult] | None = None,
 ) -> dict:
     def ledger(x: Ledger) -> dict[str, Any]:
         return {
@@ -203,6 +249,7 @@ def as_json(
         ],
         "openings": openings(transitions),
         "menu_cases": cases_json(cases or []),
+        "loop_cases": loop_cases_json(loop_cases or []),
     }
 
 

@@ -35,6 +35,7 @@ import contextvars
 import re
 from typing import Any
 
+from otel_breaker.classify import MISTAKE
 from otel_breaker.degrade import Rejection
 from otel_breaker.guard import IGNORED_RESULT
 from otel_breaker.identity import origin_of
@@ -136,6 +137,13 @@ class AgnoAdapter(SpecAdapter):
         if _is_argument_error(_current.get(), getattr(result, "error", None)):
             return IGNORED_RESULT  # pydantic rejected the model's arguments before the body ran
         return "tool_error"
+
+    def result_hint(self, call: ToolCall, result: Any) -> str | None:
+        if getattr(result, "status", None) == "failure" and _is_argument_error(
+            _current.get(), getattr(result, "error", None)
+        ):
+            return MISTAKE
+        return None
 
     def rejection(self, call: ToolCall, info: Rejection) -> Any:
         from agno.tools.function import FunctionExecutionResult

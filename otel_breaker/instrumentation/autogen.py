@@ -41,6 +41,7 @@ import logging
 from collections.abc import AsyncGenerator
 from typing import Any
 
+from otel_breaker import loops
 from otel_breaker.degrade import Rejection
 from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation.base import PatchTarget, agent_display_name
@@ -157,6 +158,45 @@ class AutoGenAdapter(SpecAdapter):
             arguments=dict(arguments) if arguments is not None else None,
             origin=origin_of(instance, "autogen_core"),
         )
+
+    async def _tool_async(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        try:
+            call = self._call_of(instance, args, kwargs)
+            if call is not None:
+                return await self.run_async(call, wrapped, args, kwargs)
+            mistake = self._mistake(instance, args, kwargs) if self._enabled else None
+            breaker = self.guard.breaker_for(mistake) if mistake is not None else None
+            if breaker is None:
+                return await wrapped(*args, **kwargs)
+            # Arguments the tool's schema refuses: the breaker counts nothing, the loop guard does.
+            return await loops.arun_mistake(breaker, mistake, loops.Mistakes(self), wrapped, args, kwargs)
+        except loops.ToolLoopError as error:
+            # AutoGen's agent runtime does not pass a BaseException on (the run would never
+            # end): ``stop`` answers like ``reject`` here, with the same text.
+            raise RuntimeError(loops.loop_message(error)) from None
+
+    def _mistake(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
+        """The call, when its arguments fail the tool's schema (the model's mistake); else None."""
+        try:
+            name = instance.name
+            if not isinstance(name, str) or not name or _is_handoff(instance, name):
+                return None
+            arguments = args[0] if args else kwargs.get("args")
+            try:
+                instance.args_type().model_validate(arguments)
+            except Exception:
+                agent = _agent.get()
+                agent_name = agent_display_name(agent) if agent is not None else None
+                return ToolCall(
+                    name,
+                    framework=self.name,
+                    agent=agent,
+                    agent_name=agent_name or _runtime_agent(),
+                    arguments=dict(arguments) if isinstance(arguments, dict) else arguments,
+                )
+        except Exception:
+            pass
+        return None
 
     def rejection(self, call: ToolCall, info: Rejection) -> Any:
         # The workbench hands the exception's text to the model as an error result.

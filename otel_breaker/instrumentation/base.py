@@ -99,6 +99,9 @@ class _OuterCall(GuardedCall):
     def exception_hint(self, call: ToolCall, exc: BaseException) -> str | None:
         return self.adapter.exception_hint(call, exc)
 
+    def result_hint(self, call: ToolCall, result: Any) -> str | None:
+        return self.adapter.result_hint(call, result)
+
     @property
     def error_results_are_answers(self) -> bool:
         return self.adapter.error_results_are_answers
@@ -197,6 +200,12 @@ class FrameworkAdapter:
     def exception_hint(self, call: ToolCall, exc: BaseException) -> str | None:
         """``classify.MISTAKE`` / ``RETRY_REQUEST`` / ``CONTROL`` for an exception that
         is the model's mistake or control flow in this framework, else None."""
+        return None
+
+    def result_hint(self, call: ToolCall, result: Any) -> str | None:
+        """``classify.MISTAKE`` / ``RETRY_REQUEST`` for a returned value that is the
+        framework's answer to the model's mistake (arguments its schema rejects), else
+        None. Neutral for the breaker either way; the loop guard counts it."""
         return None
 
     # -- version check -----------------------------------------------------------------

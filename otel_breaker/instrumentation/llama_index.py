@@ -282,6 +282,12 @@ class LlamaIndexAdapter(SpecAdapter):
     def exception_hint(self, call: ToolCall, exc: BaseException) -> str | None:
         return MISTAKE if _wrong_arguments(exc) else None
 
+    def result_hint(self, call: ToolCall, result: Any) -> str | None:
+        if getattr(result, "is_error", False) is not True:
+            return None
+        exception = getattr(result, "exception", None)
+        return MISTAKE if exception is not None and _wrong_arguments(exception) else None
+
     def rejection(self, call: ToolCall, info: Rejection) -> Any:
         from llama_index.core.tools import ToolOutput
 

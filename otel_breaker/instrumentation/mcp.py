@@ -51,6 +51,7 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
+from otel_breaker import loops
 from otel_breaker.breaker import REJECTED
 from otel_breaker.classify import (
     CONTROL,
@@ -264,6 +265,9 @@ class MCPAdapter(SpecAdapter):
         if call is None:
             return await wrapped(*args, **kwargs)
         if not same_logical_call(active_call(), call) and not self._known(instance, call):
+            answer = loops.check_unknown(call, self)  # a name that already failed as unknown
+            if answer is not loops.RUN:
+                return answer
             return await self._first_call(call, wrapped, args, kwargs)
         return await self.run_async(call, wrapped, args, kwargs)
 
@@ -332,6 +336,8 @@ class MCPAdapter(SpecAdapter):
             _active_call.reset(token)
         if not _is_unknown_tool_result(result):
             self._count_first(call, start_ns, err=self.result_error(call, result))
+        else:
+            loops.unknown_tool_called(call, _result_text(result))
         return result
 
     def _count_first(
@@ -382,6 +388,14 @@ class MCPAdapter(SpecAdapter):
         if _UNKNOWN_TOOL.match(text) or _BAD_ARGUMENTS.search(text):
             return IGNORED_RESULT  # the model's mistake, not the tool's failure
         return ERROR_TOOL
+
+    def result_hint(self, call: ToolCall, result: Any) -> str | None:
+        if type(result).__name__ != "CallToolResult" or not (
+            getattr(result, "is_error", None) or getattr(result, "isError", False)
+        ):
+            return None
+        text = _result_text(result)
+        return MISTAKE if _UNKNOWN_TOOL.match(text) or _BAD_ARGUMENTS.search(text) else None
 
     def rejection(self, call: ToolCall, info: Rejection) -> Any:
         from mcp.types import CallToolResult, TextContent

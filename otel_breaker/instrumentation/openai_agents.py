@@ -248,6 +248,13 @@ class OpenAIAgentsAdapter(SpecAdapter):
             return "tool_error"
         return None
 
+    def result_hint(self, call: ToolCall, result: Any) -> str | None:
+        """The SDK's text for arguments the schema refused (the failure hook saw them)."""
+        attempt = _attempt.get()
+        if attempt is not None and attempt.handled and attempt.error == IGNORED_RESULT:
+            return MISTAKE
+        return None
+
     def exception_hint(self, call: ToolCall, exc: BaseException) -> str | None:
         """Bad arguments raised (a tool without a failure-error function): the model's mistake."""
         return MISTAKE if isinstance(exc, Exception) and _invalid_arguments(exc) else None

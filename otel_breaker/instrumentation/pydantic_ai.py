@@ -41,7 +41,8 @@ import dataclasses
 import logging
 from typing import Any
 
-from otel_breaker.classify import RETRY_REQUEST
+from otel_breaker import loops
+from otel_breaker.classify import MISTAKE, RETRY_REQUEST
 from otel_breaker.degrade import STATUS_HEADER, Rejection, status_in_prompt_enabled
 from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation.base import PatchTarget, agent_display_name, nested_failure
@@ -137,11 +138,40 @@ class PydanticAIAdapter(SpecAdapter):
         """The spec's async tool wrapper, with the call's part at hand for :meth:`rejection`."""
         call = self._call_of(instance, args, kwargs)
         if call is None:
+            if self._enabled:
+                mistake = _invalid_call(self.name, args, kwargs)
+                if mistake is not None:
+                    return await self._invalid(mistake, wrapped, args, kwargs)
             return await wrapped(*args, **kwargs)
         validated = args[0] if args else kwargs["validated"]
         token = _part.set((validated.call, kwargs.get("wrap_validation_errors", True) is not False))
         try:
             return await self.run_async(call, wrapped, args, kwargs)
+        finally:
+            _part.reset(token)
+
+    async def _unknown(self, call: ToolCall, wrapped: Any, args: tuple, kwargs: dict) -> Any:
+        """A call of a name no tool has: no breaker, the loop guard keyed by the name."""
+        return await _unknown_call(self, call, wrapped, args, kwargs)
+
+    async def _invalid(self, call: ToolCall, wrapped: Any, args: tuple, kwargs: dict) -> Any:
+        """A call whose arguments failed validation: the tool body does not run and the
+        breaker counts nothing, but the loop guard counts the model's mistake (the retry
+        PydanticAI raises for it), and answers an identical repeat past the limit."""
+        validated = args[0] if args else kwargs["validated"]
+        if getattr(validated, "tool", None) is None:
+            return await self._unknown(call, wrapped, args, kwargs)
+        breaker = self.guard.breaker_for(call)
+        if breaker is None:
+            return await wrapped(*args, **kwargs)
+        token = _part.set((validated.call, kwargs.get("wrap_validation_errors", True) is not False))
+        try:
+            answer, watch = loops.enter(call, breaker, _InvalidArguments(self), args, kwargs)
+            if answer is not loops.RUN:
+                return answer
+            if watch is None:
+                return await wrapped(*args, **kwargs)
+            return await watch.wrap(wrapped)(*args, **kwargs)
         finally:
             _part.reset(token)
 
@@ -194,6 +224,64 @@ class PydanticAIAdapter(SpecAdapter):
             outcome="failed",
         )
         raise ToolFailedError(return_part)
+
+
+async def _unknown_call(adapter: PydanticAIAdapter, call: ToolCall, wrapped: Any, args: tuple, kwargs: dict) -> Any:
+    validated = args[0] if args else kwargs["validated"]
+    token = _part.set((validated.call, kwargs.get("wrap_validation_errors", True) is not False))
+    try:
+        answer = loops.check_unknown(call, adapter)
+        if answer is not loops.RUN:
+            return answer
+        try:
+            return await wrapped(*args, **kwargs)
+        except Exception as exc:
+            if type(exc).__name__ == "ToolRetryError":
+                loops.unknown_tool_called(call, str(exc))
+            raise
+    finally:
+        _part.reset(token)
+
+
+class _InvalidArguments:
+    """The adapter as the loop guard sees a call whose arguments failed validation:
+    the retry PydanticAI raises for it is the model's mistake."""
+
+    def __init__(self, adapter: PydanticAIAdapter) -> None:
+        self.adapter = adapter
+
+    def exception_hint(self, call: ToolCall, exc: BaseException) -> str | None:
+        return MISTAKE if type(exc).__name__ == "ToolRetryError" else None
+
+    def result_error(self, call: ToolCall, result: Any) -> str | None:
+        return None
+
+    def rejection(self, call: ToolCall, info: Rejection) -> Any:
+        return self.adapter.rejection(call, info)
+
+
+def _invalid_call(framework: str, args: tuple, kwargs: dict) -> ToolCall | None:
+    """The call whose arguments failed validation, for the loop guard; None for any other."""
+    try:
+        validated = args[0] if args else kwargs["validated"]
+        if validated.args_valid is not False or getattr(validated, "deferral", None) is not None:
+            return None
+        part = validated.call
+        ctx = validated.ctx
+        agent = getattr(ctx, "agent", None)
+        session = getattr(ctx, "conversation_id", None) or getattr(ctx, "run_id", None)
+        return ToolCall(
+            tool=part.tool_name,
+            framework=framework,
+            agent=agent,
+            agent_name=agent_display_name(agent) if agent is not None else None,
+            session_id=session if isinstance(session, str) else None,
+            call_id=part.tool_call_id,
+            arguments=part.args,
+            source=toolset_source(getattr(validated.tool, "toolset", None)),
+        )
+    except Exception:
+        return None
 
 
 def toolset_source(toolset: Any) -> str | None:

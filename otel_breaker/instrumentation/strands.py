@@ -29,11 +29,15 @@ model makes anyway reaches ``_run_tool`` and gets the rejection.
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
+from otel_breaker import loops
+from otel_breaker.classify import MISTAKE
 from otel_breaker.degrade import STATUS_HEADER, Rejection
 from otel_breaker.guard import IGNORED_RESULT
 from otel_breaker.identity import origin_of
+from otel_breaker.instrumentation.base import PatchTarget
 from otel_breaker.instrumentation.spec import (
     SpecAdapter,
     argument,
@@ -42,6 +46,7 @@ from otel_breaker.instrumentation.spec import (
     tool_patch,
     with_argument,
 )
+from otel_breaker.loops import ToolLoopError
 from otel_breaker.menu import visible_tools
 from otel_breaker.toolcall import ToolCall
 
@@ -62,6 +67,38 @@ class StrandsAdapter(SpecAdapter):
         tool_patch(_EXECUTOR, "_run_tool", "asyncgen"),
         prompt_patch("strands.event_loop.event_loop", "stream_messages", "asyncgen"),
     )
+
+    def targets(self) -> list[PatchTarget]:
+        # The run's boundary, where a loop stop (ToolLoopError) is raised to the caller.
+        return [*super().targets(), PatchTarget("strands.agent.agent", "Agent.stream_async", _run_boundary)]
+
+    def _tool_stream(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        ctx = args[0] if args else kwargs.get("ctx")
+        if self._enabled and ctx is not None and getattr(ctx, "tool", None) is None:
+            stream = self._unknown(ctx, wrapped, args, kwargs)
+        else:
+            stream = super()._tool_stream(wrapped, instance, args, kwargs)
+        return stream if ctx is None else _stopping(stream, ctx)
+
+    async def _unknown(self, ctx: Any, wrapped: Any, args: tuple, kwargs: dict) -> Any:
+        """A name no tool has: no breaker; the loop guard keyed by the name."""
+        tool_use = ctx.tool_use
+        name = getattr(ctx.agent, "name", None)
+        call = ToolCall(
+            tool=str(tool_use.get("name")),
+            framework=self.name,
+            agent_name=name if isinstance(name, str) else None,
+            call_id=str(tool_use.get("toolUseId")) if tool_use.get("toolUseId") is not None else None,
+        )
+        answer = loops.check_unknown(call, self)
+        if answer is not loops.RUN:
+            yield answer
+            return
+        async for event in wrapped(*args, **kwargs):
+            tool_result = getattr(event, "tool_result", None)
+            if isinstance(tool_result, dict) and tool_result.get("status") == "error":
+                loops.unknown_tool_called(call, str(getattr(event, "exception", "")) or None)
+            yield event
 
     def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
         ctx = args[0] if args else kwargs["ctx"]
@@ -91,6 +128,16 @@ class StrandsAdapter(SpecAdapter):
             return IGNORED_RESULT  # the model's arguments did not validate
         return type(exception).__name__ if exception is not None else "tool_error"
 
+    def result_hint(self, call: ToolCall, result: Any) -> str | None:
+        tool_result = getattr(result, "tool_result", None)
+        if (
+            isinstance(tool_result, dict)
+            and tool_result.get("status") == "error"
+            and _bad_arguments(getattr(result, "exception", None))
+        ):
+            return MISTAKE
+        return None
+
     def rejection(self, call: ToolCall, info: Rejection) -> Any:
         from strands.types._events import ToolResultEvent
 
@@ -119,3 +166,47 @@ class StrandsAdapter(SpecAdapter):
         agent = (kwargs.get("invocation_state") or {}).get("agent")
         kept = visible_tools(specs, lambda s: None if s["name"] == forced else s["name"], agent=agent)
         return None if kept is specs else with_argument(args, kwargs, 3, "tool_specs", kept)
+
+
+# A loop stop raised inside a tool call, by agent, until the run's boundary raises it:
+# the concurrent executor runs each call in a task that drops a BaseException.
+_pending: weakref.WeakKeyDictionary[Any, ToolLoopError] = weakref.WeakKeyDictionary()
+
+
+async def _stopping(stream: Any, ctx: Any) -> Any:
+    """The call's events; a ``ToolLoopError`` becomes the call's error result, the
+    agent is cancelled after the current tools, and the run's boundary raises it."""
+    try:
+        async for event in stream:
+            yield event
+    except ToolLoopError as error:
+        agent = getattr(ctx, "agent", None)
+        try:
+            _pending[agent] = error
+            agent.cancel(after_current_tools=True)
+        except Exception:
+            raise error from None  # no way to hold it for the boundary: as raised
+        from strands.types._events import ToolResultEvent
+
+        tool_use = ctx.tool_use
+        yield ToolResultEvent(
+            {"toolUseId": str(tool_use.get("toolUseId")), "status": "error", "content": [{"text": str(error)}]}
+        )
+
+
+def _run_boundary(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    return _raising_pending(wrapped(*args, **kwargs), instance)
+
+
+async def _raising_pending(stream: Any, agent: Any) -> Any:
+    """``Agent.stream_async``'s events; then the loop stop of this run, if one happened."""
+    try:
+        async for event in stream:
+            yield event
+    finally:
+        try:
+            error = _pending.pop(agent, None)
+        except TypeError:
+            error = None
+    if error is not None:
+        raise error

@@ -8,6 +8,7 @@ from typing import Any
 
 from agent_framework import Agent, tool
 from contract import PROMPT, FrameworkContract, Sent, Step, Tool
+from loop_contract import LoopContract
 from scripted_client import ScriptedChatClient
 
 
@@ -38,5 +39,6 @@ class AgentFrameworkDriver:
         return agent.client.tools_sent
 
 
-class TestContract(FrameworkContract):
+class TestContract(FrameworkContract, LoopContract):
     driver = AgentFrameworkDriver()
+    sees_invalid_arguments = False  # refused before the patched tool path

@@ -12,7 +12,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from contract import FrameworkContract
 from driver import CrewAIDriver
+from loop_contract import LoopContract
 
 
-class TestContract(FrameworkContract):
+class TestContract(FrameworkContract, LoopContract):
     driver = CrewAIDriver()
+    sees_invalid_arguments = False  # refused before the patched tool path
+    stops_repeated_failures = "CrewAI ends a run after 5 identical calls with the same result"

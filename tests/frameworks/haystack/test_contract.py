@@ -12,7 +12,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from contract import FrameworkContract
 from driver import HaystackDriver
+from loop_contract import LoopContract
 
 
-class TestContract(FrameworkContract):
+class TestContract(FrameworkContract, LoopContract):
     driver = HaystackDriver()
+    sees_invalid_arguments = False  # refused before the patched tool path

@@ -67,7 +67,8 @@ def make_add():
 
 
 def test_bad_arguments_five_times_then_valid_returns_the_answer(instrument, otel):
-    """A model that sends bad arguments to a healthy tool: validation errors, never a rejection."""
+    """A model that sends bad arguments to a healthy tool: validation errors, never a breaker's
+    rejection; from the 4th identical call, the loop guard's answer (docs/loops.md)."""
     responses = [call("add", {"a": "x", "b": 1}, f"bad_{i}") for i in range(6)]
     responses += [call("add", {"a": 1, "b": 2}, "good"), AIMessage("done")]
     add, _ = make_add()
@@ -75,7 +76,11 @@ def test_bad_arguments_five_times_then_valid_returns_the_answer(instrument, otel
     instrument("langchain")
     add, runs = make_add()
     on = transcript(react_agent([add], responses).invoke({"messages": [HumanMessage("go")]}))
-    assert on == off
+    tool_rows = [i for i, row in enumerate(off) if row[0] == "ToolMessage"]
+    looped = set(tool_rows[3:6])  # the 4th to 6th identical bad call
+    assert len(on) == len(off)
+    assert all(on[i] == off[i] for i in range(len(off)) if i not in looped)
+    assert all("this exact call, with the same arguments" in on[i][1] and on[i][2] == "error" for i in looped)
     assert on[-2] == ("ToolMessage", "3", "success")
     assert not any(UNAVAILABLE in row[1] for row in on)
     assert runs["add"] == 1

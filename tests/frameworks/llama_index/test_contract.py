@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any, ClassVar
 
 import pytest
 
@@ -12,7 +13,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from contract import FrameworkContract
 from driver import LlamaIndexDriver
+from loop_contract import LoopContract
 
 
-class TestContract(FrameworkContract):
+class TestContract(FrameworkContract, LoopContract):
     driver = LlamaIndexDriver()
+    loop_calls = 8  # the workflow's own max_iterations (20) ends a longer run
+    invalid_arguments: ClassVar[dict[str, Any]] = {"y": 1}  # FunctionTool checks names, not types

@@ -18,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from contract import FrameworkContract
 from driver import MCPDriver
+from loop_contract import LoopContract
 
 NO_AGENT = "MCP has no agent of its own: the calling framework's suite covers agent names"
 NO_PROMPT = "MCP sends no model prompt: the host framework adds the status block"
@@ -31,8 +32,9 @@ def quiet_server():
     logging.disable(logging.NOTSET)
 
 
-class TestContract(FrameworkContract):
+class TestContract(FrameworkContract, LoopContract):
     driver = MCPDriver()
+    guards_unknown_tools = True
 
     @pytest.mark.skip(reason=NO_AGENT)
     def test_failures_counted_once_and_model_reads_rejection(self): ...

@@ -7,7 +7,7 @@ from typing import Any
 
 from contract import PROMPT, Sent, Step, Tool
 from pydantic_ai import Agent
-from pydantic_ai.exceptions import ToolFailed
+from pydantic_ai.exceptions import ModelRetry, ToolFailed
 from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
@@ -19,6 +19,8 @@ def pydantic_tool(tool: Tool):
     def fn(x: int) -> str:
         try:
             return tool(x)
+        except ModelRetry:
+            raise  # the tool asks the model to try again
         except Exception as exc:
             raise ToolFailed(str(exc)) from exc
 
@@ -58,9 +60,14 @@ class PydanticAIDriver:
     framework = "pydantic_ai"
     script = pathlib.Path(__file__).with_name("agent_script.py")
 
+    def __init__(self, retries: int | None = None) -> None:
+        #: The agent's retry budget per tool (PydanticAI's default, 1, when None).
+        self.retries = retries
+
     def build(self, tools: list[Tool], steps: list[Step], *, name: str = "assistant", instructions: str = PROMPT):
         script = _Script(steps)
-        agent = Agent(FunctionModel(script.respond), name=name, instructions=instructions)
+        options = {} if self.retries is None else {"retries": self.retries}
+        agent = Agent(FunctionModel(script.respond), name=name, instructions=instructions, **options)
         for tool in tools:
             agent.tool_plain(name=tool.name)(pydantic_tool(tool))
         agent.script_under_test = script

@@ -8,6 +8,7 @@ import pathlib
 from typing import Any
 
 from contract import PROMPT, FrameworkContract, Sent, Step, Tool
+from loop_contract import LoopContract
 from scripted_service import ScriptedChatService
 from semantic_kernel import Kernel
 from semantic_kernel.agents import ChatCompletionAgent
@@ -60,5 +61,7 @@ class SemanticKernelDriver:
         return agent.kernel.get_service().tools_sent
 
 
-class TestContract(FrameworkContract):
+class TestContract(FrameworkContract, LoopContract):
     driver = SemanticKernelDriver()
+    sees_invalid_arguments = False  # refused before the patched tool path
+    loop_calls = 5  # the kernel stops auto-invoking functions after 5 attempts
