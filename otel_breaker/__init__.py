@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from otel_breaker.config import ConfigError, load_settings
     from otel_breaker.degrade import Rejection, set_escalation
     from otel_breaker.identity import ToolKey, code_origin
+    from otel_breaker.loops import ToolLoopError
     from otel_breaker.registry import (
         BreakerRegistry,
         breaker_scope,
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
         release,
         reset_all_circuit_breakers,
     )
-    from otel_breaker.loops import ToolLoopError
     from otel_breaker.retry_hint import register_retry_hint, unregister_retry_hint
     from otel_breaker.toolcall import ToolCall
 

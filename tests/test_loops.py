@@ -75,8 +75,8 @@ def test_identical_invalid_arguments_get_the_loop_message_from_the_fourth_call()
     assert message.startswith("REJECTED: Tool 'search' was not called: this exact call, with the same arguments")
     assert "failed 3 times" in message and "change the arguments" in message and "expected an integer" in message
     assert all(s == message for s in seen[4:])
-    # Never counted toward health: the breaker saw three neutral calls.
-    breaker = default_registry().get("search")
+    # Never counted toward health: the breaker (of the agent's tool) saw three neutral calls.
+    (breaker,) = default_registry().find("search")
     assert breaker.state is State.CLOSED
     assert (breaker.stats.failure_count, breaker.stats.ignored_count, breaker.stats.rejected_requests) == (0, 3, 0)
 
