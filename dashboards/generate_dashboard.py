@@ -593,7 +593,14 @@ def build() -> dash.Dashboard:
             "Shared store errors per second",
             "Errors talking to the shared breaker store (e.g. Redis). Breakers fall back to local "
             "state while the store is unavailable.",
-            [query(f"sum by (job) (rate({STORE_ERRORS}{{{SEL_SERVICE}}}[$__rate_interval]))", legend="{{job}}")],
+            [
+                # A service with breakers but no shared store has no errors series: it shows 0, not "no data".
+                query(
+                    f"sum by (job) (rate({STORE_ERRORS}{{{SEL_SERVICE}}}[$__rate_interval])) "
+                    f"or (sum by (job) (rate({CALLS}{{{SEL_SERVICE}}}[$__rate_interval])) * 0)",
+                    legend="{{job}}",
+                )
+            ],
             unit="reqps",
             w=8,
         )

@@ -84,7 +84,11 @@ def activate() -> None:
 
         autostart()
     except Exception as exc:  # never break the host program
-        sys.stderr.write(f"otel-breaker: auto-instrumentation failed to start: {type(exc).__name__}: {exc}\n")
+        from otel_breaker.sanitize import log_line
+
+        sys.stderr.write(
+            log_line(f"otel-breaker: auto-instrumentation failed to start: {type(exc).__name__}: {exc}") + "\n"
+        )
 
 
 def _disabled_by_launcher_variable() -> bool:
