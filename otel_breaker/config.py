@@ -437,6 +437,8 @@ class Settings:
     status_allow_remote: bool = False
     status_control: bool = False
     status_token: str | None = None
+    status_fleet_url: str | None = None
+    """The fleet board (``otel-breaker status --serve``) the process board links to."""
     sources: Mapping[str, str] = field(default_factory=dict)
 
     def config_for(self, tool: str, base: CircuitBreakerConfig | None = None) -> CircuitBreakerConfig:
@@ -480,6 +482,7 @@ _TEXT_SETTINGS = {
     "PRICES": "prices",
     "STATUS_ADDR": "status_addr",
     "STATUS_TOKEN": "status_token",
+    "STATUS_FLEET_URL": "status_fleet_url",
 }
 
 

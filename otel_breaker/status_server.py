@@ -290,6 +290,21 @@ _running: StatusServer | None = None
 _tried = False
 
 
+def _fleet_url(settings: Settings) -> str | None:
+    """``OTEL_BREAKER_STATUS_FLEET_URL`` when it is an http(s) URL; anything else is one
+    logged line and no link (the page never links to another scheme)."""
+    url = settings.status_fleet_url
+    if not url:
+        return None
+    if url.startswith(("http://", "https://")) and url.isprintable() and len(url) <= 2048:
+        return url
+    logger.warning(
+        "otel-breaker: OTEL_BREAKER_STATUS_FLEET_URL=%s is not an http(s) URL; the board shows no fleet link",
+        quoted(url),
+    )
+    return None
+
+
 def start_from_settings(settings: Settings | None = None) -> StatusServer | None:
     """Start the endpoint ``OTEL_BREAKER_STATUS_ADDR`` asks for, once per process.
     Every problem is one logged line; the program goes on."""
@@ -315,7 +330,7 @@ def start_from_settings(settings: Settings | None = None) -> StatusServer | None
                     )
                 else:
                     token = settings.status_token
-            _running = StatusServer(host, port, control_token=token)
+            _running = StatusServer(host, port, control_token=token, fleet_url=_fleet_url(settings))
         except (StatusAddressError, ValueError) as exc:
             logger.error("otel-breaker: status endpoint not started: %s", exc)
             return None

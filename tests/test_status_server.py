@@ -231,3 +231,24 @@ def test_a_port_clash_with_the_prometheus_exporter_is_named(monkeypatch, caplog)
     (record,) = [r for r in caplog.records if "status endpoint not started" in r.getMessage()]
     assert "the Prometheus exporter's" in record.getMessage()
     assert "OTEL_EXPORTER_PROMETHEUS_PORT" in record.getMessage()
+
+
+@pytest.mark.parametrize(
+    ("url", "linked"),
+    [("http://127.0.0.1:9471/", True), ("javascript:alert(1)", False), ("http://x/\x1b[2J", False)],
+)
+def test_the_process_board_links_to_the_fleet_board_from_the_environment(monkeypatch, caplog, url, linked):
+    settings = load_settings({"OTEL_BREAKER_STATUS_ADDR": "127.0.0.1:0", "OTEL_BREAKER_STATUS_FLEET_URL": url})
+    monkeypatch.setattr(status_server, "_running", None)
+    monkeypatch.setattr(status_server, "_tried", False)
+    with caplog.at_level(logging.WARNING, logger="otel_breaker"):
+        running = status_server.start_from_settings(settings)
+    try:
+        code, document = get(running.url + "/board.json")
+        assert code == 200
+        assert document["fleet"] == (url if linked else None)
+        assert ("not an http(s) URL" in caplog.text) is not linked
+        assert "\x1b" not in caplog.text
+    finally:
+        running.close()
+        monkeypatch.setattr(status_server, "_running", None)
