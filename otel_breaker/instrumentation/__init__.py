@@ -63,7 +63,7 @@ FRAMEWORK_IMPORTS: dict[str, tuple[str, ...]] = {
     "langchain": ("langchain_core", "langgraph", "langchain_mcp_adapters"),
     "openai_agents": ("agents",),
     "pydantic_ai": ("pydantic_ai",),
-    "llama_index": ("llama_index",),
+    "llama_index": ("llama_index.core",),  # "llama_index" is a namespace package: no import hook fires for it
     "smolagents": ("smolagents",),
     "crewai": ("crewai",),
     "autogen": ("autogen_core", "autogen_agentchat"),

@@ -36,15 +36,18 @@ workbench's list leaves out the agent's open tools.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import logging
 from collections.abc import AsyncGenerator
 from typing import Any
 
+from opentelemetry import trace as trace_api
+
 from otel_breaker import loops
 from otel_breaker.degrade import Rejection
 from otel_breaker.identity import origin_of
-from otel_breaker.instrumentation.base import PatchTarget, agent_display_name
+from otel_breaker.instrumentation.base import PatchTarget, active_call, agent_display_name
 from otel_breaker.instrumentation.spec import MessageDialect, SpecAdapter, insert_status_block, prompt_patch, tool_patch
 from otel_breaker.menu import visible_tools
 from otel_breaker.toolcall import ToolCall
@@ -135,7 +138,19 @@ class AutoGenAdapter(SpecAdapter):
             PatchTarget(_ASSISTANT, "AssistantAgent._execute_tool_call", self._execute_call),
             PatchTarget(_ASSISTANT, "AssistantAgent._call_llm", self._model_call),
             PatchTarget(_WORKBENCH, "StaticWorkbench.list_tools", self._list_tools),
+            # The tool's own execute_tool span opens inside our guarded call: ours stands for it.
+            PatchTarget("autogen_core.tools._base", "trace_tool_span", self._tool_span),
         ]
+
+    @staticmethod
+    def _tool_span(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """AutoGen's ``trace_tool_span`` for a call we guard: our span, already current,
+        is the call's one ``execute_tool`` span (the conventions ask for no second one)."""
+        active = active_call()
+        name = kwargs.get("tool_name", args[0] if args else None)
+        if active is not None and active.framework == "autogen" and active.tool == name:
+            return contextlib.nullcontext(trace_api.get_current_span())
+        return wrapped(*args, **kwargs)
 
     def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
         name = instance.name
