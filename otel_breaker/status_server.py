@@ -78,7 +78,7 @@ def parse_address(addr: str, allow_remote: bool = False) -> tuple[str, int]:
     if port > 65535:
         raise StatusAddressError(f"OTEL_BREAKER_STATUS_ADDR={shown}: port must be 0-65535")
     host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if not allow_remote and not _is_loopback(host):
+    if not allow_remote and not is_loopback(host):
         raise StatusAddressError(
             f"OTEL_BREAKER_STATUS_ADDR={shown}: {quoted(host)} is not a loopback address; the status endpoint "
             "listens on 127.0.0.1 or ::1 unless OTEL_BREAKER_STATUS_ALLOW_REMOTE=true"
@@ -86,7 +86,8 @@ def parse_address(addr: str, allow_remote: bool = False) -> tuple[str, int]:
     return host, port
 
 
-def _is_loopback(host: str) -> bool:
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (a name or an address) is this machine's loopback."""
     if host == "localhost":
         return True
     try:

@@ -8,7 +8,6 @@ imports the ``mcp`` SDK, so bad options are reported even without it.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import math
 import os
@@ -17,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from otel_breaker.status_server import is_loopback
 
 #: Name of the one server of a proxy started with a command or ``--upstream``.
 DEFAULT_SERVER_NAME = "server"
@@ -77,26 +78,17 @@ def parse_listen(raw: str, allow_remote: bool = False) -> tuple[str, int]:
     if text.isdigit():
         text = f"127.0.0.1:{text}"
     host, sep, port_text = text.rpartition(":")
-    if not sep or not port_text.isdigit():
+    if not sep or not (port_text.isascii() and port_text.isdigit()):
         raise OptionsError(f"--listen {raw!r}: expected HOST:PORT, e.g. 127.0.0.1:8765")
     port = int(port_text)
     if port > 65535:
         raise OptionsError(f"--listen {raw!r}: the port must be 0-65535")
     host = host[1:-1] if host.startswith("[") and host.endswith("]") else (host or "127.0.0.1")
-    if not allow_remote and not _is_loopback(host):
+    if not allow_remote and not is_loopback(host):
         raise OptionsError(
             f"--listen {raw!r}: {host} is not a loopback address; pass --allow-remote to listen on the network"
         )
     return host, port
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def parse_header(raw: str) -> tuple[str, str]:
