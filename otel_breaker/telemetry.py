@@ -630,7 +630,10 @@ class Telemetry:
                     self._exception_event(span, exc)
         finally:
             if handle[1] is not None:  # the framework ends its own span
-                span.end(end_time=end_time)
+                # Ending runs the span processors (an exporter's lock): under the recording
+                # lock, so no thread of ours holds one of theirs when the process forks.
+                with _RECORDING.lock:
+                    span.end(end_time=end_time)
 
     def past_call(
         self,
@@ -690,7 +693,8 @@ class Telemetry:
             self._emit_event(EVENT_REJECTED, _REJECTED_SEVERITY, {**_call_labels(call), **event}, None)
         finally:
             if handle[1] is not None:  # the framework ends its own span
-                span.end()
+                with _RECORDING.lock:
+                    span.end()
 
     def escalated(self, handle: Any, call: ToolCall, breaker: CircuitBreaker) -> None:
         """A human approved one call through an open breaker."""
@@ -905,7 +909,8 @@ def _reinit_after_fork() -> None:
 
 
 class _Recording:
-    """The lock every record into an SDK instrument of ours is made under.
+    """The lock every record into an SDK instrument of ours, and every end of a span of
+    ours (which runs the span processors), is made under.
 
     The SDK's histogram takes a lock of its own (its aggregation's) on every record,
     and it does not re-create it in a forked child: a thread of the parent caught
