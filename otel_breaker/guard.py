@@ -520,13 +520,6 @@ def _holds_for_good(registry: BreakerRegistry, call: ToolCall, breaker: CircuitB
         return False
 
 
-def _name_of(agent: Any) -> str | None:
-    """The name breakers of ``agent`` are keyed by (an agent is told apart by its name)."""
-    if agent is None:
-        return None
-    return agent if isinstance(agent, str) else agent_display_name(agent)
-
-
 def default_guard() -> Guard:
     return _default_guard
 
@@ -561,7 +554,7 @@ def guard(
             breaker = CircuitBreaker(name, settings.config_for(name, config), clock=clock, agent_name=agent_name)
             return _decorate(breaker, fn)
         reg = registry if registry is not None else default_registry()
-        call = ToolCall(name, agent=agent, agent_name=agent_name or _name_of(agent))
+        call = ToolCall(name, agent=agent, agent_name=agent_name or agent_display_name(agent))
         if config is not None:
             reg.breaker_for(call, config)  # create it now with this config
         guard_ = Guard(reg)

@@ -522,7 +522,7 @@ class BreakerRegistry:
             own = list(self._by_agent.get(id(agent), {}).values())
             if own:
                 return own
-            name = agent if isinstance(agent, str) else agent_display_name(agent)
+            name = agent_display_name(agent)
             if name is None:
                 return []
             return [b for b in self._by_key.values() if b.agent_name == name]

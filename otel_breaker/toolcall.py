@@ -87,7 +87,10 @@ class ToolCall:
 
 
 def agent_display_name(agent: Any) -> str | None:
-    """A readable name for an agent object, if it has one."""
+    """A readable name for an agent object, if it has one (an agent given by its name is that name):
+    the name its breakers are keyed by."""
+    if isinstance(agent, str):
+        return agent or None
     for attribute in ("name", "role", "agent_name"):
         value = getattr(agent, attribute, None)
         if isinstance(value, str) and value:
