@@ -17,8 +17,9 @@ line on stderr, never a traceback in the user's process.
 
 import sys
 
-#: Top-level modules whose import means a supported framework is being loaded
-#: (``test_bootstrap`` checks that every adapter's patch points live under one).
+#: Modules whose import means a supported framework is being loaded: the ``imports``
+#: of every entry of ``otel_breaker.catalogue``, written out because this hook imports
+#: nothing of otel-breaker (``tests/test_catalogue.py`` checks the two agree).
 FRAMEWORK_MODULES = frozenset(
     {
         "langchain_core",
@@ -26,7 +27,7 @@ FRAMEWORK_MODULES = frozenset(
         "langchain_mcp_adapters",
         "agents",
         "pydantic_ai",
-        "llama_index",
+        "llama_index.core",
         "smolagents",
         "crewai",
         "autogen_core",

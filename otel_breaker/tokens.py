@@ -27,7 +27,7 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 
-from otel_breaker.config import Price, parse_prices  # noqa: F401 - part of this module's API
+from otel_breaker.token_prices import Price, parse_prices  # noqa: F401 - part of this module's API
 
 logger = logging.getLogger("otel_breaker")
 

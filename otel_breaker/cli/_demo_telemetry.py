@@ -55,8 +55,8 @@ def set_up_telemetry(serve_metrics: int | None, otlp: bool, metrics_host: str = 
     from opentelemetry.sdk.trace import TracerProvider
 
     from otel_breaker import telemetry
-    from otel_breaker.config import Price
     from otel_breaker.simulation.world import MODEL, PRICE_PER_TOKEN
+    from otel_breaker.token_prices import Price
     from otel_breaker.tokens import TokenEstimator
 
     readers: list[Any] = [InMemoryMetricReader()]

@@ -25,7 +25,8 @@ import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from otel_breaker import config
+from otel_breaker.catalogue import CATALOGUE
+from otel_breaker.config import normalize_framework
 
 if TYPE_CHECKING:
     from otel_breaker.instrumentation.base import FrameworkAdapter
@@ -33,56 +34,13 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("otel_breaker")
 
-#: identifier -> "module:Class" of its adapter (one per ``config.FRAMEWORKS``).
-ADAPTERS: dict[str, str] = {
-    "langchain": "otel_breaker.instrumentation.langchain:LangChainAdapter",
-    "openai_agents": "otel_breaker.instrumentation.openai_agents:OpenAIAgentsAdapter",
-    "pydantic_ai": "otel_breaker.instrumentation.pydantic_ai:PydanticAIAdapter",
-    "llama_index": "otel_breaker.instrumentation.llama_index:LlamaIndexAdapter",
-    "smolagents": "otel_breaker.instrumentation.smolagents:SmolagentsAdapter",
-    "crewai": "otel_breaker.instrumentation.crewai:CrewAIAdapter",
-    "autogen": "otel_breaker.instrumentation.autogen:AutoGenAdapter",
-    "praisonai": "otel_breaker.instrumentation.praisonai:PraisonAIAdapter",
-    "mcp": "otel_breaker.instrumentation.mcp:MCPAdapter",
-    "agno": "otel_breaker.instrumentation.agno:AgnoAdapter",
-    "dspy": "otel_breaker.instrumentation.dspy:DSPyAdapter",
-    "haystack": "otel_breaker.instrumentation.haystack:HaystackAdapter",
-    "fastmcp": "otel_breaker.instrumentation.fastmcp:FastMCPAdapter",
-    "google_adk": "otel_breaker.instrumentation.google_adk:GoogleADKAdapter",
-    "strands": "otel_breaker.instrumentation.strands:StrandsAdapter",
-    "agent_framework": "otel_breaker.instrumentation.agent_framework:AgentFrameworkAdapter",
-    "semantic_kernel": "otel_breaker.instrumentation.semantic_kernel:SemanticKernelAdapter",
-}
+#: identifier -> "module:Class" of its adapter, in the catalogue's order.
+ADAPTERS: dict[str, str] = {framework.id: framework.adapter for framework in CATALOGUE}
 
-
-#: identifier -> the top-level modules whose import means that framework is in use
-#: (``test_bootstrap`` checks them against every adapter's patch points). With the
-#: switch, an auto-detected framework's adapter is loaded only when one of them is
-#: imported: importing LangChain does not load the fifteen other adapters.
-FRAMEWORK_IMPORTS: dict[str, tuple[str, ...]] = {
-    "langchain": ("langchain_core", "langgraph", "langchain_mcp_adapters"),
-    "openai_agents": ("agents",),
-    "pydantic_ai": ("pydantic_ai",),
-    "llama_index": ("llama_index.core",),  # "llama_index" is a namespace package: no import hook fires for it
-    "smolagents": ("smolagents",),
-    "crewai": ("crewai",),
-    "autogen": ("autogen_core", "autogen_agentchat"),
-    "praisonai": ("praisonaiagents",),
-    "mcp": ("mcp",),
-    "agno": ("agno",),
-    "dspy": ("dspy",),
-    "haystack": ("haystack",),
-    "fastmcp": ("fastmcp",),
-    "google_adk": ("google.adk",),
-    "strands": ("strands",),
-    "agent_framework": ("agent_framework",),
-    "semantic_kernel": ("semantic_kernel",),
-}
-
-
-def normalize_framework(name: str) -> str:
-    """The adapter identifier for a user-written framework name (ValueError naming the allowed ones)."""
-    return config.normalize_framework(name)
+#: With the switch, an auto-detected framework's adapter is loaded only when one of
+#: its catalogue's ``imports`` is imported: importing LangChain does not load the
+#: fifteen other adapters.
+FRAMEWORK_IMPORTS: dict[str, tuple[str, ...]] = {framework.id: framework.imports for framework in CATALOGUE}
 
 
 def load_adapter_class(identifier: str) -> type[FrameworkAdapter]:

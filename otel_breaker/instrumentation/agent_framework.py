@@ -65,7 +65,6 @@ def _current_agent() -> Any:
 
 class AgentFrameworkAdapter(SpecAdapter):
     name = "agent_framework"
-    requires = "agent-framework-core>=1.23,<2"
     patches = (
         tool_patch("agent_framework._tools", "FunctionTool._invoke_function", "async"),
         prompt_patch("agent_framework._clients", "BaseChatClient.get_response", "sync"),

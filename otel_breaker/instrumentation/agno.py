@@ -82,7 +82,6 @@ def _message(role: str, text: str) -> Any:
 
 class AgnoAdapter(SpecAdapter):
     name = "agno"
-    requires = "agno>=3.1,<3.2"
     patches = (
         tool_patch(_FUNCTION, "FunctionCall.execute", "sync"),
         tool_patch(_FUNCTION, "FunctionCall.aexecute", "async"),

@@ -123,7 +123,6 @@ async def _ascoped(agen: Any, var: contextvars.ContextVar, value: Any) -> AsyncG
 
 class AutoGenAdapter(SpecAdapter):
     name = "autogen"
-    requires = "autogen-core>=0.4,<0.8"
     patches = (
         tool_patch(_TOOLS, "BaseTool.run_json", "async"),
         tool_patch(_TOOLS, "BaseStreamTool.run_json_stream", "asyncgen"),

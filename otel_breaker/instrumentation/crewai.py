@@ -152,7 +152,6 @@ class CrewAIAdapter(SpecAdapter):
     """Guards CrewAI tool calls on the native and ReAct paths, sync and async."""
 
     name = "crewai"
-    requires = "crewai>=1.15,<2"
     patches = (
         tool_patch(_BASE, "BaseTool.run", "sync"),
         tool_patch(_BASE, "Tool.run", "sync"),

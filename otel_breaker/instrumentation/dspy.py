@@ -45,7 +45,6 @@ _agent: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_breaker_dspy_
 
 class DSPyAdapter(SpecAdapter):
     name = "dspy"
-    requires = "dspy>=3.4,<3.5"
     patches = (
         tool_patch(_TOOL, "Tool.__call__", "sync"),
         tool_patch(_TOOL, "Tool.acall", "async"),

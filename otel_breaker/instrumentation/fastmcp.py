@@ -41,7 +41,6 @@ _TOOLS = "fastmcp.client.mixins.tools"
 
 class FastMCPAdapter(SpecAdapter):
     name = "fastmcp"
-    requires = "fastmcp>=4.1,<4.2"
     error_results_are_answers = True  # an isError result: the server answered
     patches = (tool_patch(_TOOLS, "ClientToolsMixin.call_tool_mcp", "async"),)
 

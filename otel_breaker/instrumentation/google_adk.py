@@ -60,7 +60,6 @@ class GoogleADKAdapter(SpecAdapter):
     """Guards Google ADK tools, scoped per agent."""
 
     name = "google_adk"
-    requires = "google-adk>=2.13,<3"
     patches = (
         tool_patch(_TOOLS + "_caller", "_call_tool_async"),
         tool_patch(_TOOLS + "_live_caller", "_call_tool_async"),

@@ -87,7 +87,6 @@ class HaystackAdapter(SpecAdapter):
     written here; ``describe`` is the spec's."""
 
     name = "haystack"
-    requires = "haystack-ai>=3.4,<3.5"
     modules = (_CALLING, _AGENT)
 
     def targets(self) -> list[PatchTarget]:

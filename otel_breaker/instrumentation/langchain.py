@@ -108,7 +108,6 @@ class LangChainAdapter(SpecAdapter):
     """Guards langchain-core tools, including LangGraph's ``ToolNode``."""
 
     name = "langchain"
-    requires = "langchain-core>=1.0,<2"
     patches = (
         tool_patch(_MODULE, "BaseTool.run", "sync"),
         tool_patch(_MODULE, "BaseTool.arun", "async"),

@@ -106,7 +106,6 @@ class LlamaIndexAdapter(SpecAdapter):
     """Guards LlamaIndex agent workflows and the function-calling helpers."""
 
     name = "llama_index"
-    requires = "llama-index-core>=0.14,<0.15"
     patches = (
         tool_patch(_AGENT_MODULE, "BaseWorkflowAgent._call_tool", "async"),
         tool_patch(_CALLING_MODULE, "call_tool", "sync"),

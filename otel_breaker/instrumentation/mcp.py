@@ -217,7 +217,6 @@ class MCPAdapter(SpecAdapter):
     """Guards the tool calls an MCP client session sends."""
 
     name = "mcp"
-    requires = "mcp>=2.3,<3"
     error_results_are_answers = True  # an isError result: the server answered
     patches = (
         tool_patch(_CLIENT_MODULE, "Client.call_tool", "async"),

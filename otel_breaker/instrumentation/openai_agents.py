@@ -97,7 +97,6 @@ class _FallbackInvocationResult:
 
 class OpenAIAgentsAdapter(SpecAdapter):
     name = "openai_agents"
-    requires = "openai-agents>=0.24,<0.25"
     patches = (
         tool_patch("agents.run_internal.tool_execution", _INVOKE, "async"),
         tool_patch("agents.tool", _INVOKE, "async"),

@@ -122,7 +122,6 @@ class PraisonAIAdapter(SpecAdapter):
     """Guards ``Agent.execute_tool`` and ``Agent.execute_tool_async``."""
 
     name = "praisonai"
-    requires = "praisonaiagents>=1.7,<2"
     patches = (
         tool_patch("praisonaiagents.agent.tool_execution", "ToolExecutionMixin.execute_tool", "sync"),
         tool_patch("praisonaiagents.agent.execution_mixin", "ExecutionMixin.execute_tool_async", "async"),

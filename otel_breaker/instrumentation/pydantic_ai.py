@@ -66,7 +66,6 @@ logger = logging.getLogger("otel_breaker")
 
 class PydanticAIAdapter(SpecAdapter):
     name = "pydantic_ai"
-    requires = "pydantic-ai-slim>=2.68,<3"
     patches = (tool_patch("pydantic_ai.tool_manager", "ToolManager.execute_tool_call", "async"),)
     modules = ("pydantic_ai.tool_manager", _GRAPH)  # the extra targets below live in the graph module
 

@@ -93,7 +93,6 @@ async def _scoped(agen: Any, run: _Run) -> AsyncIterator[Any]:
 
 class SemanticKernelAdapter(SpecAdapter):
     name = "semantic_kernel"
-    requires = "semantic-kernel>=1.45,<2"
     patches = (tool_patch(_METHOD, "KernelFunctionFromMethod._invoke_internal", "async"),)
 
     def targets(self) -> list[PatchTarget]:

@@ -110,7 +110,6 @@ def _bind_arguments(args: tuple, kwargs: dict) -> Any:
 
 class SmolagentsAdapter(SpecAdapter):
     name = "smolagents"
-    requires = "smolagents>=1.20,<2"
     patches = (
         tool_patch("smolagents.tools", "Tool.__call__", "sync"),
         tool_patch("smolagents.tools", "PipelineTool.__call__", "sync"),

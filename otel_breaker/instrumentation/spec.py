@@ -36,6 +36,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from otel_breaker.catalogue import BY_ID
 from otel_breaker.classify import CONTROL
 from otel_breaker.degrade import augment_instructions, status_in_prompt_enabled
 from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget
@@ -151,13 +152,16 @@ class SpecAdapter(FrameworkAdapter):
     """A framework adapter from a declaration; subclasses set ``name``,
     ``requires`` and ``patches`` and implement :meth:`describe`."""
 
-    #: PEP 508 requirement with the tested range: the one source of it.
+    #: PEP 508 requirement with the tested range; a catalogued framework's comes
+    #: from :mod:`otel_breaker.catalogue`, the one source of it.
     requires: str = ""
     #: What to wrap.
     patches: tuple[Patch, ...] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        if not cls.requires and cls.name in BY_ID:  # the catalogue holds our frameworks' requirements
+            cls.requires = BY_ID[cls.name].requirement
         if cls.requires:
             cls.distribution, cls.version_range = split_requirement(cls.requires)
         if cls.patches and not cls.modules:

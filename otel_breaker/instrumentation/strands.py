@@ -62,7 +62,6 @@ class StrandsAdapter(SpecAdapter):
     """Guards Strands Agents tools, scoped per agent."""
 
     name = "strands"
-    requires = "strands-agents>=1.62,<2"
     patches = (
         tool_patch(_EXECUTOR, "_run_tool", "asyncgen"),
         prompt_patch("strands.event_loop.event_loop", "stream_messages", "asyncgen"),

@@ -14,7 +14,6 @@ FAKE_FRAMEWORK = pathlib.Path(__file__).parent / "fake_framework"
 
 
 def test_every_adapter_is_loaded_by_the_import_of_its_framework():
-    assert set(FRAMEWORK_IMPORTS) == set(ADAPTERS)
     for name, tops in FRAMEWORK_IMPORTS.items():
         modules = list(_target_modules(load_adapter_class(name)()))
         assert any(m == top or m.startswith(top + ".") for m in modules for top in tops), name

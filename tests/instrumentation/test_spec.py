@@ -12,16 +12,12 @@ import pytest
 from otel_breaker import State, ToolCall, get_circuit_breaker
 from otel_breaker.config import load_settings, set_settings
 from otel_breaker.degrade import STATUS_HEADER
-from otel_breaker.instrumentation import ADAPTERS, load_adapter_class
 from otel_breaker.instrumentation.spec import (
     MessageDialect,
     SpecAdapter,
     insert_status_block,
-    instruments_any,
     menu_patch,
     prompt_patch,
-    requirement_of,
-    requirements,
     split_requirement,
     status_text,
     tool_patch,
@@ -221,26 +217,6 @@ def test_uninstrument_restores_the_spec_targets(specframework):
     assert all(specframework.Tool.__dict__[n] is not o for n, o in originals.items())
     adapter.unpatch()
     assert all(specframework.Tool.__dict__[n] is o for n, o in originals.items())
-
-
-def test_requirements_agree_with_pyproject_extras_and_instruments_any():
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    extras = project["optional-dependencies"]
-    declared = {r.replace(" ", "") for r in extras["instruments-any"]}
-    from packaging.requirements import Requirement
-
-    def normal(text: str) -> str:
-        parsed = Requirement(text)
-        return f"{parsed.name}{parsed.specifier}"
-
-    found = requirements()
-    assert set(found) == set(ADAPTERS)
-    assert {normal(r) for r in declared} == {normal(r) for r in instruments_any()}
-    for name, requirement in found.items():
-        extra = extras.get(name.replace("_", "-"))
-        assert extra is not None, f"no extra for {name}"
-        assert normal(requirement) in {normal(r) for r in extra}, f"{name}: extra {extra} lacks {requirement}"
-        assert requirement_of(load_adapter_class(name)) == requirement
 
 
 # -- is_neutral, the menu seam, not_a_tool_call --------------------------------------------

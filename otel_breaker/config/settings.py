@@ -1,0 +1,71 @@
+"""The resolved settings: what the environment (and code) configure, validated."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from otel_breaker.breaker import CircuitBreakerConfig
+from otel_breaker.sanitize import quoted
+
+logger = logging.getLogger("otel_breaker")
+
+
+class ConfigError(ValueError):
+    """Bad configuration; ``problems`` lists one line per bad value."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("invalid otel-breaker configuration:\n  " + "\n  ".join(problems))
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the environment configures, resolved and validated."""
+
+    enabled: bool = False
+    defaults: CircuitBreakerConfig = field(default_factory=CircuitBreakerConfig)
+    tools: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    scope: str = "agent"
+    frameworks: tuple[str, ...] | None = None
+    capture_content: bool = False
+    duration_metric: bool = True
+    span_events: bool = True
+    tokens_per_call: int = 1500
+    prices: str | None = None
+    status_in_prompt: bool = False
+    hide_open_tools: bool = False
+    fallbacks: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    upstreams: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Upstream name -> tool names or glob patterns (``OTEL_BREAKER_UPSTREAMS``)."""
+    high_stakes: tuple[str, ...] = ()
+    max_breakers: int = 10_000
+    store: str | None = None
+    redis_prefix: str = "otel_breaker"
+    redis_password: str | None = None
+    status_addr: str | None = None
+    status_allow_remote: bool = False
+    status_control: bool = False
+    status_token: str | None = None
+    status_fleet_url: str | None = None
+    """The fleet board (``otel-breaker status --serve``) the process board links to."""
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    def config_for(self, tool: str, base: CircuitBreakerConfig | None = None) -> CircuitBreakerConfig:
+        """The configuration for ``tool``: code config, else env defaults, plus per-tool env overrides."""
+        config = base if base is not None else self.defaults
+        changes: dict[str, Any] = dict(self.tools.get(tool, {}))
+        fallbacks = self.fallbacks.get(tool)
+        if fallbacks and not config.fallbacks:
+            changes["fallbacks"] = fallbacks
+        if tool in self.high_stakes and not config.high_stakes:
+            changes["high_stakes"] = True
+        if not changes:
+            return config
+        try:
+            return config.with_changes(**changes)
+        except ValueError as exc:
+            logger.warning("otel-breaker: OTEL_BREAKER_TOOLS for %s ignored: %s", quoted(tool), exc)
+            return config
