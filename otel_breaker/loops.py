@@ -8,11 +8,11 @@ asks this module first:
 
 * a call's **signature** is its tool name plus its canonical arguments (key order
   does not matter; bounded in size and depth; hashed). Arguments that cannot be
-  read give a signature too, never an error;
+  read give a signature too, never an error (:mod:`otel_breaker.loop_signature`);
 * signatures are kept **per run**: the session scope (``breaker_scope``) or the
   call's session when there is one, else the agent's name; an entry is forgotten
-  after :data:`IDLE_SECONDS` without a repeat, and at most :data:`MAX_ENTRIES`
-  are kept (the oldest go first);
+  after an hour without a repeat, and the table is bounded
+  (:mod:`otel_breaker.loop_ledger`);
 * by default only **mistakes** count (``loop_count``): arguments the tool's
   schema rejects and unknown tool names, as the adapters report them
   (``classify.MISTAKE``). ``failures`` and ``retries`` (``ModelRetry``) are
@@ -32,54 +32,21 @@ Every detection emits the log-based event ``otel_breaker.loop`` and counts in
 
 from __future__ import annotations
 
-import hashlib
 import inspect
-import json
 import logging
-import math
-import os
-import threading
-import time
-from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 from otel_breaker import rejection
 from otel_breaker.breaker import CircuitBreaker, CircuitBreakerConfig, CircuitOpenError, State
 from otel_breaker.classify import FAILURE, MISTAKE, RETRY_REQUEST, classify_exception, error_type
-from otel_breaker.registry import session_of_context
+from otel_breaker.loop_ledger import LOOPS, MAX_ERROR_CHARS, reset
+from otel_breaker.loop_signature import arguments_of, signature
 from otel_breaker.sanitize import bounded, safe_name, sanitize
-from otel_breaker.semconv import (
-    ATTR_AGENT,
-    ATTR_LOOP_ACTION,
-    ATTR_LOOP_COUNT,
-    ATTR_REASON,
-    ATTR_TOOL,
-    EVENT_LOOP,
-    REASON_LOOP,
-    UNKNOWN_TOOL,
-)
-from otel_breaker.telemetry import LOOP_SOURCES, SAVINGS_SOURCES, TELEMETRY
 from otel_breaker.toolcall import ToolCall
 
 logger = logging.getLogger("otel_breaker")
 
-#: Signatures kept at most (oldest forgotten first).
-MAX_ENTRIES = 4096
-#: An entry without a repeat for this long is forgotten.
-IDLE_SECONDS = 3600.0
-#: Characters of canonical arguments hashed at most; nesting followed at most this deep.
-MAX_SIGNATURE_CHARS = 16_384
-MAX_DEPTH = 8
-MAX_ITEMS = 256
-#: Characters of the last error kept for :class:`ToolLoopError`.
-MAX_ERROR_CHARS = 500
-
-# Keyword arguments that are a framework's plumbing, not the model's arguments: they
-# differ per call (ids, callbacks) and would hide a repeat.
-_PLUMBING = frozenset(
-    {"config", "callbacks", "run_manager", "tool_call_id", "run_id", "parent_run_id", "tags", "metadata", "context"}
-)
 # What an adapter's ``result_error`` returns for a neutral value (guard.IGNORED_RESULT:
 # the guard sits above this module, so the value is repeated here).
 _IGNORED_RESULT = "otel_breaker.ignored"
@@ -174,223 +141,6 @@ class LoopRejection(rejection.Rejection):
             {"circuit_open": False, "loop": True, "count": self.count, "retry_after_s": None, "alternatives": []}
         )
         return result
-
-
-# -- the signature ---------------------------------------------------------------------
-
-
-def _plain(value: Any, depth: int, budget: list[int]) -> Any:
-    """A JSON-ready, bounded copy of ``value``: mappings sorted by key, objects by type name."""
-    budget[0] -= 1
-    if budget[0] < 0 or depth > MAX_DEPTH:
-        return "…"
-    if value is None or isinstance(value, (bool, int)):
-        return value
-    if isinstance(value, float):
-        return value if math.isfinite(value) else repr(value)
-    if isinstance(value, str):
-        return value[:MAX_SIGNATURE_CHARS]
-    if isinstance(value, (bytes, bytearray)):
-        return hashlib.blake2b(bytes(value[:MAX_SIGNATURE_CHARS]), digest_size=8).hexdigest()
-    if isinstance(value, dict):
-        items = []
-        for count, (key, item) in enumerate(value.items()):
-            if count >= MAX_ITEMS:
-                break
-            items.append((str(key)[:256], _plain(item, depth + 1, budget)))
-        return {"{}": sorted(items, key=lambda pair: pair[0])}
-    if isinstance(value, (list, tuple)):
-        return [_plain(item, depth + 1, budget) for item in value[:MAX_ITEMS]]
-    if isinstance(value, (set, frozenset)):
-        return sorted(repr(_plain(item, depth + 1, budget)) for item in list(value)[:MAX_ITEMS])
-    dump = getattr(value, "model_dump", None)  # a pydantic model: its fields
-    if callable(dump) and not inspect.isclass(value):
-        try:
-            return _plain(dump(), depth + 1, budget)
-        except Exception:
-            pass
-    return f"<{type(value).__qualname__}>"
-
-
-def signature(tool: str, arguments: Any) -> str:
-    """A short hash of the tool name and its canonical arguments (never raises)."""
-    try:
-        text = json.dumps(_plain(arguments, 0, [4 * MAX_ITEMS]), sort_keys=True, default=str, ensure_ascii=False)
-    except Exception:
-        text = f"<{type(arguments).__qualname__}>"
-    digest = hashlib.blake2b(digest_size=12)
-    digest.update(bounded(tool).encode("utf-8", "replace"))
-    digest.update(b"\0")
-    digest.update(text[:MAX_SIGNATURE_CHARS].encode("utf-8", "replace"))
-    return digest.hexdigest()
-
-
-def arguments_of(call: ToolCall, args: tuple, kwargs: dict) -> Any:
-    """The model's arguments: what the adapter described, else the call's own
-    arguments without a framework's plumbing (callbacks, ids, config)."""
-    if call.arguments is not None:
-        return call.arguments
-    return (list(args), {k: v for k, v in kwargs.items() if k not in _PLUMBING})
-
-
-# -- the table -----------------------------------------------------------------------------
-
-
-class _Entry:
-    __slots__ = ("count", "last_error", "seen", "tool")
-
-    def __init__(self, tool: str, now: float) -> None:
-        self.tool = tool
-        self.count = 0
-        self.last_error: str | None = None
-        self.seen = now
-
-
-class LoopGuard:
-    """Counts identical calls that ended in a counted way, per run scope."""
-
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
-        self.clock = clock
-        self._lock = threading.Lock()
-        self._entries: OrderedDict[tuple[str, str], _Entry] = OrderedDict()
-        # How many entries each (scope, tool) has: a call of a tool with none is not hashed.
-        self._tools: dict[tuple[str, str], int] = {}
-        # Detections: (tool label, agent, action) -> count.
-        self._detections: dict[tuple[str, str | None, str], int] = {}
-
-    # -- what the call path asks ------------------------------------------------------------
-
-    def scope(self, call: ToolCall) -> str:
-        session = session_of_context()
-        if session is not None:
-            return f"s:{session}"
-        if call.session_id is not None:
-            return f"s:{call.session_id}"
-        return f"a:{call.agent_name or ''}"
-
-    def might_repeat(self, scope: str, tool: str) -> bool:
-        """Cheap: whether any counted call of ``tool`` is remembered in ``scope``."""
-        return (scope, tool) in self._tools
-
-    def count(self, scope: str, sig: str) -> tuple[int, str | None]:
-        with self._lock:
-            entry = self._entries.get((scope, sig))
-            if entry is None:
-                return 0, None
-            if self.clock() - entry.seen > IDLE_SECONDS:
-                self._forget((scope, sig), entry)
-                return 0, None
-            return entry.count, entry.last_error
-
-    def counted(self, scope: str, tool: str, sig: str, error: str | None) -> int:
-        """An identical call ended in a counted way: its count now."""
-        now = self.clock()
-        with self._lock:
-            key = (scope, sig)
-            entry = self._entries.get(key)
-            if entry is None or now - entry.seen > IDLE_SECONDS:
-                if entry is not None:
-                    self._forget(key, entry)
-                entry = _Entry(tool, now)
-                self._entries[key] = entry
-                self._tools[(scope, tool)] = self._tools.get((scope, tool), 0) + 1
-                while len(self._entries) > MAX_ENTRIES:
-                    old_key, old = self._entries.popitem(last=False)
-                    self._release(old_key[0], old)
-            else:
-                self._entries.move_to_end(key)
-            entry.count += 1
-            entry.seen = now
-            entry.last_error = None if error is None else error[:MAX_ERROR_CHARS]
-            return entry.count
-
-    def succeeded(self, scope: str, sig: str) -> None:
-        with self._lock:
-            entry = self._entries.get((scope, sig))
-            if entry is not None:
-                self._forget((scope, sig), entry)
-
-    def _forget(self, key: tuple[str, str], entry: _Entry) -> None:
-        self._entries.pop(key, None)
-        self._release(key[0], entry)
-
-    def _release(self, scope: str, entry: _Entry) -> None:
-        tool = entry.tool
-        left = self._tools.get((scope, tool), 0) - 1
-        if left > 0:
-            self._tools[(scope, tool)] = left
-        else:
-            self._tools.pop((scope, tool), None)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-            self._tools.clear()
-            self._detections.clear()
-
-    # -- detections ---------------------------------------------------------------------------
-
-    def detected(self, call: ToolCall, action: str, count: int, unknown: bool = False) -> None:
-        tool = UNKNOWN_TOOL if unknown else bounded(call.tool)
-        key = (tool, call.agent_name, action)
-        with self._lock:
-            self._detections[key] = self._detections.get(key, 0) + 1
-        try:
-            attributes: dict[str, Any] = {
-                ATTR_TOOL: tool,
-                ATTR_LOOP_ACTION: action,
-                ATTR_LOOP_COUNT: count,
-                ATTR_REASON: REASON_LOOP,
-            }
-            if call.agent_name:
-                attributes[ATTR_AGENT] = bounded(call.agent_name)
-            TELEMETRY.event(EVENT_LOOP, attributes, warning=True)
-        except Exception:
-            logger.debug("otel-breaker: reporting a loop failed", exc_info=True)
-
-    def detections(self, rejected: bool) -> Iterable[tuple[int, dict[str, Any]]]:
-        """(count, attributes) of detections the call path did not run (``rejected``)
-        or let run (``warn``)."""
-        with self._lock:
-            items = list(self._detections.items())
-        for (tool, agent, action), value in items:
-            if (action != "warn") is not rejected:
-                continue
-            attributes: dict[str, Any] = {ATTR_TOOL: tool, ATTR_LOOP_ACTION: action}
-            if rejected:
-                attributes[ATTR_REASON] = REASON_LOOP
-            if agent:
-                attributes[ATTR_AGENT] = bounded(agent)
-            yield value, attributes
-
-    def saved_turns(self) -> Iterable[tuple[object, str, int]]:
-        """(key, tool, count) of the calls the guard did not run (``reject``, ``stop``):
-        each saved a model turn, priced by the token estimator at the prompt size it last
-        saw for the tool (``tokens.py``)."""
-        with self._lock:
-            items = list(self._detections.items())
-        for (tool, agent, action), value in items:
-            if action != "warn":
-                yield ("loop", tool, agent, action), tool, value
-
-
-LOOPS = LoopGuard()
-LOOP_SOURCES.append(LOOPS.detections)
-SAVINGS_SOURCES.append(LOOPS.saved_turns)
-
-
-def _reinit_after_fork() -> None:
-    """A lock another thread held at a fork stays held in the child: replace it."""
-    LOOPS._lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_reinit_after_fork)
-
-
-def reset() -> None:
-    """Forget every remembered call and detection (tests, a new process)."""
-    LOOPS.clear()
 
 
 # -- the call path's questions ---------------------------------------------------------------
@@ -660,3 +410,24 @@ def unknown_tool_called(call: ToolCall, error: str | None) -> None:
         LOOPS.counted(scope, name, signature(name, None), error)
     except Exception:
         logger.debug("otel-breaker: loop bookkeeping failed", exc_info=True)
+
+
+__all__ = [
+    "FAILURES",
+    "LOOPS",
+    "MISTAKES",
+    "RETRIES",
+    "RUN",
+    "LoopRejection",
+    "Mistakes",
+    "ToolLoopError",
+    "Watch",
+    "arguments_of",
+    "arun_mistake",
+    "check_unknown",
+    "enter",
+    "loop_message",
+    "reset",
+    "signature",
+    "unknown_tool_called",
+]

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from otel_breaker import CircuitBreakerConfig, Guard, State, ToolCall, ToolLoopError, loops
+from otel_breaker import CircuitBreakerConfig, Guard, State, ToolCall, ToolLoopError, loop_ledger, loops
 from otel_breaker.classify import MISTAKE, RETRY_REQUEST
 from otel_breaker.config import load_settings, set_settings
 from otel_breaker.loops import LOOPS, signature
@@ -232,9 +232,9 @@ def test_idle_entries_are_forgotten_and_the_table_is_bounded(monkeypatch):
     clock = [0.0]
     monkeypatch.setattr(LOOPS, "clock", lambda: clock[0])
     model_calls("ten", 3)
-    clock[0] += loops.IDLE_SECONDS + 1
+    clock[0] += loop_ledger.IDLE_SECONDS + 1
     assert model_calls("ten", 3)[1] == 3  # forgotten: counted afresh
-    monkeypatch.setattr(loops, "MAX_ENTRIES", 10)
+    monkeypatch.setattr(loop_ledger, "MAX_ENTRIES", 10)
     for index in range(50):
         LOOPS.counted("s", "t", f"sig{index}", None)
     assert len(LOOPS._entries) <= 10

@@ -1,0 +1,202 @@
+"""The loop guard's ledger: per run scope, the identical calls that ended badly, and the detections.
+
+Signatures are kept **per run**: the session scope (``breaker_scope``) or the
+call's session when there is one, else the agent's name. An entry is forgotten
+after :data:`IDLE_SECONDS` without a repeat, and at most :data:`MAX_ENTRIES` are
+kept (the oldest go first); a success of the signature forgets it. Detections
+are counted here and read by telemetry when metrics are collected (the
+``otel_breaker.calls.rejected`` and ``otel_breaker.loops`` counters, the saved
+turns the token estimator prices). :mod:`otel_breaker.loops` decides; this
+module only remembers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from otel_breaker.registry import session_of_context
+from otel_breaker.sanitize import bounded
+from otel_breaker.semconv import (
+    ATTR_AGENT,
+    ATTR_LOOP_ACTION,
+    ATTR_LOOP_COUNT,
+    ATTR_REASON,
+    ATTR_TOOL,
+    EVENT_LOOP,
+    REASON_LOOP,
+    UNKNOWN_TOOL,
+)
+from otel_breaker.telemetry import LOOP_SOURCES, SAVINGS_SOURCES, TELEMETRY
+from otel_breaker.toolcall import ToolCall
+
+logger = logging.getLogger("otel_breaker")
+
+#: Signatures kept at most (oldest forgotten first).
+MAX_ENTRIES = 4096
+#: An entry without a repeat for this long is forgotten.
+IDLE_SECONDS = 3600.0
+#: Characters of the last error kept (for :class:`~otel_breaker.loops.ToolLoopError`).
+MAX_ERROR_CHARS = 500
+
+
+class _Entry:
+    __slots__ = ("count", "last_error", "seen", "tool")
+
+    def __init__(self, tool: str, now: float) -> None:
+        self.tool = tool
+        self.count = 0
+        self.last_error: str | None = None
+        self.seen = now
+
+
+class LoopGuard:
+    """Counts identical calls that ended in a counted way, per run scope."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[tuple[str, str], _Entry] = OrderedDict()
+        # How many entries each (scope, tool) has: a call of a tool with none is not hashed.
+        self._tools: dict[tuple[str, str], int] = {}
+        # Detections: (tool label, agent, action) -> count.
+        self._detections: dict[tuple[str, str | None, str], int] = {}
+
+    # -- what the call path asks ------------------------------------------------------------
+
+    def scope(self, call: ToolCall) -> str:
+        session = session_of_context()
+        if session is not None:
+            return f"s:{session}"
+        if call.session_id is not None:
+            return f"s:{call.session_id}"
+        return f"a:{call.agent_name or ''}"
+
+    def might_repeat(self, scope: str, tool: str) -> bool:
+        """Cheap: whether any counted call of ``tool`` is remembered in ``scope``."""
+        return (scope, tool) in self._tools
+
+    def count(self, scope: str, sig: str) -> tuple[int, str | None]:
+        with self._lock:
+            entry = self._entries.get((scope, sig))
+            if entry is None:
+                return 0, None
+            if self.clock() - entry.seen > IDLE_SECONDS:
+                self._forget((scope, sig), entry)
+                return 0, None
+            return entry.count, entry.last_error
+
+    def counted(self, scope: str, tool: str, sig: str, error: str | None) -> int:
+        """An identical call ended in a counted way: its count now."""
+        now = self.clock()
+        with self._lock:
+            key = (scope, sig)
+            entry = self._entries.get(key)
+            if entry is None or now - entry.seen > IDLE_SECONDS:
+                if entry is not None:
+                    self._forget(key, entry)
+                entry = _Entry(tool, now)
+                self._entries[key] = entry
+                self._tools[(scope, tool)] = self._tools.get((scope, tool), 0) + 1
+                while len(self._entries) > MAX_ENTRIES:
+                    old_key, old = self._entries.popitem(last=False)
+                    self._release(old_key[0], old)
+            else:
+                self._entries.move_to_end(key)
+            entry.count += 1
+            entry.seen = now
+            entry.last_error = None if error is None else error[:MAX_ERROR_CHARS]
+            return entry.count
+
+    def succeeded(self, scope: str, sig: str) -> None:
+        with self._lock:
+            entry = self._entries.get((scope, sig))
+            if entry is not None:
+                self._forget((scope, sig), entry)
+
+    def _forget(self, key: tuple[str, str], entry: _Entry) -> None:
+        self._entries.pop(key, None)
+        self._release(key[0], entry)
+
+    def _release(self, scope: str, entry: _Entry) -> None:
+        tool = entry.tool
+        left = self._tools.get((scope, tool), 0) - 1
+        if left > 0:
+            self._tools[(scope, tool)] = left
+        else:
+            self._tools.pop((scope, tool), None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._tools.clear()
+            self._detections.clear()
+
+    # -- detections ---------------------------------------------------------------------------
+
+    def detected(self, call: ToolCall, action: str, count: int, unknown: bool = False) -> None:
+        tool = UNKNOWN_TOOL if unknown else bounded(call.tool)
+        key = (tool, call.agent_name, action)
+        with self._lock:
+            self._detections[key] = self._detections.get(key, 0) + 1
+        try:
+            attributes: dict[str, Any] = {
+                ATTR_TOOL: tool,
+                ATTR_LOOP_ACTION: action,
+                ATTR_LOOP_COUNT: count,
+                ATTR_REASON: REASON_LOOP,
+            }
+            if call.agent_name:
+                attributes[ATTR_AGENT] = bounded(call.agent_name)
+            TELEMETRY.event(EVENT_LOOP, attributes, warning=True)
+        except Exception:
+            logger.debug("otel-breaker: reporting a loop failed", exc_info=True)
+
+    def detections(self, rejected: bool) -> Iterable[tuple[int, dict[str, Any]]]:
+        """(count, attributes) of detections the call path did not run (``rejected``)
+        or let run (``warn``)."""
+        with self._lock:
+            items = list(self._detections.items())
+        for (tool, agent, action), value in items:
+            if (action != "warn") is not rejected:
+                continue
+            attributes: dict[str, Any] = {ATTR_TOOL: tool, ATTR_LOOP_ACTION: action}
+            if rejected:
+                attributes[ATTR_REASON] = REASON_LOOP
+            if agent:
+                attributes[ATTR_AGENT] = bounded(agent)
+            yield value, attributes
+
+    def saved_turns(self) -> Iterable[tuple[object, str, int]]:
+        """(key, tool, count) of the calls the guard did not run (``reject``, ``stop``):
+        each saved a model turn, priced by the token estimator at the prompt size it last
+        saw for the tool (``tokens.py``)."""
+        with self._lock:
+            items = list(self._detections.items())
+        for (tool, agent, action), value in items:
+            if action != "warn":
+                yield ("loop", tool, agent, action), tool, value
+
+
+LOOPS = LoopGuard()
+LOOP_SOURCES.append(LOOPS.detections)
+SAVINGS_SOURCES.append(LOOPS.saved_turns)
+
+
+def _reinit_after_fork() -> None:
+    """A lock another thread held at a fork stays held in the child: replace it."""
+    LOOPS._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reinit_after_fork)
+
+
+def reset() -> None:
+    """Forget every remembered call and detection (tests, a new process)."""
+    LOOPS.clear()
