@@ -14,11 +14,11 @@ from otel_breaker.store.redis_setup import is_cluster_client
 from otel_breaker.store.redis_storage import AGENT_TTL, SESSION_TTL, STATES, TOOL_TTL, RedisStorage, text
 
 if TYPE_CHECKING:
-    from otel_breaker.store.redis_store import RedisStore
+    from otel_breaker.store.redis_link import AdminStore
 
 
 def control(
-    store: RedisStore, key: str, op: str, *extra: Any, tool: str = "", agent: str = "", session: str = ""
+    store: AdminStore, key: str, op: str, *extra: Any, tool: str = "", agent: str = "", session: str = ""
 ) -> None:
     """Run a manual operation (``open``/``close``/``reset``) on the breaker stored at ``key``."""
     storage = RedisStorage(store, key, SESSION_TTL if session else (AGENT_TTL if agent else TOOL_TTL))
@@ -37,7 +37,7 @@ def scan_keys(client: Any, pattern: str) -> list[str]:
     return sorted({text(k) for k in client.scan_iter(match=pattern, count=1000, _type="hash")})
 
 
-def snapshot(store: RedisStore) -> list[dict[str, Any]]:
+def snapshot(store: AdminStore) -> list[dict[str, Any]]:
     """Every breaker in the store under its prefix, as plain values (for ``status``)."""
     client = store._clients.sync()
     keys = scan_keys(client, "{" + store.prefix + ":*}")

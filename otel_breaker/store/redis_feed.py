@@ -32,7 +32,7 @@ from otel_breaker.store.redis_setup import SENTINEL, is_cluster_client
 from otel_breaker.store.redis_storage import STATES, text
 
 if TYPE_CHECKING:
-    from otel_breaker.store.redis_store import RedisStore
+    from otel_breaker.store.redis_link import FeedStore
 
 logger = logging.getLogger("otel_breaker")
 
@@ -47,7 +47,7 @@ class _PrimaryMoved(Exception):
 class ChangeFeed:
     """Subscribes to a store's channel in a daemon thread and applies what it hears."""
 
-    def __init__(self, store: RedisStore) -> None:
+    def __init__(self, store: FeedStore) -> None:
         self._store = store
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()

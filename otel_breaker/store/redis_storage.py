@@ -24,7 +24,7 @@ from otel_breaker.breaker import (
 from otel_breaker.classify import FAILURE, SUCCESS
 
 if TYPE_CHECKING:
-    from otel_breaker.store.redis_store import RedisStore
+    from otel_breaker.store.redis_link import ScriptStore as RedisStore  # the store, as its storage sees it
 
 #: A probe lease lives this long when the breaker has no ``timeout``.
 DEFAULT_LEASE_SECONDS = 60.0

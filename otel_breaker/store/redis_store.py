@@ -13,9 +13,9 @@ from concurrent.futures import ThreadPoolExecutor
 from importlib import resources
 from typing import Any
 
+import otel_breaker.store.redis_admin as redis_admin
 from otel_breaker.breaker import CircuitBreaker, CircuitBreakerConfig, Clock
 from otel_breaker.identity import ToolKey
-from otel_breaker.store import redis_admin
 from otel_breaker.store.redis_feed import ChangeFeed
 from otel_breaker.store.redis_keys import breaker_key
 from otel_breaker.store.redis_setup import (
