@@ -210,6 +210,21 @@ def test_status_text_replaces_an_earlier_block_and_is_none_when_unchanged():
     assert status_text(once) == "Be brief."
 
 
+def test_a_catalogued_adapter_takes_its_requirement_from_the_catalogue():
+    from otel_breaker.catalogue import BY_ID
+
+    class Catalogued(SpecAdapter):
+        name = "crewai"
+
+    class Own(SpecAdapter):
+        name = "acme"
+        requires = "acme-agents>=2.0,<3"
+
+    assert Catalogued.requires == BY_ID["crewai"].requirement
+    assert (Catalogued.distribution, Catalogued.version_range) == ("crewai", "<2,>=1.15")
+    assert (Own.distribution, Own.version_range) == ("acme-agents", "<3,>=2.0")
+
+
 def test_uninstrument_restores_the_spec_targets(specframework):
     originals = {name: specframework.Tool.__dict__[name] for name in ("run", "arun", "stream")}
     adapter = SpecToy()
