@@ -50,7 +50,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from otel_breaker.breaker import _CLOSED, CircuitBreaker, CircuitBreakerConfig, Clock, all_breakers
+from otel_breaker.breaker import CircuitBreaker, CircuitBreakerConfig, Clock, all_breakers
 from otel_breaker.config import Settings, get_settings
 from otel_breaker.identity import ToolKey
 from otel_breaker.store import BreakerStore, store_from_url
@@ -106,7 +106,7 @@ class BreakerRegistry:
         self._session_depth: dict[str, int] = {}
         # Every breaker held, oldest first: breaker -> [where it is, pinned, requests at the last sweep].
         self._index: OrderedDict[CircuitBreaker, list[Any]] = OrderedDict()
-        self._unguarded: UnguardedBreaker | None = None
+        self._unguarded: CircuitBreaker | None = None
         self._cap_logged = False
         self._scan_skips = 0
         self._retired: dict[CountsKey, list[int]] = {}
@@ -365,9 +365,9 @@ class BreakerRegistry:
         for _ in range(min(EVICTION_SCAN, len(index))):
             breaker = next(iter(index))
             entry = index[breaker]
-            if not entry[1] and breaker._state is _CLOSED and not breaker._consecutive:
-                requests = breaker._requests
-                if _forgettable(breaker, requests):
+            if not entry[1]:
+                requests = breaker.requests
+                if breaker.is_idle():
                     if requests == entry[2]:
                         self._evict(breaker, entry[0])
                         return True
@@ -398,7 +398,7 @@ class BreakerRegistry:
                     self._session_order.pop(session, None)
         self._retire((breaker,))
 
-    def _unguarded_breaker(self) -> UnguardedBreaker:
+    def _unguarded_breaker(self) -> CircuitBreaker:
         breaker = self._unguarded
         if breaker is None:
             logger.warning(
@@ -407,7 +407,9 @@ class BreakerRegistry:
                 self.max_breakers,
                 UNGUARDED_TOOL,
             )
-            breaker = self._unguarded = UnguardedBreaker(UNGUARDED_TOOL, self.settings.defaults, clock=self._clock)
+            breaker = self._unguarded = CircuitBreaker(
+                UNGUARDED_TOOL, self.settings.defaults, clock=self._clock, unguarded=True
+            )
         return breaker
 
     # -- pruning -------------------------------------------------------------------
@@ -506,7 +508,7 @@ class BreakerRegistry:
     def unguarded_calls(self) -> int:
         """Calls that ran unguarded because the registry was full and no breaker idle."""
         breaker = self._unguarded
-        return 0 if breaker is None else breaker._requests
+        return 0 if breaker is None else breaker.requests
 
     def retired_counts(self) -> dict[CountsKey, list[int]]:
         """Lifetime (success, failure, ignored, rejected-open, rejected-half-open) of
@@ -556,42 +558,6 @@ class BreakerRegistry:
             self._session_order.clear()
             self._index.clear()
             self._cap_logged = False
-
-
-class UnguardedBreaker(CircuitBreaker):
-    """Where calls go when the registry is full and no breaker is idle: every
-    call is admitted and counted, none ever moves a state. A tool is never
-    rejected for another tool's failures."""
-
-    quick_path = False
-
-    def acquire(self) -> int:
-        next(self._request_counter)
-        return self._generation
-
-    def record(self, permit: Any, outcome: int) -> None:
-        from otel_breaker.classify import FAILURE, SUCCESS
-
-        if outcome == SUCCESS:
-            next(self._success_counter)
-            return
-        with self._lock:
-            if outcome == FAILURE:
-                self._failures += 1
-            else:
-                self._ignored += 1
-
-
-def _forgettable(breaker: CircuitBreaker, requests: int) -> bool:
-    """Whether a new breaker would decide exactly as ``breaker`` does: closed,
-    no failure streak, no failures in its window, no call in flight."""
-    if breaker._state is not _CLOSED or breaker._consecutive:
-        return False
-    window = breaker._window
-    if window is not None and window.totals(breaker._clock())[1]:
-        return False
-    successes, failures, ignored, rejected_open, rejected_half_open = breaker.lifetime_counts()
-    return requests == successes + failures + ignored + rejected_open + rejected_half_open
 
 
 _REGISTRIES: weakref.WeakSet[BreakerRegistry] = weakref.WeakSet()
