@@ -155,7 +155,7 @@ def _run_scenario(kinds, use_async: bool, adapter, escalate: bool, otel):
                 answer = asyncio.run(path.arun(ToolCall("tool"), atool, adapter=adapter, config=config))
             else:
                 answer = path.run(ToolCall("tool"), tool, adapter=adapter, config=config)
-        except BaseException as exc:  # noqa: BLE001 - compared, not handled
+        except BaseException as exc:
             answer = ("raised", type(exc).__name__)
         if isinstance(answer, dict):
             answer = {k: v for k, v in answer.items() if k != "retry_after"}
