@@ -1,6 +1,7 @@
 """Fallback routing in code: try a tool, then its configured alternatives.
 
-Above the call path (every attempt runs through :mod:`otel_breaker.guard`).
+Above the call path: every attempt runs through its driver (:mod:`otel_breaker.call_path`),
+upstream breaker included.
 """
 
 from __future__ import annotations
@@ -10,10 +11,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from otel_breaker import upstream as _upstream
-from otel_breaker import upstream_gate as _upstream_gate
 from otel_breaker.breaker import CircuitBreaker
+from otel_breaker.call_path import arun, run
+from otel_breaker.call_steps import INVALID_RESULT_ERROR_TYPE
 from otel_breaker.classify import FAILURE, classify_exception, result_failed
-from otel_breaker.guard import INVALID_RESULT_ERROR_TYPE, run_async, run_sync
 from otel_breaker.registry import BreakerRegistry, default_registry
 from otel_breaker.rejection import Rejection
 from otel_breaker.toolcall import ToolCall
@@ -132,12 +133,8 @@ def call_with_fallback(
     for call, fn, breaker, upstream in _plan(primary, alternatives, tools, registry, agent, agent_name):
         attempt = _Attempt(breaker.config)
         try:
-            if upstream is None:
-                result = run_sync(breaker, fn, tuple(args), dict(kwargs or {}), call, attempt)
-            else:  # behind an upstream: its breaker is asked first, as on every other way in
-                result = _upstream_gate.run_sync(
-                    upstream, breaker, run_sync, fn, tuple(args), dict(kwargs or {}), call, attempt
-                )
+            # the call path's driver; behind an upstream its breaker is asked first
+            result = run(breaker, fn, tuple(args), dict(kwargs or {}), call, attempt, upstream)
         except BaseException as exc:
             if not _fails(breaker, exc):
                 raise
@@ -167,12 +164,7 @@ async def acall_with_fallback(
     for call, fn, breaker, upstream in _plan(primary, alternatives, tools, registry, agent, agent_name):
         attempt = _Attempt(breaker.config)
         try:
-            if upstream is None:
-                result = await run_async(breaker, fn, tuple(args), dict(kwargs or {}), call, attempt)
-            else:  # behind an upstream: its breaker is asked first, as on every other way in
-                result = await _upstream_gate.run_async(
-                    upstream, breaker, run_async, fn, tuple(args), dict(kwargs or {}), call, attempt
-                )
+            result = await arun(breaker, fn, tuple(args), dict(kwargs or {}), call, attempt, upstream)
         except BaseException as exc:
             if not _fails(breaker, exc):
                 raise

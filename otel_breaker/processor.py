@@ -23,6 +23,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import StatusCode
 
+from otel_breaker.call_path import NO_OUTPUT, CallPath
 from otel_breaker.classify import FAILURE, IGNORED, SUCCESS, is_excluded_name
 from otel_breaker.registry import BreakerRegistry, default_registry
 from otel_breaker.telemetry import ATTR_AGENT, ATTR_GUARDED, TELEMETRY
@@ -160,22 +161,16 @@ class BreakerSpanProcessor(SpanProcessor):
         status = span.status.status_code if span.status is not None else StatusCode.UNSET
         agent_name = attributes.get(ATTR_AGENT)
         call = ToolCall(tool, framework="span", agent_name=str(agent_name) if agent_name else None)
-        breaker = self.registry.breaker_for(call)
         if status is StatusCode.ERROR:
             outcome = IGNORED if is_excluded_name(_exception_type(span)) else FAILURE
+            output: Any = NO_OUTPUT
         else:
             outcome = SUCCESS
-            validator = breaker.config.is_failure_result
-            if validator is not None:
-                output = next((attributes[a] for a in _OUTPUT_ATTRIBUTES if a in attributes), None)
-                try:
-                    if validator(output):
-                        outcome = FAILURE
-                except Exception:
-                    outcome = SUCCESS
-        # The call already happened: admission and outcome are counted together
-        # (so the breaker can become idle and be evicted like any other).
-        breaker.observe(outcome)
+            output = next((attributes[a] for a in _OUTPUT_ATTRIBUTES if a in attributes), None)
+        # The call already happened: through the call path's one way in for such calls,
+        # admission and outcome counted together (so the breaker can become idle and be
+        # evicted like any other), a success judged by the breaker's result validator.
+        CallPath(self.registry).observe(call, outcome, output)
 
     def shutdown(self) -> None:
         """Nothing to release."""

@@ -50,31 +50,27 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from otel_breaker.breaker import _CLOSED, CircuitBreaker, CircuitBreakerConfig, Clock, all_breakers
+from otel_breaker.breaker import CircuitBreaker, CircuitBreakerConfig, Clock, all_breakers
 from otel_breaker.config import Settings, get_settings
 from otel_breaker.identity import ToolKey
+from otel_breaker.registry_bounds import (  # noqa: F401 - importable from here
+    OTHER_TOOLS,
+    UNGUARDED_TOOL,
+    Bounds,
+    CountsKey,
+    counts_key,
+)
 from otel_breaker.store import BreakerStore, store_from_url
 from otel_breaker.store.memory import MemoryStore
 from otel_breaker.toolcall import ToolCall, agent_display_name
 
 logger = logging.getLogger("otel_breaker")
 
-#: Tool name under which calls that ran unguarded past the cap are counted.
-UNGUARDED_TOOL = "_unguarded"
-#: Metric series of pruned tools beyond ``max_breakers`` distinct keys are summed under this name.
-OTHER_TOOLS = "_other"
 SESSION_IDLE_SECONDS = 3600.0
-#: Breakers looked at per new breaker when the registry is full (after a look
-#: that found none idle, the next EVICTION_SCAN // 2 new keys run unguarded
-#: without looking), and sessions looked at per new session for idleness:
-#: the bound on the work either does.
-EVICTION_SCAN = 32
+#: Sessions looked at per new session for idleness: the bound on the work it does.
 SESSION_PRUNE_STEPS = 32
 
 _session: contextvars.ContextVar[str | None] = contextvars.ContextVar("otel_breaker_session", default=None)
-
-CountsKey = tuple[str, str | None, str, str | None, str | None]
-"""(tool, agent name, mode, source, origin) of a breaker's exported counts."""
 
 
 class BreakerRegistry:
@@ -104,12 +100,8 @@ class BreakerRegistry:
         self._session_seen: dict[str, float] = {}
         self._session_order: OrderedDict[str, float] = OrderedDict()
         self._session_depth: dict[str, int] = {}
-        # Every breaker held, oldest first: breaker -> [where it is, pinned, requests at the last sweep].
-        self._index: OrderedDict[CircuitBreaker, list[Any]] = OrderedDict()
-        self._unguarded: UnguardedBreaker | None = None
-        self._cap_logged = False
-        self._scan_skips = 0
-        self._retired: dict[CountsKey, list[int]] = {}
+        # Every breaker held, the cap and what is left of dropped ones (registry_bounds.py).
+        self._bounds = Bounds()
         self._created_listeners: list[Callable[[CircuitBreaker], None]] = []
         _REGISTRIES.add(self)
 
@@ -165,9 +157,7 @@ class BreakerRegistry:
         logged), never silently ignored.
         """
         breaker = self._keyed((None, tool, None), tool, config, None, None, None)
-        entry = self._index.get(breaker)
-        if entry is not None:
-            entry[1] = True  # held by the caller: never evicted
+        self._bounds.pin(breaker)  # held by the caller: never evicted
         if config is not None:
             wanted = self.settings.config_for(tool, config)
             if wanted != breaker.config:
@@ -195,7 +185,7 @@ class BreakerRegistry:
                 breaker = self._by_key.get(key)
                 if breaker is None:
                     breaker = self._new(tool, config, agent_name, None, ("key", key), source, origin)
-                    if breaker is not self._unguarded:
+                    if breaker is not self._bounds.unguarded:
                         self._by_key[key] = breaker
         return breaker
 
@@ -270,7 +260,7 @@ class BreakerRegistry:
                 breaker = self._new(
                     call.tool, config, call.agent_name, None, ("agent", key, name), call.source, call.origin
                 )
-                if breaker is not self._unguarded:
+                if breaker is not self._bounds.unguarded:
                     tools[name] = breaker
             return breaker
 
@@ -295,7 +285,7 @@ class BreakerRegistry:
                 breaker = self._new(
                     call.tool, config, call.agent_name, session, ("session", session, name), call.source, call.origin
                 )
-                if breaker is self._unguarded:
+                if breaker is self._bounds.unguarded:
                     return breaker  # no session entry: memory stays bounded past the cap
                 tools = self._by_session.get(session)  # making room may have dropped it
                 if tools is None:
@@ -322,8 +312,8 @@ class BreakerRegistry:
     ) -> CircuitBreaker:
         """A new breaker, indexed at ``where`` (lock held); the unguarded breaker
         when the registry is full and no breaker is idle."""
-        if len(self._index) >= self.max_breakers and not self._make_room():
-            return self._unguarded_breaker()
+        if len(self._bounds) >= self.max_breakers and not self._make_room():
+            return self._bounds.unguarded_breaker(self.max_breakers, self.settings.defaults, self._clock)
         store = self.store
         extra = {}
         if _takes_identity(store):
@@ -340,46 +330,18 @@ class BreakerRegistry:
             breaker.source = source
         if origin is not None:
             breaker.origin = origin
-        self._index[breaker] = [where, False, 0]
+        self._bounds.add(breaker, where)
         for listener in self._created_listeners:
             listener(breaker)
         return breaker
 
     def _make_room(self) -> bool:
-        """Evict one idle breaker, looking at no more than :data:`EVICTION_SCAN`
-        of the oldest. True when one was evicted."""
-        if not self._cap_logged:
-            self._cap_logged = True
-            logger.warning(
-                "otel-breaker: %d breakers (OTEL_BREAKER_MAX_BREAKERS); idle closed breakers now make room "
-                "for new ones, and while none is idle new tools run unguarded, counted as tool %r. "
-                "Raise OTEL_BREAKER_MAX_BREAKERS or use a coarser OTEL_BREAKER_SCOPE.",
-                self.max_breakers,
-                UNGUARDED_TOOL,
-            )
-        if self._scan_skips:
-            self._scan_skips -= 1  # the last look found nothing to evict: do not look again at once
+        """Evict one idle breaker (the bounds choose it). True when one was evicted."""
+        victim = self._bounds.victim(self.max_breakers)
+        if victim is None:
             return False
-        index = self._index
-        spare = None  # forgettable but used since the last sweep: evicted only if nothing idler is
-        for _ in range(min(EVICTION_SCAN, len(index))):
-            breaker = next(iter(index))
-            entry = index[breaker]
-            if not entry[1] and breaker._state is _CLOSED and not breaker._consecutive:
-                requests = breaker._requests
-                if _forgettable(breaker, requests):
-                    if requests == entry[2]:
-                        self._evict(breaker, entry[0])
-                        return True
-                    if spare is None:
-                        spare = (breaker, entry[0])
-                entry[2] = requests
-            index.move_to_end(breaker)
-        if spare is not None:
-            self._evict(*spare)
-            return True
-        self._scan_skips = EVICTION_SCAN // 2
-        return False
+        self._evict(*victim)
+        return True
 
     def _evict(self, breaker: CircuitBreaker, where: tuple) -> None:
         kind = where[0]
@@ -397,18 +359,6 @@ class BreakerRegistry:
                     self._session_seen.pop(session, None)
                     self._session_order.pop(session, None)
         self._retire((breaker,))
-
-    def _unguarded_breaker(self) -> UnguardedBreaker:
-        breaker = self._unguarded
-        if breaker is None:
-            logger.warning(
-                "otel-breaker: %d breakers and none idle: new tools run unguarded, counted as tool %r "
-                "(logged once). Raise OTEL_BREAKER_MAX_BREAKERS or use a coarser OTEL_BREAKER_SCOPE.",
-                self.max_breakers,
-                UNGUARDED_TOOL,
-            )
-            breaker = self._unguarded = UnguardedBreaker(UNGUARDED_TOOL, self.settings.defaults, clock=self._clock)
-        return breaker
 
     # -- pruning -------------------------------------------------------------------
 
@@ -456,18 +406,7 @@ class BreakerRegistry:
 
     def _retire(self, breakers: Any) -> None:
         """Fold the lifetime counts of dropped breakers into per-tool totals."""
-        for breaker in breakers:
-            self._index.pop(breaker, None)
-            breaker.retired = True
-            key = counts_key(breaker)
-            if key not in self._retired and len(self._retired) >= self.max_breakers:
-                key = (OTHER_TOOLS, None, key[2], None, None)
-            totals = self._retired.setdefault(key, [0, 0, 0, 0, 0])
-            for index, value in enumerate(breaker.lifetime_counts()):
-                totals[index] += value
-            close = getattr(breaker, "close", None)
-            if close is not None:
-                close()
+        self._bounds.retire(breakers, self.max_breakers)
 
     @contextlib.contextmanager
     def session(self, session_id: str | None = None) -> Iterator[str]:
@@ -500,20 +439,20 @@ class BreakerRegistry:
 
     def __len__(self) -> int:
         """How many breakers the registry holds (at most ``max_breakers``)."""
-        return len(self._index)
+        return len(self._bounds)
 
     @property
     def unguarded_calls(self) -> int:
         """Calls that ran unguarded because the registry was full and no breaker idle."""
-        breaker = self._unguarded
-        return 0 if breaker is None else breaker._requests
+        breaker = self._bounds.unguarded
+        return 0 if breaker is None else breaker.requests
 
     def retired_counts(self) -> dict[CountsKey, list[int]]:
         """Lifetime (success, failure, ignored, rejected-open, rejected-half-open) of
         pruned breakers per (tool, agent name, mode): exported counters add these to
         the live breakers' counts so they never go backwards."""
         with self._lock:
-            return {key: list(values) for key, values in self._retired.items()}
+            return {key: list(values) for key, values in self._bounds.retired.items()}
 
     def breakers_of(self, agent: Any) -> list[CircuitBreaker]:
         """The breakers that can reject ``agent``'s own calls (outside sessions): its
@@ -541,11 +480,7 @@ class BreakerRegistry:
         ``keep_counts=False`` (a clean slate, e.g. between tests)."""
         with self._lock:
             self._retire(self.breakers())
-            if self._unguarded is not None:
-                self._retire((self._unguarded,))
-                self._unguarded = None
-            if not keep_counts:
-                self._retired.clear()
+            self._bounds.clear(self.max_breakers, keep_counts)
             for finalizer in list(self._agent_finalizers.values()):
                 finalizer.detach()
             self._by_key.clear()
@@ -554,44 +489,6 @@ class BreakerRegistry:
             self._by_session.clear()
             self._session_seen.clear()
             self._session_order.clear()
-            self._index.clear()
-            self._cap_logged = False
-
-
-class UnguardedBreaker(CircuitBreaker):
-    """Where calls go when the registry is full and no breaker is idle: every
-    call is admitted and counted, none ever moves a state. A tool is never
-    rejected for another tool's failures."""
-
-    quick_path = False
-
-    def acquire(self) -> int:
-        next(self._request_counter)
-        return self._generation
-
-    def record(self, permit: Any, outcome: int) -> None:
-        from otel_breaker.classify import FAILURE, SUCCESS
-
-        if outcome == SUCCESS:
-            next(self._success_counter)
-            return
-        with self._lock:
-            if outcome == FAILURE:
-                self._failures += 1
-            else:
-                self._ignored += 1
-
-
-def _forgettable(breaker: CircuitBreaker, requests: int) -> bool:
-    """Whether a new breaker would decide exactly as ``breaker`` does: closed,
-    no failure streak, no failures in its window, no call in flight."""
-    if breaker._state is not _CLOSED or breaker._consecutive:
-        return False
-    window = breaker._window
-    if window is not None and window.totals(breaker._clock())[1]:
-        return False
-    successes, failures, ignored, rejected_open, rejected_half_open = breaker.lifetime_counts()
-    return requests == successes + failures + ignored + rejected_open + rejected_half_open
 
 
 _REGISTRIES: weakref.WeakSet[BreakerRegistry] = weakref.WeakSet()
@@ -632,10 +529,6 @@ def _takes_identity(store: Any) -> bool:
             known = False
         _IDENTITY_AWARE[kind] = known
     return known
-
-
-def counts_key(breaker: CircuitBreaker) -> CountsKey:
-    return (breaker.name, breaker.agent_name, breaker.config.mode, breaker.source, breaker.origin)
 
 
 _default = BreakerRegistry()

@@ -11,10 +11,9 @@ import logging
 import math
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from otel_breaker.breaker import (
-    CachedRejection,
     CircuitOpenError,
     State,
     StateChange,
@@ -28,6 +27,18 @@ if TYPE_CHECKING:
     from otel_breaker.breaker import CircuitBreaker
 
 logger = logging.getLogger("otel_breaker")
+
+
+class CachedRejection(NamedTuple):
+    """A rejection's graceful result, reused while ``valid_from <= clock() < valid_until``
+    (the whole seconds of ``retry_after`` hold), for the same caller and generation.
+    Kept in the breaker's ``rejection_cache`` by :func:`rejection_result`."""
+
+    valid_from: float
+    valid_until: float
+    call: ToolCall | None
+    generation: int
+    result: dict[str, Any]
 
 
 def _seconds(value: float | None) -> str:
@@ -130,8 +141,8 @@ def rejection_result(breaker: CircuitBreaker, call: ToolCall | None) -> dict[str
     ``retry_after`` stay the same.
     """
     cached = breaker.rejection_cache
-    now = breaker._clock()
-    if cached is not None and cached[0] <= now < cached[1] and cached[2] is call and cached[3] == breaker._generation:
+    now = breaker.clock()
+    if cached is not None and cached[0] <= now < cached[1] and cached[2] is call and cached[3] == breaker.generation:
         return cached[4].copy()
     generation = breaker.generation
     remaining = breaker.peek_retry_after()

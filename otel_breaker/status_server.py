@@ -143,7 +143,7 @@ def snapshot(registry: BreakerRegistry) -> list[dict[str, Any]]:
     wall_ms = int(time.time() * 1000)
     rows = []
     for breaker in registry.breakers():
-        rows.append(breaker_row(breaker, wall_ms, breaker._clock()))
+        rows.append(breaker_row(breaker, wall_ms, breaker.clock()))
     rows.sort(key=lambda r: (r["tool"], r["agent"] or "", r["session"] or ""))
     return rows
 

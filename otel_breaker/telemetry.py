@@ -22,7 +22,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from opentelemetry import _logs as logs_api
 from opentelemetry import context as context_api
@@ -34,7 +34,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from otel_breaker import breaker as breaker_module
 from otel_breaker import semconv
-from otel_breaker.breaker import SHADOW, CachedSpanAttributes, CircuitBreaker, State, StateChange, all_breakers
+from otel_breaker.breaker import SHADOW, CircuitBreaker, State, StateChange, all_breakers
 from otel_breaker.config import get_settings
 from otel_breaker.registry import BreakerRegistry, counts_key, default_registry
 from otel_breaker.sanitize import (  # noqa: F401 - MAX_ATTRIBUTE_CHARS and bounded stay importable from here
@@ -124,6 +124,18 @@ REASON_SHARED_STORE = "shared_store"
 
 def _labels(breaker: CircuitBreaker) -> dict[str, str]:
     return _key_labels(breaker.name, breaker.agent_name, breaker.source, breaker.origin)
+
+
+class CachedSpanAttributes(NamedTuple):
+    """A tool span's name and fixed attributes for one shape of call (``key``: tool,
+    framework, tool type, agent name, source), built once and kept in the breaker's
+    ``span_cache`` while ``settings`` (the settings object the upstream label was
+    read from) is the current one. :meth:`Telemetry.start` fills and reads it."""
+
+    key: tuple[str, str, str, str | None, str | None]
+    settings: object
+    name: str
+    attributes: dict[str, Any]
 
 
 def _span_shape(call: ToolCall, key: tuple, settings: Any) -> CachedSpanAttributes:
@@ -352,7 +364,7 @@ class Telemetry:
 
     def observing(self) -> bool:
         """Whether any tracer, meter or logger provider exists (explicit or global)."""
-        return not breaker_module.unwatched()
+        return any(slot.get(name) is not None for slot, name in self.watch_slots())
 
     # -- configuration ---------------------------------------------------------------
 
@@ -547,7 +559,7 @@ class Telemetry:
             return None
         # The state before admission is nearly always the admitted one: set it now, in
         # one go with the rest, and correct it in finish() in the rare other case.
-        state = _STATE_TEXT[breaker._state]
+        state = _STATE_TEXT[breaker.peek_state()]
         # Name and fixed attributes: built once per breaker and shape of call.
         shape = breaker.span_cache
         key = (call.tool, call.framework, call.tool_type, call.agent_name, call.source, call.origin)
@@ -895,12 +907,10 @@ SAVINGS_SOURCES: list[Callable[[], Iterable[tuple[object, str, int]]]] = []
 
 TELEMETRY = Telemetry()
 
-breaker_module.watch_slots(*TELEMETRY.watch_slots())
-
 
 def observing() -> bool:
-    """Whether the call path should start telemetry at all (asked on every call)."""
-    return not breaker_module.unwatched()
+    """Whether the call path should start telemetry at all."""
+    return TELEMETRY.observing()
 
 
 def _reinit_after_fork() -> None:

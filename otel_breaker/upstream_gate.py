@@ -1,23 +1,24 @@
-"""The upstream breaker's place in the call path: admit first, count transport failures.
+"""The upstream breaker's share of a call: its rejection and its outcomes.
 
-``Guard.call``/``Guard.acall`` hand a call with an upstream (see ``upstream.py``)
-to :func:`run_sync`/:func:`run_async` here, which wrap the ordinary guarded
-path:
+A tool with an upstream (see ``upstream.py``) is guarded by two breakers. The
+call path (``call_steps.py``, one step sequence for every entrance) asks the
+upstream breaker first and uses the decisions here:
 
-1. the upstream breaker admits the call first. While it is open the call is
-   rejected without a round trip, with a rejection that names the upstream
-   (the tool's own breaker is not consulted and counts nothing). Half-open, it
-   admits one probe at a time, through whichever of its tools is called next;
+1. while the upstream breaker is open the call is rejected without a round
+   trip, with a rejection that names the upstream (:func:`reject`; the tool's
+   own breaker is not consulted and counts nothing). Half-open, it admits one
+   probe at a time, through whichever of its tools is called next;
 2. the tool's own breaker then runs the call as always;
 3. outcomes, decided where the tool is actually called:
 
    * a transport failure (:func:`otel_breaker.classify.is_transport_error`)
      counts for the upstream only: the exception is marked so the tool's
-     breaker treats it as neutral. A dead server must not leave every tool
-     with a failure streak once it is back;
+     breaker treats it as neutral (:func:`outcome_of_exception`). A dead server
+     must not leave every tool with a failure streak once it is back;
    * any returned value, including a tool's own error result (MCP ``isError``),
-     is a success for the upstream: the server answered. The result is judged
-     by the tool's breaker as always, so a tool's own errors open only that tool;
+     is a success for the upstream: the server answered (:func:`outcome_of_answer`).
+     The result is judged by the tool's breaker as always, so a tool's own
+     errors open only that tool;
    * any other exception (the tool's own error, a cancellation, a mistake of
      the model) is neutral for the upstream and judged by the tool's breaker;
    * a call the tool's breaker rejected never reached the upstream: neutral.
@@ -28,16 +29,14 @@ it had no upstream.
 
 from __future__ import annotations
 
-import inspect
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from opentelemetry import trace as trace_api
 from opentelemetry.trace import Status, StatusCode
 
 from otel_breaker import rejection
-from otel_breaker.breaker import REJECTED, SHADOW, CircuitBreaker
+from otel_breaker.breaker import CircuitBreaker
 from otel_breaker.classify import (
     FAILURE,
     IGNORED,
@@ -106,24 +105,7 @@ def _failed(where: str) -> None:
     logger.debug("otel-breaker: upstream %s failed; the call runs without its upstream breaker", where, exc_info=True)
 
 
-def _admit(upstream: CircuitBreaker) -> Any:
-    try:
-        return upstream.acquire()
-    except Exception:
-        _failed("admission")
-        return None
-
-
-def _record(upstream: CircuitBreaker, permit: Any, outcome: int) -> None:
-    if permit is None:
-        return
-    try:
-        upstream.record(permit, outcome)
-    except Exception:
-        _failed("recording")
-
-
-def _answered(adapter: Any, call: ToolCall, result: Any) -> int:
+def outcome_of_answer(adapter: Any, call: ToolCall, result: Any) -> int:
     """The upstream's outcome of a returned value.
 
     A value the tool's own upstream returned (MCP's ``isError`` included) means the
@@ -159,7 +141,7 @@ def _mark(exc: BaseException, upstream: CircuitBreaker) -> None:
         pass
 
 
-def _reject(upstream: CircuitBreaker, breaker: CircuitBreaker, call: ToolCall, adapter: Any) -> tuple[bool, Any]:
+def reject(upstream: CircuitBreaker, breaker: CircuitBreaker, call: ToolCall, adapter: Any) -> tuple[bool, Any]:
     """A call the open upstream rejects: (run_anyway, value), like the guard's own rejection."""
     info = UpstreamRejection(upstream, call, breaker)
     config = breaker.config
@@ -181,89 +163,7 @@ def _reject(upstream: CircuitBreaker, breaker: CircuitBreaker, call: ToolCall, a
     raise info.error()
 
 
-Runner = Callable[..., Any]
-
-
-def run_sync(
-    upstream: CircuitBreaker,
-    breaker: CircuitBreaker,
-    runner: Runner,
-    fn: Callable[..., Any],
-    args: tuple,
-    kwargs: dict,
-    call: ToolCall,
-    adapter: Any = None,
-) -> Any:
-    """``runner(breaker, fn, ...)`` (the guard's ``run_sync``) behind ``upstream``."""
-    permit = _admit(upstream)
-    if permit == REJECTED:
-        run_anyway, value = _reject(upstream, breaker, call, adapter)
-        if not run_anyway:
-            return value
-        permit = SHADOW
-    reached = [False]
-
-    def through(*a: Any, **kw: Any) -> Any:
-        reached[0] = True
-        try:
-            result = fn(*a, **kw)
-        except BaseException as exc:
-            _settle(upstream, permit, exc)
-            raise
-        _record(upstream, permit, _answered(adapter, call, result))
-        return result
-
-    try:
-        return runner(breaker, through, args, kwargs, call, adapter)
-    finally:
-        if not reached[0]:
-            _record(upstream, permit, IGNORED)  # rejected by the tool's breaker: nothing learned
-
-
-async def run_async(
-    upstream: CircuitBreaker,
-    breaker: CircuitBreaker,
-    runner: Runner,
-    fn: Callable[..., Any],
-    args: tuple,
-    kwargs: dict,
-    call: ToolCall,
-    adapter: Any = None,
-) -> Any:
-    """``await runner(breaker, fn, ...)`` (the guard's ``run_async``) behind ``upstream``."""
-    shared = getattr(upstream, "aacquire", None) is not None  # a store with an asyncio client
-    permit = await _aadmit(upstream) if shared else _admit(upstream)
-    if permit == REJECTED:
-        run_anyway, value = _reject(upstream, breaker, call, adapter)
-        if not run_anyway:
-            return value
-        permit = SHADOW
-    reached = [False]
-
-    async def through(*a: Any, **kw: Any) -> Any:
-        reached[0] = True
-        try:
-            result = fn(*a, **kw)
-            if inspect.isawaitable(result):
-                result = await result
-        except BaseException as exc:
-            await _arecord(upstream, permit, _settle_outcome(upstream, exc), shared)
-            raise
-        await _arecord(upstream, permit, _answered(adapter, call, result), shared)
-        return result
-
-    try:
-        return await runner(breaker, through, args, kwargs, call, adapter)
-    finally:
-        if not reached[0]:
-            await _arecord(upstream, permit, IGNORED, shared)
-
-
-def _settle(upstream: CircuitBreaker, permit: Any, exc: BaseException) -> None:
-    _record(upstream, permit, _settle_outcome(upstream, exc))
-
-
-def _settle_outcome(upstream: CircuitBreaker, exc: BaseException) -> int:
+def outcome_of_exception(upstream: CircuitBreaker, exc: BaseException) -> int:
     """An exception from the tool: the upstream's failure when it is a transport one
     (then marked neutral for the tool), else neutral for the upstream."""
     hint = _server_hint(exc)
@@ -299,21 +199,3 @@ def _note_on_span(exc: BaseException) -> None:
             span.set_status(Status(StatusCode.ERROR))
     except Exception:
         _failed("noting a transport failure on the span")
-
-
-async def _aadmit(upstream: CircuitBreaker) -> Any:
-    try:
-        return await upstream.aacquire()
-    except Exception:
-        _failed("admission")
-        return None
-
-
-async def _arecord(upstream: CircuitBreaker, permit: Any, outcome: int, shared: bool) -> None:
-    if not shared or permit is None:
-        _record(upstream, permit, outcome)
-        return
-    try:
-        await upstream.arecord(permit, outcome)
-    except Exception:
-        _failed("recording")

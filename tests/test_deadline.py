@@ -94,13 +94,14 @@ async def test_a_failure_in_our_timeout_bookkeeping_never_reaches_the_caller(mon
     import gc
     import importlib
 
-    guard = importlib.import_module("otel_breaker.guard")
+    deadline = importlib.import_module("otel_breaker.deadline")
+    steps = importlib.import_module("otel_breaker.call_steps")
 
     def broken(timeout):
         raise RuntimeError("bookkeeping bug")
 
-    monkeypatch.setattr(guard, "_deadline_start", broken)
-    monkeypatch.setattr(guard, "_bookkeeping_warned", False)  # logged once per process: restore after
+    monkeypatch.setattr(deadline, "start", broken)
+    monkeypatch.setattr(steps, "_bookkeeping_warned", False)  # logged once per process: restore after
     breaker = CircuitBreaker("tool", CircuitBreakerConfig(timeout=5.0))
     ran = []
 

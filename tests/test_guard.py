@@ -165,10 +165,19 @@ def test_guard_inside_a_session_scope():
 class BrokenBreaker(CircuitBreaker):
     """A breaker whose bookkeeping fails (as a broken shared store might)."""
 
-    def acquire(self):
+    def try_acquire(self):
         raise RuntimeError("bookkeeping is broken")
 
-    def record(self, permit, outcome):
+    async def atry_acquire(self):
+        raise RuntimeError("bookkeeping is broken")
+
+    def on_success(self, permit):
+        raise RuntimeError("bookkeeping is broken")
+
+    def on_outcome(self, permit, outcome):
+        raise RuntimeError("bookkeeping is broken")
+
+    async def aon_outcome(self, permit, outcome):
         raise RuntimeError("bookkeeping is broken")
 
 

@@ -231,3 +231,42 @@ def test_a_registry_clock_lets_cooldowns_pass_without_sleeping(registry_clock):
     breaker.force_open(duration=30)
     registry_clock.advance(30)
     assert breaker.state is State.HALF_OPEN
+
+
+def test_a_breaker_fed_by_foreign_spans_becomes_idle_and_is_evicted_at_the_cap(otel):
+    """The span processor counts a foreign call's admission with its outcome, so its
+    breaker's books balance: once the streak is cleared it is idle, and a full registry
+    evicts it for a new tool instead of running the new tool unguarded."""
+    from otel_breaker.processor import BreakerSpanProcessor
+
+    registry = BreakerRegistry(settings=load_settings({}), max_breakers=2)
+    otel.tracer_provider.add_span_processor(BreakerSpanProcessor(registry))
+    tracer = otel.tracer_provider.get_tracer("other-instrumentation")
+    from opentelemetry.trace import Status, StatusCode
+
+    def foreign(tool, failed):
+        attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool}
+        with tracer.start_as_current_span(f"{tool} tool", attributes=attributes) as span:
+            if failed:
+                span.set_status(Status(StatusCode.ERROR))
+
+    foreign("weather", True)
+    fed = registry.breaker_for(ToolCall("weather", framework="span"))
+    assert fed.stats.failure_count == 1 and not fed.is_idle()  # a failure streak: remembered
+    foreign("weather", False)
+    assert fed.is_idle() and fed.stats.total_requests == 2
+    pinned = registry.get("search")  # held by its caller: never evicted
+    for i in range(3):  # a full registry: the idle, processor-fed breaker makes room
+        registry.breaker_for(ToolCall(f"tool-{i}"))
+    assert fed.retired and fed not in registry.breakers() and pinned in registry.breakers()
+    assert registry.unguarded_calls == 0
+
+
+def test_the_unguarded_breaker_is_a_mode_of_the_state_machine():
+    """Counted, never judged: failures past any threshold move no state."""
+    breaker = CircuitBreaker(UNGUARDED_TOOL, CircuitBreakerConfig(failure_threshold=1), unguarded=True)
+    for _ in range(3):
+        with pytest.raises(Down):
+            breaker.call(_fail)
+    assert breaker.state is State.CLOSED and breaker.stats.failure_count == 3
+    assert breaker.lifetime_counts()[1] == 3 and breaker.is_idle()

@@ -1,11 +1,12 @@
 """Random sequences of calls, outcomes, clock moves and held probes, checked
 against a small independent model of the state machine.
 
-The machine runs once per way a call reaches a breaker: ``acquire``/``record``,
-``breaker.call``, ``@guard`` on a sync and on an async function (through a
-registry, as users write it), and ``acquire``/``record`` on a breaker whose state
-lives in Redis (when one answers on 127.0.0.1:6379), so no path and no storage
-can drift from the model. Held probes (calls still in flight) always use
+The machine runs once per way a call reaches a breaker, sync and async: the
+halves (``acquire``/``record``), ``breaker.call``/``acall``, ``@breaker``,
+``@guard``, ``Guard.call``/``acall``, fallback routing and the call path's
+``observe`` (a call learned after the fact), each with the state in memory and
+in Redis (when one answers on 127.0.0.1:6379), so no entrance and no storage can
+drift from the model. Held probes (calls still in flight) always use
 ``acquire``/``record`` on the same breaker.
 """
 
@@ -21,7 +22,10 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from otel_breaker import CircuitBreaker, CircuitBreakerConfig, State, guard
 from otel_breaker.breaker import PROBE_LEASE_SECONDS, REJECTED
+from otel_breaker.call_path import CallPath
 from otel_breaker.classify import FAILURE, IGNORED, SUCCESS, ApprovalDeniedError
+from otel_breaker.fallback import acall_with_fallback, call_with_fallback
+from otel_breaker.guard import Guard
 from otel_breaker.registry import BreakerRegistry
 from otel_breaker.toolcall import ToolCall
 
@@ -141,6 +145,9 @@ class BreakerMachine(RuleBasedStateMachine):
 
     @rule(outcome=outcomes)
     def call(self, outcome):
+        self.step(outcome)
+
+    def step(self, outcome: int) -> None:
         rejected = self.run_call(outcome)
         expected = self.model.acquire(self.now)
         assert rejected == (expected is None)
@@ -267,6 +274,123 @@ class GuardAsyncMachine(GuardSyncMachine):
         return asyncio.run(self.guarded())
 
 
+class BreakerACallMachine(_CallPath):
+    def invoke(self, tool):
+        async def body():
+            return tool()
+
+        return asyncio.run(self.breaker.acall(body))
+
+
+class DecoratedAsyncMachine(DecoratedMachine):
+    """``@breaker`` on a coroutine function."""
+
+    def make_breaker(self, config: CircuitBreakerConfig) -> CircuitBreaker:
+        breaker = CircuitBreaker("tool", config, clock=lambda: self.now)
+
+        @breaker
+        async def tool():
+            return self.tool()
+
+        self.decorated = lambda: asyncio.run(tool())
+        return breaker
+
+
+class _Registered(_CallPath):
+    """An entrance that finds the breaker in a registry (memory, or Redis with ``redis``)."""
+
+    redis = False
+
+    def make_breaker(self, config: CircuitBreakerConfig) -> CircuitBreaker:
+        self.tool_name = f"tool-{uuid.uuid4().hex[:12]}" if self.redis else "tool"
+        self.registry = BreakerRegistry(store=_REDIS if self.redis else None, clock=lambda: self.now)
+        self.described = ToolCall(self.tool_name)
+        breaker = self.registry.breaker_for(self.described, config)
+        if self.redis:
+            breaker.storage.use_clock(lambda: self.now)
+            self.shared = breaker
+        self.entrance(config)
+        return breaker
+
+    def entrance(self, config: CircuitBreakerConfig) -> None:
+        """Set up what ``invoke`` calls."""
+
+    def teardown(self) -> None:
+        shared = getattr(self, "shared", None)
+        if shared is not None:
+            _REDIS.client.delete(*shared.storage.keys)
+            shared.close()
+
+
+class GuardCallMachine(_Registered):
+    """``Guard.call``: what every sync framework adapter calls."""
+
+    def invoke(self, tool):
+        return Guard(self.registry).call(self.described, tool)
+
+
+class GuardACallMachine(_Registered):
+    def invoke(self, tool):
+        async def body():
+            return tool()
+
+        return asyncio.run(Guard(self.registry).acall(self.described, body))
+
+
+class GuardDecoratorMachine(_Registered):
+    """``@guard(name, registry=...)`` on a sync function."""
+
+    def entrance(self, config: CircuitBreakerConfig) -> None:
+        def tool():
+            return self.tool()
+
+        self.guarded = guard(self.tool_name, config=config, registry=self.registry)(tool)
+
+    def invoke(self, tool):
+        self.tool = tool
+        return self.guarded()
+
+
+class GuardAsyncDecoratorMachine(GuardDecoratorMachine):
+    def entrance(self, config: CircuitBreakerConfig) -> None:
+        async def tool():
+            return self.tool()
+
+        self.guarded = guard(self.tool_name, config=config, registry=self.registry)(tool)
+
+    def invoke(self, tool):
+        self.tool = tool
+        return asyncio.run(self.guarded())
+
+
+class FallbackMachine(_Registered):
+    """``call_with_fallback`` with the tool as its only candidate."""
+
+    def invoke(self, tool):
+        return call_with_fallback((self.tool_name, tool), registry=self.registry)
+
+
+class FallbackAsyncMachine(_Registered):
+    def invoke(self, tool):
+        async def body():
+            return tool()
+
+        return asyncio.run(acall_with_fallback((self.tool_name, body), registry=self.registry))
+
+
+class ObserveMachine(_Registered):
+    """``CallPath.observe``: a call that already ran. It is never rejected; while the
+    breaker is closed its outcome counts as any call's, otherwise only in statistics."""
+
+    def step(self, outcome: int) -> None:
+        CallPath(self.registry).observe(self.described, outcome)
+        state = self.model.observe(self.now)
+        if state == "closed":
+            self.model.record(("closed", self.model.generation), outcome, self.now)
+        else:
+            self.model.counts[outcome] += 1
+
+
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
@@ -326,6 +450,30 @@ TestRedisStore = pytest.mark.skipif(_REDIS is None, reason=f"no Redis answers on
     RedisStoreMachine.TestCase
 )
 TestRedisStore.settings = _FEWER
+TestBreakerACall = BreakerACallMachine.TestCase
+TestBreakerACall.settings = _FEWER
+TestDecoratedAsync = DecoratedAsyncMachine.TestCase
+TestDecoratedAsync.settings = _FEWER
+
+_ENTRANCES = {
+    "guard_call": GuardCallMachine,
+    "guard_acall": GuardACallMachine,
+    "guard_decorator": GuardDecoratorMachine,
+    "guard_async_decorator": GuardAsyncDecoratorMachine,
+    "fallback": FallbackMachine,
+    "fallback_async": FallbackAsyncMachine,
+    "observe": ObserveMachine,
+}
+_IN_REDIS = settings(max_examples=25, stateful_step_count=40, deadline=None)
+_no_redis = pytest.mark.skipif(_REDIS is None, reason=f"no Redis answers on {REDIS_URL}")
+for _name, _machine in _ENTRANCES.items():
+    _case = _machine.TestCase
+    _case.settings = _FEWER
+    globals()[f"TestMemory_{_name}"] = _case
+    _shared = type(f"Redis_{_name}", (_machine,), {"redis": True})
+    _case = _no_redis(_shared.TestCase)
+    _case.settings = _IN_REDIS
+    globals()[f"TestRedis_{_name}"] = _case
 
 
 @pytest.mark.skipif(_REDIS is None, reason=f"no Redis answers on {REDIS_URL}")

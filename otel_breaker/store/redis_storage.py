@@ -1,11 +1,13 @@
 """The Redis storage a :class:`~otel_breaker.breaker.CircuitBreaker` delegates to.
 
-The breaker keeps its entry points (``acquire``/``record``, manual control); this
-object runs them against the shared hash with the store's Lua script and mirrors
-each reply into the breaker's local fields. Closed and proven healthy, admission
-stays local and ``record`` is the one round trip of a call; open with a known
-retry-after, calls are rejected locally. Any Redis failure returns None/False,
-and the breaker decides with its own in-memory state machine.
+The breaker keeps its entry points (``try_acquire``/``on_success``..., manual
+control) and counts every call itself; this object runs the shared decisions
+against the hash with the store's Lua script and hands each reply back as a
+:class:`~otel_breaker.breaker_state.Snapshot`, which the breaker applies to its
+own fields. Closed and proven healthy, admission stays local and settling the
+outcome is the one round trip of a call; open with a known retry-after, the
+breaker rejects locally (:meth:`RedisStorage.may_reject_locally`). Any Redis
+failure returns None/False, and the breaker decides in memory.
 """
 
 from __future__ import annotations
@@ -13,15 +15,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from otel_breaker.breaker import (
-    REJECTED,
-    SHADOW,
-    CircuitBreaker,
-    State,
-    StateChange,
-    notify_followed,
-)
-from otel_breaker.classify import FAILURE, SUCCESS
+from otel_breaker.breaker import REJECTED, REJECTED_PROBE, CircuitBreaker, Snapshot, State
 
 if TYPE_CHECKING:
     from otel_breaker.store.redis_link import ScriptStore as RedisStore  # the store, as its storage sees it
@@ -71,8 +65,6 @@ class RedisStorage:
         self.keys = (key, key + ":leases", key + ":pending")
         self.ttl = ttl
         self.args: tuple[Any, ...] = ()
-        #: Version of the shared hash last mirrored (replies and the change feed race).
-        self._ver = -1
         #: The change feed had a gap: ask Redis once before rejecting locally again.
         self._stale = False
         #: Half-open and every probe slot taken by other workers.
@@ -124,48 +116,24 @@ class RedisStorage:
 
     # -- applying replies ----------------------------------------------------
 
-    def _sync(self, breaker: CircuitBreaker, reply: list[Any], epoch: int) -> StateChange | None:
-        """Mirror a script reply into the breaker; returns the transition this worker caused.
+    def _sync(self, breaker: CircuitBreaker, reply: list[Any], epoch: int) -> None:
+        """Hand a script reply to the breaker as a snapshot.
 
+        A transition the reply reports is this worker's own (counted and emitted).
         A state the reply shows that this worker did not cause (another worker's
         change, not heard on the change feed: not watching, or not yet) is a
         followed change, told to the follow listeners as the feed would tell it,
         so rejections cached with the old state of a fallback are dropped."""
         store = self.store
         state = _STATES[reply[2]]
-        with breaker._lock:
-            before = breaker._state
-            now = breaker._clock()
-            change = None
-            if reply[8] >= 0:
-                change = StateChange(breaker, _STATES[reply[8]], state, _text(reply[9]), now)
-                if state is _OPEN:
-                    breaker._opened_count += 1
-            if reply[10] >= 0:
-                self._window_totals = (reply[10], reply[11])
-            self._stale = False
-            if reply[7] >= self._ver:
-                self._mirror(breaker, reply[7], reply[3], state, reply[4], reply[5], now)
-                breaker._local_admit = bool(reply[6]) and store.watching and epoch == store._watch_epoch
-                self.probe_busy = state is _HALF_OPEN and reply[0] == -1
-            after = breaker._state
-        if change is None:
-            notify_followed(breaker, before, after)
-        return change
-
-    def _mirror(
-        self, breaker: CircuitBreaker, ver: int, gen: int, state: State, retry_ms: int, consecutive: int, now: float
-    ) -> None:
-        self._ver = ver
-        breaker._generation = gen
-        if state is not breaker._state:
-            breaker._last_change = now
-            breaker._state = state
-            breaker._probe_leases.clear()
-            breaker._probe_successes = 0
-        breaker._consecutive = consecutive
-        if state is _OPEN:
-            breaker._open_until = _INF if retry_ms < 0 else now + retry_ms / 1000.0
+        if reply[10] >= 0:
+            self._window_totals = (reply[10], reply[11])
+        self._stale = False
+        changed = (_STATES[reply[8]], _text(reply[9])) if reply[8] >= 0 else None
+        local = bool(reply[6]) and store.watching and epoch == store._watch_epoch
+        snapshot = Snapshot(reply[7], reply[3], state, reply[4], reply[5], local, changed)
+        if breaker.apply_snapshot(snapshot):
+            self.probe_busy = state is _HALF_OPEN and reply[0] == -1
 
     def follow(
         self,
@@ -184,21 +152,22 @@ class RedisStorage:
         ``own``: this store made the change. Its message can arrive before the script's
         reply is applied; the state is mirrored, but the transition is logged once, by
         the reply (as this worker's own), never also as a followed change."""
-        with breaker._lock:
-            before = breaker._state
-            if ver > self._ver:
-                self._mirror(breaker, ver, gen, state, retry_ms, consecutive, breaker._clock())
-                self._stale = False  # heard while subscribed: this is the current state
-                breaker._local_admit = free and self.store.watching
-                self.probe_busy = False
-            after = breaker._state
-        if not own:
-            notify_followed(breaker, before, after)
+        local = free and self.store.watching
+        snapshot = Snapshot(ver, gen, state, retry_ms, consecutive, local, None, not own, True)
+        if breaker.apply_snapshot(snapshot):
+            self._stale = False  # heard while subscribed: this is the current state
+            self.probe_busy = False
 
     def invalidate(self, breaker: CircuitBreaker) -> None:
         """Local decisions are no longer safe (a feed gap or an outage): ask Redis next time."""
-        breaker._local_admit = False
+        breaker.distrust_mirror()
         self._stale = True
+
+    def may_reject_locally(self, forced: bool) -> bool:
+        """The mirrored open state may reject without a round trip: not after a feed gap,
+        and a breaker held open by hand only while changes are watched (else a manual
+        close elsewhere would go unseen)."""
+        return not self._stale and (not forced or self.store.watching)
 
     def recent_failure_rate(self, breaker: CircuitBreaker) -> float | None:
         """The shared window's failure ratio; None when Redis is unusable."""
@@ -207,27 +176,10 @@ class RedisStorage:
         calls, failures = self._window_totals or (0, 0)
         return failures / calls if calls else 0.0
 
-    # -- the two halves of a guarded call ----------------------------------
+    # -- admission and outcomes ------------------------------------------------
 
-    def _acquire_local(self, breaker: CircuitBreaker) -> Permit | None:
-        """A rejection when no round-trip is needed, else None."""
-        if (
-            breaker._state is _OPEN
-            and not self._stale
-            and breaker._clock() < breaker._open_until
-            and (breaker._open_until != _INF or self.store.watching)
-        ):
-            # open with a known retry-after (or forced open while changes are watched): no round-trip
-            next(breaker._request_counter)
-            next(breaker._rejected_open_counter)
-            return SHADOW if breaker._observe else REJECTED
-        return None
-
-    def _acquire_reply(self, breaker: CircuitBreaker, reply: list[Any], epoch: int) -> Permit:
-        next(breaker._request_counter)
-        change = self._sync(breaker, reply, epoch)
-        if change is not None:
-            breaker._emit(change)
+    def _admitted(self, breaker: CircuitBreaker, reply: list[Any], epoch: int) -> Permit:
+        self._sync(breaker, reply, epoch)
         result = reply[0]
         if result == 0:
             return reply[3]
@@ -237,46 +189,43 @@ class RedisStorage:
             permit = _PendingPermit(reply[3])
             permit.token = reply[1]
             return permit
-        if reply[2] == 1:
-            next(breaker._rejected_open_counter)
-        else:
-            with breaker._lock:
-                breaker._rejected_half_open += 1
-        return SHADOW if breaker._observe else REJECTED
+        return REJECTED if reply[2] == 1 else REJECTED_PROBE
 
-    def acquire(self, breaker: CircuitBreaker) -> Permit | None:
+    def _asked(self) -> int | None:
+        """The watch epoch before a round trip, or None when Redis is not to be asked now."""
+        store = self.store
+        if store.degraded and not store._try_again():
+            return None
+        return store._watch_epoch
+
+    def _failed(self, exc: Exception) -> None:
+        self.store._failed(exc)
+
+    def admit(self, breaker: CircuitBreaker) -> Permit | None:
         """Admission by the shared state; None when Redis is unusable."""
-        permit = self._acquire_local(breaker)
-        if permit is not None:
-            return permit
-        store = self.store
-        if store.degraded and not store._try_again():
+        epoch = self._asked()
+        if epoch is None:
             return None
-        epoch = store._watch_epoch
         try:
-            reply = store._eval(self.keys, self._op("acquire"), self.args)
+            reply = self.store._eval(self.keys, self._op("acquire"), self.args)
         except Exception as exc:
-            store._failed(exc)
+            self._failed(exc)
             return None
-        store._answered()
-        return self._acquire_reply(breaker, reply, epoch)
+        self.store._answered()
+        return self._admitted(breaker, reply, epoch)
 
-    async def aacquire(self, breaker: CircuitBreaker) -> Permit | None:
-        """``acquire`` through the store's asyncio client (the same decisions)."""
-        permit = self._acquire_local(breaker)
-        if permit is not None:
-            return permit
-        store = self.store
-        if store.degraded and not store._try_again():
+    async def aadmit(self, breaker: CircuitBreaker) -> Permit | None:
+        """``admit`` through the store's asyncio client (the same decisions)."""
+        epoch = self._asked()
+        if epoch is None:
             return None
-        epoch = store._watch_epoch
         try:
-            reply = await store._aeval(self.keys, self._op("acquire"), self.args)
+            reply = await self.store._aeval(self.keys, self._op("acquire"), self.args)
         except Exception as exc:
-            store._failed(exc)
+            self._failed(exc)
             return None
-        store._answered()
-        return self._acquire_reply(breaker, reply, epoch)
+        self.store._answered()
+        return self._admitted(breaker, reply, epoch)
 
     @staticmethod
     def _record_args(permit: Permit, outcome: int) -> tuple[Any, ...]:
@@ -284,66 +233,49 @@ class RedisStorage:
             return (permit[0], permit[1], outcome, "p")
         return (int(permit), getattr(permit, "token", 0), outcome, "c")
 
-    def _record_reply(self, breaker: CircuitBreaker, reply: list[Any], outcome: int, epoch: int) -> None:
-        if outcome == SUCCESS:
-            next(breaker._success_counter)
-        else:
-            with breaker._lock:
-                if outcome == FAILURE:
-                    breaker._failures += 1
-                else:
-                    breaker._ignored += 1
-        change = self._sync(breaker, reply, epoch)
-        if change is not None:
-            breaker._emit(change)
-
-    def record(self, breaker: CircuitBreaker, permit: Permit, outcome: int) -> bool:
-        """Record in the shared state; False when Redis is unusable."""
-        store = self.store
-        if store.degraded and not store._try_again():
+    def settle(self, breaker: CircuitBreaker, permit: Permit, outcome: int) -> bool:
+        """Settle in the shared state; False when Redis is unusable."""
+        epoch = self._asked()
+        if epoch is None:
             return False
-        epoch = store._watch_epoch
         try:
-            reply = store._eval(self.keys, self._op("record"), self.args, self._record_args(permit, outcome))
+            reply = self.store._eval(self.keys, self._op("record"), self.args, self._record_args(permit, outcome))
         except Exception as exc:
-            store._failed(exc)
+            self._failed(exc)
             return False
-        store._answered()
-        self._record_reply(breaker, reply, outcome, epoch)
+        self.store._answered()
+        self._sync(breaker, reply, epoch)
         return True
 
-    async def arecord(self, breaker: CircuitBreaker, permit: Permit, outcome: int) -> bool:
-        """``record`` through the store's asyncio client."""
-        store = self.store
-        if store.degraded and not store._try_again():
+    async def asettle(self, breaker: CircuitBreaker, permit: Permit, outcome: int) -> bool:
+        """``settle`` through the store's asyncio client."""
+        epoch = self._asked()
+        if epoch is None:
             return False
-        epoch = store._watch_epoch
         try:
-            reply = await store._aeval(self.keys, self._op("record"), self.args, self._record_args(permit, outcome))
+            extra = self._record_args(permit, outcome)
+            reply = await self.store._aeval(self.keys, self._op("record"), self.args, extra)
         except Exception as exc:
-            store._failed(exc)
+            self._failed(exc)
             return False
-        store._answered()
-        self._record_reply(breaker, reply, outcome, epoch)
+        self.store._answered()
+        self._sync(breaker, reply, epoch)
         return True
 
     # -- reads and manual control ------------------------------------------
 
     def remote(self, breaker: CircuitBreaker, op: str, *extra: Any) -> list[Any] | None:
         """Run ``op`` in Redis and mirror the reply; None when Redis is unusable."""
-        store = self.store
-        if store.degraded and not store._try_again():
+        epoch = self._asked()
+        if epoch is None:
             return None
-        epoch = store._watch_epoch
         try:
-            reply = store._eval(self.keys, self._op(op), self.args, extra)
+            reply = self.store._eval(self.keys, self._op(op), self.args, extra)
         except Exception as exc:
-            store._failed(exc)
+            self._failed(exc)
             return None
-        store._answered()
-        change = self._sync(breaker, reply, epoch)
-        if change is not None:
-            breaker._emit(change)
+        self.store._answered()
+        self._sync(breaker, reply, epoch)
         return reply
 
     def refresh(self, breaker: CircuitBreaker) -> bool:

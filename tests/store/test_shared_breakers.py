@@ -550,7 +550,7 @@ def test_a_change_heard_before_its_own_reply_is_not_a_followed_change(make_store
     store = make_store(watch=False)
     breaker = store.create("own_echo", CircuitBreakerConfig(failure_threshold=1, recovery_timeout=60))
     assert run(breaker, ok) == "ok"
-    key, ver = breaker.storage.key, breaker.storage._ver
+    key, ver = breaker.storage.key, breaker.shared_version
 
     def followed() -> int:
         return sum(

@@ -1,0 +1,362 @@
+"""The one entrance: every guarded call happens here.
+
+``Guard.call``/``acall``, ``@guard``, ``@breaker``, ``breaker.call``, fallback
+routing and every framework adapter come through :class:`CallPath` (or its
+drivers, :func:`run` and :func:`arun`, for a breaker already found). Outcomes
+learned after the fact (the span processor, MCP's first call) come through
+:meth:`CallPath.observe`, which counts the admission and the outcome together.
+
+The steps are written once, without I/O, in ``call_steps.py``; :func:`run` and
+:func:`arun` only carry them out, one with plain calls, the other awaiting (a
+store's asyncio client, the call, its timeout). Their quick route, for a call
+nobody watches with no adapter, no upstream and a plain configuration, is the
+same steps with nothing to do between them: admit, run, settle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from otel_breaker import call_steps, deadline
+from otel_breaker import loops as _loops
+from otel_breaker import upstream as _upstream
+from otel_breaker.breaker import REJECTED, SHADOW, CircuitBreaker, CircuitBreakerConfig, bind_entrance
+from otel_breaker.call_steps import (
+    ADMIT,
+    CALL,
+    Raised,
+    ToolTimeoutError,
+    after_raise,
+    bookkeeping_failed,
+    reject,
+    steps,
+)
+from otel_breaker.classify import FAILURE, SUCCESS
+from otel_breaker.registry import BreakerRegistry, default_registry
+from otel_breaker.telemetry import TELEMETRY
+from otel_breaker.toolcall import ToolCall
+
+# Where a provider appears when one exists (telemetry's slots): while every one holds
+# None nobody watches, and the quick route applies. Read inline: read on every call.
+(_w1, _k1), (_w2, _k2), (_w3, _k3), (_w4, _k4) = TELEMETRY.watch_slots()
+
+
+#: ``CallPath.observe`` without an output to judge.
+NO_OUTPUT: Any = object()
+
+
+def quiet() -> bool:
+    """True while no telemetry provider exists anywhere (the quick route's condition)."""
+    return _w1.get(_k1) is None and _w2.get(_k2) is None and _w3.get(_k3) is None and _w4.get(_k4) is None
+
+
+def _admit_failed() -> None:
+    bookkeeping_failed("acquiring a permit")
+
+
+def _admit(breaker: CircuitBreaker) -> Any:
+    try:
+        return breaker.try_acquire()
+    except Exception:
+        return _admit_failed()
+
+
+async def _aadmit(breaker: CircuitBreaker) -> Any:
+    try:
+        return await breaker.atry_acquire()
+    except Exception:
+        return _admit_failed()
+
+
+async def _asettle(breaker: CircuitBreaker, permit: Any, outcome: int) -> None:
+    if permit is None:
+        return
+    try:
+        await breaker.aon_outcome(permit, outcome)
+    except Exception:
+        bookkeeping_failed("recording an outcome")
+
+
+def run(
+    breaker: CircuitBreaker,
+    fn: Callable[..., Any],
+    args: tuple,
+    kwargs: dict,
+    call: ToolCall | None = None,
+    adapter: Any = None,
+    upstream: CircuitBreaker | None = None,
+) -> Any:
+    """The sync driver: run ``fn(*args, **kwargs)`` through ``breaker`` (and ``upstream``).
+    Sync calls are never interrupted: one that runs past ``timeout`` counts as a
+    failure when it returns."""
+    try:
+        quick = _w1[_k1] is None and _w2[_k2] is None and _w3[_k3] is None and _w4[_k4] is None
+    except KeyError:  # a slot whose name was deleted: the full route
+        quick = False
+    if quick and upstream is None and adapter is None and breaker.plain:
+        try:  # (a try costs nothing until something raises)
+            permit = breaker.try_acquire()
+        except Exception:
+            permit = _admit_failed()
+        if permit == REJECTED:
+            run_anyway, value = reject(breaker, call, None, None, False)
+            if not run_anyway:
+                return value
+            permit = SHADOW
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as exc:
+            after_raise(breaker, permit, exc)
+            raise
+        if permit is not None:
+            try:
+                breaker.on_success(permit)
+            except Exception:
+                bookkeeping_failed("recording an outcome")
+        return result
+    sequence = steps(breaker, call, adapter, upstream, not quick)
+    try:
+        effect = next(sequence)
+        while True:
+            kind = effect[0]
+            if kind == CALL:
+                try:
+                    result = fn(*args, **kwargs)
+                except BaseException as exc:
+                    effect = sequence.throw(exc)
+                else:
+                    effect = sequence.send(result)
+            elif kind == ADMIT:
+                effect = sequence.send(_admit(effect[1]))
+            else:
+                call_steps.settle(effect[1], effect[2], effect[3])
+                effect = next(sequence)
+    except StopIteration as done:
+        value = done.value
+    if value.__class__ is Raised:
+        raise value.exc
+    return value
+
+
+async def arun(
+    breaker: CircuitBreaker,
+    fn: Callable[..., Any],
+    args: tuple,
+    kwargs: dict,
+    call: ToolCall | None = None,
+    adapter: Any = None,
+    upstream: CircuitBreaker | None = None,
+) -> Any:
+    """The async driver: :func:`run`'s steps, awaiting the call (a coroutine function
+    or a plain one), a store's asyncio client and ``timeout``, at which a
+    coroutine is cancelled and counted as a failure."""
+    try:
+        quick = _w1[_k1] is None and _w2[_k2] is None and _w3[_k3] is None and _w4[_k4] is None
+    except KeyError:
+        quick = False
+    if quick and upstream is None and adapter is None and breaker.plain and not breaker.awaits_store:
+        try:
+            permit = breaker.try_acquire()
+        except Exception:
+            permit = _admit_failed()
+        if permit == REJECTED:
+            run_anyway, value = reject(breaker, call, None, None, False)
+            if not run_anyway:
+                return value
+            permit = SHADOW
+        try:
+            result = fn(*args, **kwargs)
+            if inspect.isawaitable(result):
+                result = await result
+        except BaseException as exc:
+            after_raise(breaker, permit, exc)
+            raise
+        if permit is not None:
+            try:
+                breaker.on_success(permit)
+            except Exception:
+                bookkeeping_failed("recording an outcome")
+        return result
+    sequence = steps(breaker, call, adapter, upstream, not quick)
+    try:
+        effect = next(sequence)
+        while True:
+            kind = effect[0]
+            if kind == CALL:
+                try:
+                    result = fn(*args, **kwargs)
+                    if inspect.isawaitable(result):
+                        timeout = effect[1]
+                        result = await (result if timeout is None else _await_within(result, timeout, effect[2]))
+                except BaseException as exc:
+                    effect = sequence.throw(exc)
+                else:
+                    effect = sequence.send(result)
+            elif kind == ADMIT:
+                effect = sequence.send(await _aadmit(effect[1]))
+            else:
+                await _asettle(effect[1], effect[2], effect[3])
+                effect = next(sequence)
+    except StopIteration as done:
+        value = done.value
+    if value.__class__ is Raised:
+        raise value.exc
+    return value
+
+
+async def _await_within(awaitable: Any, timeout: float, tool: str) -> Any:
+    """Await ``awaitable``, cancelled after ``timeout`` seconds (``ToolTimeoutError``).
+
+    asyncio (and uvloop) use the cheap per-loop watch; any other loop (trio)
+    an anyio cancel scope. The awaitable is always awaited: a problem in our
+    timeout bookkeeping means it runs without a timeout, never un-awaited.
+    """
+    try:
+        watch = deadline.start(timeout)
+        scope = deadline.foreign_scope(timeout) if watch is None else None
+    except Exception:
+        bookkeeping_failed("starting a timeout")
+        watch = scope = None
+    if watch is None:
+        if scope is None:
+            return await awaitable
+        with scope:
+            return await awaitable
+        raise ToolTimeoutError(tool, timeout)  # reached only when the scope cancelled the call
+    try:
+        result = await awaitable
+    except asyncio.CancelledError:
+        if deadline.consume_cancellation(watch):
+            raise ToolTimeoutError(tool, timeout) from None
+        raise
+    finally:
+        deadline.finish(watch)
+    if watch.expired:  # the call swallowed our cancellation and returned
+        deadline.consume_cancellation(watch)
+    return result
+
+
+def decorate(breaker: CircuitBreaker, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn`` behind ``breaker`` (``@breaker``, ``@guard(clock=...)``): sync or async."""
+    if inspect.iscoroutinefunction(fn):
+
+        @functools.wraps(fn)
+        async def async_guarded(*args: Any, **kwargs: Any) -> Any:
+            return await arun(breaker, fn, args, kwargs)
+
+        async_guarded.breaker = breaker  # type: ignore[attr-defined]
+        return async_guarded
+
+    @functools.wraps(fn)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        return run(breaker, fn, args, kwargs)
+
+    guarded.breaker = breaker  # type: ignore[attr-defined]
+    return guarded
+
+
+bind_entrance(run, arun, decorate)
+
+
+class CallPath:
+    """Tool calls through the breakers of one registry: find the tool's breaker and
+    its upstream's, ask the loop guard, then drive the steps."""
+
+    def __init__(self, registry: BreakerRegistry | None = None) -> None:
+        self._registry = registry
+
+    @property
+    def registry(self) -> BreakerRegistry:
+        return self._registry if self._registry is not None else default_registry()
+
+    def breaker_for(self, call: ToolCall, config: CircuitBreakerConfig | None = None) -> CircuitBreaker | None:
+        """The tool's breaker, or None when finding it failed (the call then runs unguarded)."""
+        try:
+            return self.registry.breaker_for(call, config)
+        except Exception:
+            bookkeeping_failed("finding a breaker")
+            return None
+
+    def upstream_for(self, call: ToolCall) -> CircuitBreaker | None:
+        """The upstream breaker the tool runs behind, or None. Looked up only for a tool
+        with a source or when upstreams are configured; never raises."""
+        return _upstream.breaker_for_call(self.registry, call)
+
+    def enter(
+        self, call: ToolCall, fn: Callable[..., Any], args: tuple, kwargs: dict, adapter: Any = None, config: Any = None
+    ) -> tuple[Any, ...]:
+        """(breaker, fn, upstream) to drive, or (None, answer) when the call is not guarded
+        (answer: ``loops.RUN``) or the loop guard answers for it (``loops.py``: an
+        identical call that already failed N times is not run). ``fn`` is wrapped when
+        the loop guard watches the call."""
+        breaker = self.breaker_for(call, config)
+        if breaker is None:
+            return None, _loops.RUN
+        answer, watch = _loops.enter(call, breaker, adapter, args, kwargs)
+        if answer is not _loops.RUN:
+            return None, answer
+        if watch is not None:
+            fn = watch.wrap(fn)
+        return breaker, fn, self.upstream_for(call)
+
+    def run(
+        self,
+        call: ToolCall,
+        fn: Callable[..., Any],
+        args: tuple = (),
+        kwargs: dict | None = None,
+        adapter: Any = None,
+        config: CircuitBreakerConfig | None = None,
+    ) -> Any:
+        """Run ``fn(*args, **kwargs)`` as tool call ``call`` (``config`` for a breaker created now)."""
+        kwargs = kwargs or {}
+        entered = self.enter(call, fn, args, kwargs, adapter, config)
+        if entered[0] is None:
+            return fn(*args, **kwargs) if entered[1] is _loops.RUN else entered[1]
+        breaker, fn, upstream = entered
+        return run(breaker, fn, args, kwargs, call, adapter, upstream)
+
+    async def arun(
+        self,
+        call: ToolCall,
+        fn: Callable[..., Any],
+        args: tuple = (),
+        kwargs: dict | None = None,
+        adapter: Any = None,
+        config: CircuitBreakerConfig | None = None,
+    ) -> Any:
+        """Run ``fn(*args, **kwargs)`` (awaited when it returns an awaitable) as tool call ``call``."""
+        kwargs = kwargs or {}
+        entered = self.enter(call, fn, args, kwargs, adapter, config)
+        if entered[0] is None:
+            if entered[1] is not _loops.RUN:
+                return entered[1]
+            result = fn(*args, **kwargs)
+            return await result if inspect.isawaitable(result) else result
+        breaker, fn, upstream = entered
+        return await arun(breaker, fn, args, kwargs, call, adapter, upstream)
+
+    def observe(self, call: ToolCall, outcome: int, output: Any = NO_OUTPUT) -> CircuitBreaker | None:
+        """A call that already ran, learned after the fact (a foreign tool span, MCP's
+        first call): its admission and outcome are counted together on the tool's
+        breaker. A success with an ``output`` is judged by the breaker's result
+        validator (``is_failure_result``) first. Returns the breaker (None when none
+        could be found)."""
+        breaker = self.breaker_for(call)
+        if breaker is None:
+            return None
+        try:
+            validator = breaker.config.is_failure_result
+            if outcome == SUCCESS and output is not NO_OUTPUT and validator is not None:
+                try:
+                    outcome = FAILURE if validator(output) else SUCCESS
+                except Exception:
+                    outcome = SUCCESS
+            breaker.observe(outcome)
+        except Exception:
+            bookkeeping_failed("recording an outcome")
+        return breaker

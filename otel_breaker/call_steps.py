@@ -1,0 +1,332 @@
+"""The steps of one guarded call, written once, without I/O.
+
+:func:`steps` is the whole sequence of a guarded call as a generator: it
+yields what has to be done (admit a call on a breaker, settle an outcome, run
+the tool) and is sent the answers. It decides everything (rejections, the
+escalation gate, the upstream's share of an outcome, classification, timeouts,
+retry hints, telemetry); the sync and async drivers in ``call_path.py`` only
+carry out its requests, one by plain calls, the other by awaiting. So the two
+cannot disagree.
+
+Two promises hold throughout:
+
+* a failure of our own bookkeeping is logged and the call runs unguarded:
+  the middleware never turns a healthy call into a failure;
+* a rejected call never runs the tool, and the caller gets a value its agent
+  loop understands (an error result, the adapter's native value, or
+  :class:`~otel_breaker.breaker.CircuitOpenError` when ``graceful_degradation=False``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Generator
+from typing import Any, Protocol
+
+from otel_breaker import rejection
+from otel_breaker import retry_hint as _retry_hints
+from otel_breaker import upstream_gate as _upstream_gate
+from otel_breaker.breaker import REJECTED, SHADOW, CircuitBreaker
+from otel_breaker.classify import FAILURE, IGNORED, SUCCESS, classify_exception, error_type, result_failed
+from otel_breaker.telemetry import TELEMETRY
+from otel_breaker.toolcall import ToolCall
+
+logger = logging.getLogger("otel_breaker")
+
+TIMEOUT_ERROR_TYPE = "timeout"
+INVALID_RESULT_ERROR_TYPE = "invalid_result"
+#: What an adapter's ``result_error`` returns for a value that is neither a
+#: success nor a failure of the tool (a denial, a policy block, a pause for input).
+IGNORED_RESULT = "otel_breaker.ignored"
+
+#: What :func:`steps` asks of a driver: ``(ADMIT, breaker)`` -> send the permit
+#: (None when admission failed); ``(SETTLE, breaker, permit, outcome)`` -> send None;
+#: ``(CALL, timeout, tool)`` -> send the result, or throw what the call raised
+#: (an async driver cancels an awaitable at ``timeout`` with :class:`ToolTimeoutError`).
+ADMIT = 0
+SETTLE = 1
+CALL = 2
+
+Effect = tuple[Any, ...]
+
+
+class Raised:
+    """What :func:`steps` returns for a call that raised: the driver raises ``exc``
+    again (a generator cannot re-raise a ``StopIteration`` a tool raised)."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+class ToolTimeoutError(TimeoutError):
+    """An async tool ran past its breaker's ``timeout`` and was cancelled."""
+
+    def __init__(self, tool: str, timeout: float):
+        self.tool = tool
+        self.timeout = timeout
+        super().__init__(f"Tool '{tool}' timed out after {timeout:g}s")
+
+
+class Adapter(Protocol):
+    """What a framework adapter adds to the call path."""
+
+    def result_error(self, call: ToolCall, result: Any) -> str | None:
+        """``error.type`` when the framework turned a failure into a returned value,
+        ``IGNORED_RESULT`` for a value that must not count either way, else None."""
+
+    def rejection(self, call: ToolCall, info: rejection.Rejection) -> Any:
+        """The framework-native value for a rejected call (or raise)."""
+
+    # Optional: ``exception_hint(call, exc)`` -> ``classify.MISTAKE``, ``RETRY_REQUEST``,
+    # ``CONTROL`` or None, for exceptions only the adapter can read (a validation
+    # error of the model's arguments is the same class as one a tool body raises).
+
+
+_bookkeeping_warned = False
+
+
+def bookkeeping_failed(where: str) -> None:
+    """Log a failure of our own bookkeeping (once loudly); the call goes on."""
+    global _bookkeeping_warned
+    if not _bookkeeping_warned:
+        _bookkeeping_warned = True
+        logger.exception("otel-breaker: %s failed; the call runs unguarded (logged once)", where)
+    else:
+        logger.debug("otel-breaker: %s failed", where, exc_info=True)
+
+
+def default_call(breaker: CircuitBreaker) -> ToolCall:
+    """The ToolCall of a call made without one (``breaker.call``, a decorator), kept on the breaker."""
+    call = breaker.call_cache
+    if call is None:
+        call = breaker.call_cache = ToolCall(breaker.name, agent_name=breaker.agent_name, session_id=breaker.session_id)
+    return call
+
+
+def reject(
+    breaker: CircuitBreaker, call: ToolCall | None, adapter: Adapter | None, span: Any, observed: bool
+) -> tuple[bool, Any]:
+    """A call ``breaker`` rejected: (run_anyway, value). Run anyway only when the
+    escalation gate approves a high-stakes call (marked on the span)."""
+    config = breaker.config
+    if (
+        adapter is None
+        and config.graceful_degradation
+        and not config.high_stakes
+        and (not observed or (span is None and not TELEMETRY.logs_on()))
+    ):
+        # Nothing to report to and nothing framework-specific: the cached rejection.
+        return False, rejection.rejection_result(breaker, call)
+    if call is None:
+        call = default_call(breaker)
+    info = rejection.Rejection(breaker, call)
+    if config.high_stakes and rejection.escalation_approves(call, info):
+        TELEMETRY.escalated(span, call, breaker)
+        return True, None
+    try:
+        TELEMETRY.rejected(span, call, breaker, info)
+    except Exception:
+        bookkeeping_failed("reporting a rejection")
+    if adapter is not None:
+        return False, adapter.rejection(call, info)
+    if config.graceful_degradation:
+        return False, info.as_dict()
+    raise info.error()
+
+
+def _result_error(breaker: CircuitBreaker, call: ToolCall | None, result: Any, adapter: Adapter | None) -> str | None:
+    """``error.type`` for a returned value the framework or a validator calls a failure."""
+    try:
+        if adapter is not None:
+            err = adapter.result_error(call, result)
+            if err is not None:
+                return err
+        if breaker.config.is_failure_result is not None and result_failed(result, breaker.config):
+            return INVALID_RESULT_ERROR_TYPE
+    except Exception:
+        bookkeeping_failed("classifying a result")
+    return None
+
+
+def _classify(breaker: CircuitBreaker, exc: BaseException, call: ToolCall | None, adapter: Adapter | None) -> int:
+    try:
+        hint = None
+        if adapter is not None:
+            read = getattr(adapter, "exception_hint", None)
+            if read is not None:
+                hint = read(call, exc)
+        return classify_exception(exc, breaker.config, hint)
+    except Exception:
+        bookkeeping_failed("classifying an exception")
+        return FAILURE
+
+
+def raised(
+    breaker: CircuitBreaker, call: ToolCall | None, adapter: Adapter | None, exc: BaseException
+) -> tuple[int, str | None]:
+    """(outcome, ``error.type``) of a call that raised ``exc``."""
+    if isinstance(exc, ToolTimeoutError):
+        return FAILURE, TIMEOUT_ERROR_TYPE
+    outcome = _classify(breaker, exc, call, adapter)
+    return outcome, (error_type(exc) if outcome == FAILURE else None)
+
+
+def returned(
+    breaker: CircuitBreaker, call: ToolCall | None, adapter: Adapter | None, result: Any, start: float, timed: bool
+) -> tuple[int, str | None, float]:
+    """(outcome, ``error.type``, elapsed seconds) of a call that returned ``result``."""
+    elapsed = breaker.clock() - start if timed else 0.0
+    config = breaker.config
+    err = None
+    if config.timeout is not None and elapsed > config.timeout:
+        err = TIMEOUT_ERROR_TYPE
+    elif adapter is not None or config.is_failure_result is not None:
+        err = _result_error(breaker, call, result, adapter)
+    if err == IGNORED_RESULT:
+        return IGNORED, None, elapsed
+    return (SUCCESS if err is None else FAILURE), err, elapsed
+
+
+def retry_hint(breaker: CircuitBreaker, outcome: int, exc: BaseException) -> None:
+    """A failure whose service said when to come back (``Retry-After``, see
+    ``retry_hint.py``) opens the breaker at once, for that long."""
+    if outcome != FAILURE:
+        return
+    try:
+        seconds = _retry_hints.retry_hint(exc)
+        if seconds is not None:
+            breaker.open_for(seconds)
+    except Exception:
+        bookkeeping_failed("reading a retry hint")
+
+
+def settle(breaker: CircuitBreaker, permit: Any, outcome: int) -> None:
+    """Report an outcome to ``breaker`` (sync); a failure of ours is logged."""
+    if permit is None:
+        return
+    try:
+        breaker.on_outcome(permit, outcome)
+    except Exception:
+        bookkeeping_failed("recording an outcome")
+
+
+def after_raise(breaker: CircuitBreaker, permit: Any, exc: BaseException) -> None:
+    """Classify and settle a call that raised, on the quick route (nobody watching,
+    no adapter, no upstream, a plain configuration, state in memory)."""
+    outcome = raised(breaker, None, None, exc)[0]
+    settle(breaker, permit, outcome)
+    retry_hint(breaker, outcome, exc)
+
+
+def _start(breaker: CircuitBreaker, call: ToolCall | None) -> tuple[ToolCall, Any]:
+    """Start telemetry for a call while anything watches: (call, span handle or None)."""
+    if call is None:
+        call = default_call(breaker)
+    try:
+        return call, TELEMETRY.start(call, breaker)
+    except Exception:
+        bookkeeping_failed("starting a span")
+        return call, None
+
+
+def _end(
+    breaker: CircuitBreaker,
+    call: ToolCall,
+    span: Any,
+    elapsed: float,
+    err: str | None,
+    exc: BaseException | None,
+    permit: Any,
+) -> None:
+    try:
+        TELEMETRY.finish(span, call, breaker, elapsed, err, exc, permit)
+    except Exception:
+        bookkeeping_failed("ending a span")
+
+
+def _slow(breaker: CircuitBreaker, elapsed: float) -> None:
+    """The slow-call rule (``slow_call_seconds``), when configured: off by default."""
+    if breaker.config.slow_call_seconds is None:
+        return
+    try:
+        breaker.record_duration(elapsed)
+    except Exception:
+        bookkeeping_failed("recording a duration")
+
+
+def steps(
+    breaker: CircuitBreaker,
+    call: ToolCall | None,
+    adapter: Adapter | None,
+    upstream: CircuitBreaker | None,
+    observed: bool,
+) -> Generator[Effect, Any, Any]:
+    """One guarded call, as the effects a driver carries out; returns the call's value
+    (or :class:`Raised`: what the call raised, for the driver to raise).
+
+    1. the upstream breaker (``upstream_gate.py``), when the tool has one, admits
+       first; open, it answers for the call and the tool's breaker counts nothing;
+    2. the tool's breaker admits, or its rejection answers;
+    3. the tool runs; the upstream takes its share of the outcome first
+       (a transport failure is marked so the tool's breaker treats it as neutral);
+    4. the tool's breaker settles the outcome; retry hints, the slow-call rule
+       and the span follow.
+    """
+    up_permit = None
+    escalated_upstream = False
+    if upstream is not None:
+        if call is None:
+            call = default_call(breaker)
+        up_permit = yield (ADMIT, upstream)
+        if up_permit == REJECTED:
+            run_anyway, value = _upstream_gate.reject(upstream, breaker, call, adapter)
+            if not run_anyway:
+                return value
+            up_permit = SHADOW
+            escalated_upstream = True
+    span = None
+    if observed:
+        call, span = _start(breaker, call)
+    try:
+        if escalated_upstream:
+            TELEMETRY.escalated(span, call, upstream)
+        permit = yield (ADMIT, breaker)
+        if permit == REJECTED:
+            try:
+                run_anyway, value = reject(breaker, call, adapter, span, observed)
+            except BaseException:
+                if up_permit is not None:
+                    yield (SETTLE, upstream, up_permit, IGNORED)  # never reached the upstream
+                raise
+            if not run_anyway:
+                if up_permit is not None:
+                    yield (SETTLE, upstream, up_permit, IGNORED)
+                return value
+            permit = SHADOW
+        config = breaker.config
+        timed = observed or config.timeout is not None or config.slow_call_seconds is not None
+        start = breaker.clock() if timed else 0.0
+        try:
+            result = yield (CALL, config.timeout, call.tool if call is not None else breaker.name)
+        except BaseException as exc:
+            if up_permit is not None:
+                yield (SETTLE, upstream, up_permit, _upstream_gate.outcome_of_exception(upstream, exc))
+            outcome, err = raised(breaker, call, adapter, exc)
+            yield (SETTLE, breaker, permit, outcome)
+            retry_hint(breaker, outcome, exc)
+            if observed:
+                _end(breaker, call, span, breaker.clock() - start, err, exc, permit)
+            return Raised(exc)
+        if up_permit is not None:
+            yield (SETTLE, upstream, up_permit, _upstream_gate.outcome_of_answer(adapter, call, result))
+        outcome, err, elapsed = returned(breaker, call, adapter, result, start, timed)
+        yield (SETTLE, breaker, permit, outcome)
+        _slow(breaker, elapsed)
+        if observed:
+            _end(breaker, call, span, elapsed, err, None, permit)
+        return result
+    finally:
+        if span is not None:
+            TELEMETRY.detach(span)
