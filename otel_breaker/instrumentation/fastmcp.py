@@ -30,8 +30,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from otel_breaker.degrade import Rejection
+from otel_breaker.instrumentation import mcp_results
 from otel_breaker.instrumentation.base import PatchTarget, active_call
-from otel_breaker.instrumentation.mcp import MCPAdapter, implementation_identity
+from otel_breaker.instrumentation.mcp_identity import implementation_identity
 from otel_breaker.instrumentation.spec import SpecAdapter, tool_patch
 from otel_breaker.menu import hide_open_tools_enabled, visible_tools
 from otel_breaker.toolcall import ToolCall
@@ -45,8 +47,11 @@ class FastMCPAdapter(SpecAdapter):
     error_results_are_answers = True  # an isError result: the server answered
     patches = (tool_patch(_TOOLS, "ClientToolsMixin.call_tool_mcp", "async"),)
 
-    result_error = MCPAdapter.result_error
-    rejection = MCPAdapter.rejection
+    def result_error(self, call: ToolCall, result: Any) -> str | None:
+        return mcp_results.result_error(result)
+
+    def rejection(self, call: ToolCall, info: Rejection) -> Any:
+        return mcp_results.rejection(info.message)
 
     def targets(self) -> list[PatchTarget]:
         return [*super().targets(), PatchTarget(_TOOLS, "ClientToolsMixin.list_tools", self._list_tools)]
