@@ -27,9 +27,9 @@ _INVALID_PARAMS = -32602
 _METHOD_NOT_FOUND = -32601
 _URL_ELICITATION_REQUIRED = -32042
 # What servers answer for a name they do not have, and for arguments their schema
-# rejects (MCPServer's argument model is ``<tool>Arguments``).
+# rejects (MCPServer's argument model is ``<tool>Arguments``; FastMCP validates ``call[<tool>]``).
 _UNKNOWN_TOOL = re.compile(r"^\s*(Unknown tool|Tool not found)\b", re.IGNORECASE)
-_BAD_ARGUMENTS = re.compile(r"validation errors? for \w*Arguments\b")
+_BAD_ARGUMENTS = re.compile(r"validation errors? for (\w*Arguments\b|call\[)")
 
 
 def result_text(result: Any) -> str:
@@ -73,9 +73,7 @@ def result_error(result: Any) -> str | None:
 
 def result_hint(result: Any) -> str | None:
     """``MISTAKE`` for the server's answer to an unknown name or refused arguments."""
-    if type(result).__name__ != "CallToolResult" or not (
-        getattr(result, "is_error", None) or getattr(result, "isError", False)
-    ):
+    if type(result).__name__ != "CallToolResult" or not _flagged(result):
         return None
     return MISTAKE if _is_mistake(result) else None
 
