@@ -8,7 +8,8 @@ Failures: ``execute`` catches what the tool raises and returns a
 ``FunctionExecutionResult`` with ``status="failure"``: counted as a failure.
 ``RetryAgentRun`` / ``StopAgentRun`` (the tool steering the run) and
 ``RunCancelledException`` are control flow: neither failure nor success. Model
-mistakes pass through uncounted: an unknown tool never reaches ``execute``,
+mistakes pass through uncounted: an unknown tool never reaches ``execute`` (the
+loop guard counts it where ``Model.get_function_calls_to_run`` answers it),
 arguments that did not decode leave ``FunctionCall.error`` set, and argument
 names the tool does not take are caught before the body runs, and arguments of a
 wrong type that pydantic's ``validate_call`` rejects (the failure text "N
@@ -39,12 +40,22 @@ from otel_breaker.classify import MISTAKE
 from otel_breaker.degrade import Rejection
 from otel_breaker.guard import IGNORED_RESULT
 from otel_breaker.identity import origin_of
-from otel_breaker.instrumentation.base import agent_display_name
-from otel_breaker.instrumentation.spec import MessageDialect, SpecAdapter, insert_status_block, prompt_patch, tool_patch
+from otel_breaker.instrumentation.base import PatchTarget, agent_display_name
+from otel_breaker.instrumentation.mistakes import run_unknown
+from otel_breaker.instrumentation.spec import (
+    MessageDialect,
+    SpecAdapter,
+    argument,
+    insert_status_block,
+    prompt_patch,
+    tool_patch,
+)
 from otel_breaker.menu import visible_tools
 from otel_breaker.toolcall import ToolCall
 
 _FUNCTION = "agno.tools.function"
+# The run's answer to a tool name no tool has.
+_UNKNOWN = "Error: The requested tool does not exist or is not available."
 _MODEL = "agno.models.base"
 
 # The rejection value last built in this context, told apart from a failure the tool returned.
@@ -91,6 +102,29 @@ class AgnoAdapter(SpecAdapter):
         prompt_patch(_MODEL, "Model._invoke_stream_with_retry", "sync"),
         prompt_patch(_MODEL, "Model._ainvoke_stream_with_retry", "asyncgen"),
     )
+
+    def targets(self) -> list[PatchTarget]:
+        # Where the run answers a tool name no tool has (it never reaches ``execute``).
+        return [*super().targets(), PatchTarget(_MODEL, "Model.get_function_calls_to_run", self._calls_to_run)]
+
+    def _calls_to_run(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        messages = argument(args, kwargs, 1, "messages")
+        start = len(messages)
+        calls = wrapped(*args, **kwargs)
+        if not self._enabled:
+            return calls
+        functions = argument(args, kwargs, 2, "functions") or {}
+        owner = next((f._agent or f._team for f in functions.values()), None)
+        name = agent_display_name(owner) if owner is not None else None
+        for i in range(start, len(messages)):
+            message = messages[i]
+            if message.content == _UNKNOWN and message.tool_name is not None:
+                call = ToolCall(
+                    str(message.tool_name), framework=self.name, agent_name=name, call_id=message.tool_call_id
+                )
+                reject = lambda text, m=message: m.model_copy(update={"content": text})  # noqa: E731
+                messages[i] = run_unknown(call, reject, lambda m: m.content, lambda m: m, (message,), {})
+        return calls
 
     def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
         if instance.error is not None:

@@ -12,8 +12,9 @@ Failures: a runner returns the ``ToolInvocationError`` instead of raising, and
 the Agent turns it into a tool message with ``error=True`` (or raises it when
 ``raise_on_tool_invocation_failure`` is set); that value is counted as a
 failure. Arguments the tool does not declare, or required ones missing, are
-the model's mistake and pass through uncounted; an unknown tool never reaches
-a runner.
+the model's mistake: the breaker does not count them, the loop guard does (as
+it does a name no tool has, which ``_resolve_tool_calls`` answers with an error
+tool message and never gives a runner).
 
 Rejection: a ``ToolInvocationError`` carrying the rejection text, so the Agent
 answers the model with the same error tool message a failing tool gets.
@@ -43,6 +44,7 @@ from typing import Any
 from otel_breaker.degrade import Rejection
 from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation.base import PatchTarget, agent_display_name
+from otel_breaker.instrumentation.mistakes import Refusals, arun_invalid, run_invalid, run_unknown
 from otel_breaker.instrumentation.spec import MessageDialect, SpecAdapter, argument, insert_status_block
 from otel_breaker.menu import hide_open_tools_enabled, visible_tools
 from otel_breaker.toolcall import ToolCall
@@ -68,6 +70,21 @@ _DIALECT = MessageDialect(
     with_text=lambda m, text: _system(text),
     system=_system,
 )
+
+
+def _refused(result: Any) -> bool:
+    """A runner's answer for a tool that raised (the runner returns it, not raises)."""
+    return type(result).__name__ == "ToolInvocationError"
+
+
+def _tool_message(text: str, origin: Any) -> Any:
+    from haystack.dataclasses import ChatMessage
+
+    return ChatMessage.from_tool(tool_result=text, origin=origin, error=True)
+
+
+def _error_text(message: Any) -> str | None:
+    return str(message.tool_call_result.result) if message.tool_call_result.error else None
 
 
 def _agent_name(agent: Any) -> str | None:
@@ -99,15 +116,11 @@ class HaystackAdapter(SpecAdapter):
             PatchTarget(_AGENT, "flatten_tools_or_toolsets", self._menu),
             PatchTarget(_AGENT, "_run_tool", self._every_tool),
             PatchTarget(_AGENT, "_run_tool_async", self._every_tool),
+            PatchTarget(_CALLING, "_resolve_tool_calls", self._resolve),
         ]
 
     def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
         tool, tool_call = argument(args, kwargs, 0, "tool"), kwargs["tool_call"]
-        arguments = tool_call.arguments or {}
-        schema = tool.parameters or {}
-        properties = schema.get("properties") or {}
-        if any(k not in properties for k in arguments) or any(k not in arguments for k in schema.get("required", ())):
-            return None  # the model's mistake, not the tool's
         agent = _agent.get()
         return ToolCall(
             tool=tool.name,
@@ -115,31 +128,63 @@ class HaystackAdapter(SpecAdapter):
             agent=agent,
             agent_name=_agent_name(agent) if agent is not None else None,
             call_id=tool_call.id,
-            arguments=arguments,
+            arguments=tool_call.arguments or {},
             origin=origin_of(tool, "haystack"),
         )
 
+    def _guarded(self, args: tuple, kwargs: dict) -> tuple[ToolCall | None, bool]:
+        """The call, and whether its arguments are the model's mistake (names the tool
+        does not declare, or required ones missing): the breaker does not count those."""
+        call = self.safe_tool_call(lambda: self.describe(None, args, kwargs))
+        if call is None:
+            return None, False
+        schema = argument(args, kwargs, 0, "tool").parameters or {}
+        properties, arguments = schema.get("properties") or {}, call.arguments
+        invalid = any(k not in properties for k in arguments) or any(
+            k not in arguments for k in schema.get("required", ())
+        )
+        return call, invalid
+
     def _runner(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         runner = wrapped(*args, **kwargs)
-        call = self.safe_tool_call(lambda: self.describe(instance, args, kwargs))
+        call, invalid = self._guarded(args, kwargs)
         if call is None:
             return runner
         context = contextvars.copy_context()  # the runner goes to a worker thread
+        if invalid:
+            return lambda: context.run(run_invalid, self, call, Refusals(self, returned=_refused), runner, (), {})
         return lambda: context.run(self.run_sync, call, runner, (), {})
 
     def _arunner(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         runner = wrapped(*args, **kwargs)
-        call = self.safe_tool_call(lambda: self.describe(instance, args, kwargs))
+        call, invalid = self._guarded(args, kwargs)
         if call is None:
             return runner
 
         async def guarded() -> Any:
+            if invalid:
+                return await arun_invalid(self, call, Refusals(self, returned=_refused), runner, (), {})
             return await self.run_async(call, runner, (), {})
 
         return guarded
 
+    def _resolve(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """The step's calls resolved to tools; a name no tool has gets Haystack's error
+        message, counted by the loop guard, or past its limit the loop guard's answer."""
+        calls, tools, errors = wrapped(*args, **kwargs)
+        agent = _agent.get()
+        for i, message in enumerate(errors):
+            origin = message.tool_call_result.origin
+            call = ToolCall(
+                origin.tool_name, framework=self.name, agent_name=_agent_name(agent) if agent is not None else None
+            )
+            errors[i] = run_unknown(
+                call, lambda text, o=origin: _tool_message(text, o), _error_text, lambda m: m, (message,), {}
+            )
+        return calls, tools, errors
+
     def result_error(self, call: ToolCall, result: Any) -> str | None:
-        return "tool_error" if type(result).__name__ == "ToolInvocationError" else None
+        return "tool_error" if _refused(result) else None
 
     def rejection(self, call: ToolCall, info: Rejection) -> Any:
         from haystack.tools.errors import ToolInvocationError
