@@ -15,7 +15,7 @@ LangChain adapter puts in ``ToolCall.source``:
   ``MultiServerMCPClient`` makes them): the connection's URL or stdio command;
 * else the ``server_name`` it was loaded under, if any.
 
-The identities are the MCP adapter's (:mod:`otel_breaker.instrumentation.mcp`),
+The identities are :mod:`otel_breaker.instrumentation.mcp_identity`'s,
 so a server is named alike wherever its tools are called from.
 
 Counted once: the LangChain tool's ``arun`` is the guarded call. Where the MCP
@@ -31,7 +31,7 @@ import weakref
 from typing import Any
 
 from otel_breaker.instrumentation.base import PatchTarget
-from otel_breaker.instrumentation.mcp import connection_identity, note_initialized, server_identity
+from otel_breaker.instrumentation.mcp_identity import connection_identity, note_initialized, server_identity
 
 logger = logging.getLogger("otel_breaker")
 

@@ -46,7 +46,7 @@ from otel_breaker.classify import MISTAKE, RETRY_REQUEST
 from otel_breaker.degrade import STATUS_HEADER, Rejection, status_in_prompt_enabled
 from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation.base import PatchTarget, agent_display_name, nested_failure
-from otel_breaker.instrumentation.mcp import implementation_identity
+from otel_breaker.instrumentation.mcp_identity import implementation_identity
 from otel_breaker.instrumentation.spec import SpecAdapter, status_text, tool_patch
 from otel_breaker.menu import hide_open_tools_enabled, visible_tools
 from otel_breaker.toolcall import ToolCall
