@@ -11,7 +11,9 @@ processor does not count a call twice.
   "Error: Function failed." and counts it towards its own
   ``max_consecutive_errors_per_request``; neither changes.
 * Model mistakes and control flow pass uncounted: invalid arguments and
-  approvals are settled before the function runs; a pause for user input, a
+  approvals are settled before the function runs (the loop guard counts the
+  invalid arguments ``invoke`` refuses, and a name no tool has where
+  ``_auto_invoke_function`` answers it); a pause for user input, a
   middleware termination or fail-closed abort and the tool's own invocation
   limits raised from inside are carried past the breaker.
 * A rejection is the text as the function's return value: the loop puts it in
@@ -36,6 +38,7 @@ from typing import Any
 from otel_breaker.degrade import Rejection
 from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation.base import PatchTarget, agent_display_name
+from otel_breaker.instrumentation.mistakes import Refusals, arun_invalid, arun_unknown
 from otel_breaker.instrumentation.spec import SpecAdapter, prompt_patch, status_text, tool_patch
 from otel_breaker.menu import visible_tools
 from otel_breaker.toolcall import ToolCall
@@ -47,6 +50,11 @@ _REFUSALS = ("declaration only", "maximum invocation limit", "maximum exception 
 # (run identity, agent) of the agent run in this context; the tool-call id of the invoke in progress.
 _agent: contextvars.ContextVar[tuple[Any, Any] | None] = contextvars.ContextVar("otel_breaker_af_agent", default=None)
 _call_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("otel_breaker_af_call_id", default=None)
+
+
+def _invalid(exc: BaseException) -> bool:
+    """The framework's refusal of arguments that fail the tool's schema."""
+    return type(exc).__name__ == "_FunctionArgumentValidationError"
 
 
 def _run_identity() -> Any:
@@ -74,6 +82,7 @@ class AgentFrameworkAdapter(SpecAdapter):
         return [
             *super().targets(),
             PatchTarget("agent_framework._tools", "FunctionTool.invoke", self._invoke),
+            PatchTarget("agent_framework._tools", "_auto_invoke_function", self._auto_invoke),
             PatchTarget("agent_framework._agents", "RawAgent._prepare_run_context", self._mark_agent),
         ]
 
@@ -125,9 +134,32 @@ class AgentFrameworkAdapter(SpecAdapter):
         call_id = kwargs.get("tool_call_id")
         token = _call_id.set(call_id if isinstance(call_id, str) else None)
         try:
-            return await wrapped(*args, **kwargs)
+            call = self._call_of(instance, (kwargs.get("arguments"),), {})
+            if call is None:
+                return await wrapped(*args, **kwargs)
+            # Arguments the tool's schema refuses raise here, before the function: the loop guard counts them.
+            return await arun_invalid(self, call, Refusals(self, raised=_invalid), wrapped, args, kwargs)
         finally:
             _call_id.reset(token)
+
+    async def _auto_invoke(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """The loop's call of a function; one of a name no tool has is answered here."""
+        content = args[0] if args else kwargs["function_call_content"]
+        if not self._enabled or content.type != "function_call" or content.name in kwargs.get("tool_map", {}):
+            return await wrapped(*args, **kwargs)
+        agent = _current_agent()
+        name = agent_display_name(agent) if agent is not None else None
+        call = ToolCall(str(content.name), framework=self.name, agent_name=name, call_id=content.call_id)
+
+        def reject(text: str) -> Any:
+            from agent_framework import Content
+
+            extra = content.additional_properties
+            return Content.from_function_result(call_id=content.call_id, result=text, additional_properties=extra)
+
+        return await arun_unknown(
+            call, reject, lambda result: getattr(result, "exception", None), wrapped, args, kwargs
+        )
 
     async def _mark_agent(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         context = await wrapped(*args, **kwargs)

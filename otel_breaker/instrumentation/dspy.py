@@ -9,7 +9,8 @@ Failures: ReAct catches what a tool raises and writes it into the trajectory as
 an observation; the guard sees the exception first and counts it. ReAct's own
 ``finish`` tool is control flow and passes through. Arguments the tool does not
 take or that fail its schema are the model's mistake: they are checked before
-the body runs (as ``Tool`` itself does) and pass through uncounted.
+the body runs (as ``Tool`` itself does): the breaker does not count them, the
+loop guard does.
 
 Rejection: the rejection text as the tool's result, which ReAct appends to the
 trajectory as the observation the model reads next.
@@ -32,6 +33,7 @@ from typing import Any
 
 from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation.base import PatchTarget, agent_display_name
+from otel_breaker.instrumentation.mistakes import Refusals, arun_invalid, run_invalid
 from otel_breaker.instrumentation.spec import SpecAdapter, prompt_patch, status_text, tool_patch
 from otel_breaker.menu import hidden_names
 from otel_breaker.toolcall import ToolCall
@@ -41,6 +43,20 @@ _REACT = "dspy.predict.react"
 
 # The ReAct module whose loop is running in this context.
 _agent: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_breaker_dspy_agent", default=None)
+
+
+def _refuses(tool: Any, kwargs: dict) -> bool:
+    """Whether ``Tool`` refuses these arguments (names it does not take, or a failed
+    schema) before its body runs: the model's mistake, which the breaker does not count."""
+    try:
+        tool._validate_and_parse_args(**kwargs)
+    except Exception:
+        return True
+    return False
+
+
+def _any(exc: BaseException) -> bool:
+    return True
 
 
 class DSPyAdapter(SpecAdapter):
@@ -64,7 +80,6 @@ class DSPyAdapter(SpecAdapter):
         agent = _agent.get()
         if instance.name == "finish" and agent is not None and agent.tools.get("finish") is instance:
             return None  # ReAct's own end-of-loop signal
-        instance._validate_and_parse_args(**kwargs)  # raises on the model's mistakes: run unguarded
         return ToolCall(
             tool=instance.name,
             framework=self.name,
@@ -73,6 +88,22 @@ class DSPyAdapter(SpecAdapter):
             arguments=kwargs,
             origin=origin_of(instance, "dspy"),
         )
+
+    def _tool_sync(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        call = self._call_of(instance, args, kwargs)
+        if call is None:
+            return wrapped(*args, **kwargs)
+        if _refuses(instance, kwargs):
+            return run_invalid(self, call, Refusals(self, raised=_any), wrapped, args, kwargs)
+        return self.run_sync(call, wrapped, args, kwargs)
+
+    async def _tool_async(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        call = self._call_of(instance, args, kwargs)
+        if call is None:
+            return await wrapped(*args, **kwargs)
+        if _refuses(instance, kwargs):
+            return await arun_invalid(self, call, Refusals(self, raised=_any), wrapped, args, kwargs)
+        return await self.run_async(call, wrapped, args, kwargs)
 
     def _forward(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         token = _agent.set(instance)

@@ -6,7 +6,9 @@ after-tool callbacks. The runner is ``_call_tool_async`` (``tool.run_async``) in
 ``_caller`` (batch and parallel calls) and, in live mode, ``_call_tool_async`` or
 ``_call_tool_in_thread_pool`` in ``_live_caller``; each call reaches exactly one of
 them. A call a callback answers, an unknown tool (the model's mistake) and a call
-held for confirmation never reach the runner and are not counted.
+held for confirmation never reach the runner and are not counted; the loop guard
+counts an unknown name where ``_execute_single_prepared_call`` answers it, and
+ADK's answer to invalid arguments (``result_hint``).
 
 Failures: a tool's exception leaves the runner (ADK then hands it to the
 ``on_tool_error`` callbacks) and is counted. A tool whose
@@ -29,9 +31,12 @@ from __future__ import annotations
 import contextvars
 from typing import Any
 
+from otel_breaker.classify import MISTAKE
 from otel_breaker.degrade import Rejection
 from otel_breaker.guard import IGNORED_RESULT
 from otel_breaker.identity import origin_of
+from otel_breaker.instrumentation.base import PatchTarget
+from otel_breaker.instrumentation.mistakes import arun_unknown
 from otel_breaker.instrumentation.spec import SpecAdapter, prompt_patch, status_text, tool_patch
 from otel_breaker.menu import hidden_names
 from otel_breaker.toolcall import ToolCall
@@ -56,6 +61,13 @@ def _agent_name(invocation: Any) -> str | None:
     return name if isinstance(name, str) and name else None
 
 
+def _error_of(event: Any) -> str | None:
+    """The error text of a function response event (None: no error, or no event)."""
+    parts = getattr(getattr(event, "content", None), "parts", None) or ()
+    response = getattr(getattr(parts[0], "function_response", None), "response", None) if parts else None
+    return str(response["error"]) if isinstance(response, dict) and "error" in response else None
+
+
 class GoogleADKAdapter(SpecAdapter):
     """Guards Google ADK tools, scoped per agent."""
 
@@ -66,6 +78,29 @@ class GoogleADKAdapter(SpecAdapter):
         tool_patch(_TOOLS + "_live_caller", "_call_tool_in_thread_pool"),
         prompt_patch("google.adk.flows.llm_flows.base_llm_flow", "BaseLlmFlow._call_llm_async", "asyncgen"),
     )
+
+    def targets(self) -> list[PatchTarget]:
+        # Where a name no tool has is answered (after the before-tool callbacks).
+        return [
+            *super().targets(),
+            PatchTarget(_TOOLS + "_caller", "_execute_single_prepared_call", self._prepared),
+            PatchTarget(_TOOLS + "_live_caller", "_execute_single_prepared_call", self._prepared),
+        ]
+
+    async def _prepared(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        invocation, prepared = args[0], args[1]
+        if prepared.tool_lookup_error is None or not self._enabled:
+            return await wrapped(*args, **kwargs)
+        name = _agent_name(invocation)
+        session = getattr(invocation, "session", None)
+        call = ToolCall(str(prepared.tool.name), framework=self.name, agent_name=name, session_id=session.id)
+
+        def reject(text: str) -> Any:
+            from google.adk.flows.llm_flows.tools._caller import _build_response_event
+
+            return _build_response_event(prepared.tool, {"error": text}, prepared.tool_context, invocation)
+
+        return await arun_unknown(call, reject, _error_of, wrapped, args, kwargs)
 
     def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
         tool, tool_context = _tool_and_context(args, kwargs)
@@ -103,6 +138,11 @@ class GoogleADKAdapter(SpecAdapter):
                 return IGNORED_RESULT  # bad arguments, or a person said no
         detector = getattr(tool, "_detect_error_in_response", None)
         return detector(result) if detector is not None else None
+
+    def result_hint(self, call: ToolCall, result: Any) -> str | None:
+        """ADK's own answer to arguments that fail the tool's schema: the model's mistake."""
+        refused = isinstance(result, dict) and set(result) == {"error"}
+        return MISTAKE if refused and str(result["error"]).startswith(f"Invoking `{call.tool}()` failed") else None
 
     def rejection(self, call: ToolCall, info: Rejection) -> Any:
         return {"error": info.message}

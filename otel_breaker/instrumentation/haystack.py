@@ -1,205 +1,149 @@
 """Breakers for Haystack (``haystack-ai``) Agents.
 
-An Agent step runs the tools the model asked for through
-``haystack.components.agents.tool_calling``: for each tool call it builds one
-zero-argument runner (``_make_context_bound_invoke`` on the sync path, run in a
-thread pool; ``_make_bounded_invoke_async`` on the async path, gathered) that
-invokes the tool inside Haystack's own tool span. Those two factories are the
-patch points: the runner they return is replaced by one that runs it through
-the breaker, once per tool call, whatever kind of ``Tool`` it is.
-
-Failures: a runner returns the ``ToolInvocationError`` instead of raising, and
-the Agent turns it into a tool message with ``error=True`` (or raises it when
-``raise_on_tool_invocation_failure`` is set); that value is counted as a
-failure. Arguments the tool does not declare, or required ones missing, are
-the model's mistake and pass through uncounted; an unknown tool never reaches
-a runner.
-
-Rejection: a ``ToolInvocationError`` carrying the rejection text, so the Agent
-answers the model with the same error tool message a failing tool gets.
-
-Agent identity: the Agent (its component name in a pipeline, when it has one),
-set around each step. Status block: appended to the run's system message for
-the step's model call, and the original message restored after the step.
-Haystack's ``haystack.agent.step.tool`` spans are not GenAI tool spans, so
-nothing is counted twice.
-
-Open tools: a step lists its tools once (``flatten_tools_or_toolsets``) and
-passes that list both to the chat generator and to the tool runner. With
-``OTEL_BREAKER_HIDE_OPEN_TOOLS=true`` the step's list (the generator's ``tools``
-and the state hooks read) loses the agent's open tools, and the tool runner
-(``_run_tool`` / ``_run_tool_async``) gets the whole list back, so a call the
-model makes anyway gets the rejection. When every tool is open none is hidden:
-a step with no tools ends the run.
+Each tool call runs in a zero-argument runner that ``_make_context_bound_invoke``
+(sync, in a thread pool) or ``_make_bounded_invoke_async`` builds: it is guarded.
+It returns a ``ToolInvocationError`` rather than raising (a failure, and the
+rejection's form). Undeclared or missing argument names, and a name no tool has
+(``_resolve_tool_calls``), are the model's mistakes: the loop guard counts them.
+Around each step: the Agent (its pipeline component name), the status block on the
+run's system message (undone after), and its menu (``flatten_tools_or_toolsets``
+without open tools; ``_run_tool`` still gets them all).
 """
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
-from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 from otel_breaker.degrade import Rejection
 from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation.base import PatchTarget, agent_display_name
-from otel_breaker.instrumentation.spec import MessageDialect, SpecAdapter, argument, insert_status_block
-from otel_breaker.menu import hide_open_tools_enabled, visible_tools
+from otel_breaker.instrumentation.mistakes import Refusals, arun_invalid, run_invalid, run_unknown
+from otel_breaker.instrumentation.patches import argument, menu_patch
+from otel_breaker.instrumentation.spec import MessageDialect, SpecAdapter
+from otel_breaker.instrumentation.step_status import status_for_step
+from otel_breaker.menu import visible_tools
 from otel_breaker.toolcall import ToolCall
 
 _CALLING = "haystack.components.agents.tool_calling"
 _AGENT = "haystack.components.agents.agent"
 
-# The Agent whose step is running in this context.
-_agent: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_breaker_haystack_agent", default=None)
-# The step's whole tool list while some are off the model's menu (the tool runner still gets them all).
-_all_tools: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_breaker_haystack_tools", default=None)
+# The step running in this context: [its Agent, its whole tool list while some are off the menu].
+_step: contextvars.ContextVar[list | None] = contextvars.ContextVar("otel_breaker_haystack_step", default=None)
 
 
-def _system(text: str) -> Any:
+def _agent() -> Any:
+    return (_step.get() or (None, None))[0]
+
+
+def _message(text: str, origin: Any = None) -> Any:
     from haystack.dataclasses import ChatMessage
 
-    return ChatMessage.from_system(text)
+    return ChatMessage.from_system(text) if origin is None else ChatMessage.from_tool(text, origin, error=True)
 
 
-_DIALECT = MessageDialect(
-    is_system=lambda m: m.role.value == "system",
-    text=lambda m: m.text,
-    with_text=lambda m, text: _system(text),
-    system=_system,
-)
+_DIALECT = MessageDialect(lambda m: m.role.value == "system", lambda m: m.text, lambda m, t: _message(t), _message)
 
 
-def _agent_name(agent: Any) -> str | None:
+def _refused(result: Any) -> bool:
+    return type(result).__name__ == "ToolInvocationError"
+
+
+def _name(agent: Any) -> str | None:
     pipeline = getattr(agent, "__haystack_added_to_pipeline__", None)
-    if pipeline is not None:
-        return pipeline.get_component_name(agent) or None
-    return agent_display_name(agent)
+    return (pipeline.get_component_name(agent) or None) if pipeline is not None else agent_display_name(agent)
 
 
-def _who(agent: Any) -> Any:
-    """The agent as its breakers are keyed: its name in the pipeline (the object when unnamed)."""
-    return _agent_name(agent) or agent
+def _status(agent: Any, args: tuple, kwargs: dict) -> Any:
+    state = lambda: argument(args, kwargs, 0, "exe_context").state.data  # noqa: E731
+    return status_for_step(state, "messages", _DIALECT, _name(agent) or agent)
 
 
 class HaystackAdapter(SpecAdapter):
-    """The patch points build runners rather than run tools, so the wrappers are
-    written here; ``describe`` is the spec's."""
-
     name = "haystack"
+    patches = (menu_patch(_AGENT, "flatten_tools_or_toolsets", "sync", "_visible", after=True),)
     modules = (_CALLING, _AGENT)
 
     def targets(self) -> list[PatchTarget]:
         return [
+            *super().targets(),
             PatchTarget(_CALLING, "_make_context_bound_invoke", self._runner),
-            PatchTarget(_CALLING, "_make_bounded_invoke_async", self._arunner),
-            PatchTarget(_AGENT, "Agent._run_step", self._step),
+            PatchTarget(_CALLING, "_make_bounded_invoke_async", self._runner),
+            PatchTarget(_CALLING, "_resolve_tool_calls", self._resolve),
+            PatchTarget(_AGENT, "Agent._run_step", self._run_step),
             PatchTarget(_AGENT, "Agent._run_step_async", self._astep),
-            PatchTarget(_AGENT, "flatten_tools_or_toolsets", self._menu),
             PatchTarget(_AGENT, "_run_tool", self._every_tool),
             PatchTarget(_AGENT, "_run_tool_async", self._every_tool),
         ]
 
     def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
-        tool, tool_call = argument(args, kwargs, 0, "tool"), kwargs["tool_call"]
-        arguments = tool_call.arguments or {}
-        schema = tool.parameters or {}
-        properties = schema.get("properties") or {}
-        if any(k not in properties for k in arguments) or any(k not in arguments for k in schema.get("required", ())):
-            return None  # the model's mistake, not the tool's
-        agent = _agent.get()
+        tool, tool_call, agent = argument(args, kwargs, 0, "tool"), kwargs["tool_call"], _agent()
+        arguments, origin = tool_call.arguments or {}, origin_of(tool, "haystack")
         return ToolCall(
-            tool=tool.name,
-            framework=self.name,
-            agent=agent,
-            agent_name=_agent_name(agent) if agent is not None else None,
-            call_id=tool_call.id,
-            arguments=arguments,
-            origin=origin_of(tool, "haystack"),
+            tool.name, self.name, agent, _name(agent), call_id=tool_call.id, arguments=arguments, origin=origin
         )
 
     def _runner(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """The runner, guarded; with arguments the tool does not take, through the loop guard only."""
         runner = wrapped(*args, **kwargs)
-        call = self.safe_tool_call(lambda: self.describe(instance, args, kwargs))
+        call = self.safe_tool_call(lambda: self.describe(None, args, kwargs))
         if call is None:
             return runner
-        context = contextvars.copy_context()  # the runner goes to a worker thread
-        return lambda: context.run(self.run_sync, call, runner, (), {})
+        schema = argument(args, kwargs, 0, "tool").parameters or {}
+        names, required = schema.get("properties") or {}, schema.get("required", ())
+        is_async = "semaphore" in kwargs
+        if any(k not in names for k in call.arguments) or any(k not in call.arguments for k in required):
+            run = partial(arun_invalid if is_async else run_invalid, self, call, Refusals(self, returned=_refused))
+        else:
+            run = partial(self.run_async if is_async else self.run_sync, call)
+        context = contextvars.copy_context()  # a sync runner goes to a worker thread
+        return (lambda: run(runner, (), {})) if is_async else (lambda: context.run(run, runner, (), {}))
 
-    def _arunner(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        runner = wrapped(*args, **kwargs)
-        call = self.safe_tool_call(lambda: self.describe(instance, args, kwargs))
-        if call is None:
-            return runner
-
-        async def guarded() -> Any:
-            return await self.run_async(call, runner, (), {})
-
-        return guarded
+    def _resolve(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """A name no tool has gets Haystack's error message, or past the loop guard's limit its answer."""
+        calls, tools, errors = wrapped(*args, **kwargs)
+        name = _name(_agent())
+        for i, message in enumerate(errors):
+            origin = message.tool_call_result.origin
+            call = ToolCall(origin.tool_name, self.name, agent_name=name)
+            answered = lambda m: str(m.tool_call_result.result) if m.tool_call_result.error else None  # noqa: E731
+            errors[i] = run_unknown(call, lambda t, o=origin: _message(t, o), answered, lambda m: m, (message,), {})
+        return calls, tools, errors
 
     def result_error(self, call: ToolCall, result: Any) -> str | None:
-        return "tool_error" if type(result).__name__ == "ToolInvocationError" else None
+        return "tool_error" if _refused(result) else None
 
     def rejection(self, call: ToolCall, info: Rejection) -> Any:
         from haystack.tools.errors import ToolInvocationError
 
         return ToolInvocationError(info.message, tool_name=call.tool)
 
-    @contextlib.contextmanager
-    def _stepping(self, agent: Any, args: tuple, kwargs: dict) -> Iterator[None]:
-        """One Agent step: who runs it, its status block (undone after), its tool menu."""
-        token, tools, restore = _agent.set(agent), _all_tools.set(None), self._add_status(agent, args, kwargs)
+    def _run_step(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        token, restore = _step.set([instance, None]), _status(instance, args, kwargs)
         try:
-            yield
+            return wrapped(*args, **kwargs)
         finally:
             restore()
-            _all_tools.reset(tools)
-            _agent.reset(token)
-
-    def _step(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        with self._stepping(instance, args, kwargs):
-            return wrapped(*args, **kwargs)
+            _step.reset(token)
 
     async def _astep(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        with self._stepping(instance, args, kwargs):
+        token, restore = _step.set([instance, None]), _status(instance, args, kwargs)
+        try:
             return await wrapped(*args, **kwargs)
+        finally:
+            restore()
+            _step.reset(token)
 
-    def _menu(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        """A step's tools without the open ones (outside a step, unchanged)."""
-        tools = wrapped(*args, **kwargs)
-        agent = _agent.get()
-        if agent is None or not hide_open_tools_enabled():
-            return tools
-        kept = visible_tools(tools, lambda t: t.name, agent=_who(agent))
-        if kept is tools or not kept:
-            return tools
-        _all_tools.set(tools)
+    def _visible(self, instance: Any, args: tuple, kwargs: dict, tools: Any) -> Any:
+        """A step's tools without the open ones (outside a step, or when none is left, unchanged)."""
+        agent = _agent()
+        kept = None if agent is None else visible_tools(tools, lambda t: t.name, agent=_name(agent) or agent)
+        if not kept or kept is tools:
+            return None
+        _step.get()[1] = tools  # type: ignore[index]
         return kept
 
     def _every_tool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        every = _all_tools.get()
+        every = (_step.get() or (None, None))[1]
         return wrapped(*args, **(kwargs if every is None else {**kwargs, "tools": every}))
-
-    def _add_status(self, agent: Any, args: tuple, kwargs: dict) -> Any:
-        """The run's messages with the status block for this step's model call; returns the undo."""
-        try:
-            data = argument(args, kwargs, 0, "exe_context").state.data
-            original = data["messages"]
-            amended = insert_status_block(original, _DIALECT, _who(agent))
-        except Exception:
-            amended = None
-        if amended is None:
-            return lambda: None
-        added = next(m for m, o in zip(amended, [*original, None], strict=False) if m is not o)
-        data["messages"] = amended
-
-        def restore() -> None:
-            # The step appended its replies; put the run's own system message back.
-            now = data["messages"]
-            position = next((i for i, m in enumerate(now) if m is added), None)
-            if position is not None:
-                replaced = [o for o in original if _DIALECT.is_system(o)][:1]
-                now[position : position + 1] = replaced
-                data["messages"] = now
-
-        return restore

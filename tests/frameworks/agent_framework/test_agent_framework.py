@@ -141,7 +141,9 @@ async def test_bad_arguments_from_the_model_are_not_counted(instrument, otel):
     assert BODY_RUNS["flaky"] == 0
     assert all("Argument parsing failed" in r for r in client.tool_results())
     assert counters(otel, "flaky") == (0, 0, 0)
-    assert default_registry().find("flaky") == []  # validation failed before the function was reached
+    # validation failed before the function was reached: its breaker (whose settings the loop
+    # guard reads for the model's mistakes) counted nothing
+    assert all(b.stats.failure_count == 0 for b in default_registry().find("flaky"))
 
 
 async def test_unknown_tool_is_not_counted(instrument, otel):
@@ -267,3 +269,28 @@ def test_opentelemetry_instrument_counts_a_natively_traced_call_once(framework_t
     assert stdout.count('"name": "execute_tool inventory"') == 5
     assert stdout.count('"otel_breaker.guarded": true') == 5
     assert ('"name": "invoke_agent' in stdout) == (framework_tracing == "true")
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["run", "stream"])
+async def test_loop_stop_reaches_the_caller_of_the_run(instrument, otel, stream):
+    """``loop_action=stop`` ends the run with ``ToolLoopError``: the loop turns a tool's
+    ``Exception`` into a result for the model, and lets this one through to the caller."""
+    from otel_breaker import ToolLoopError
+
+    set_settings(
+        load_settings(
+            {
+                "OTEL_BREAKER_FAILURE_THRESHOLD": "50",
+                "OTEL_BREAKER_LOOP_COUNT": "mistakes,failures",
+                "OTEL_BREAKER_LOOP_ACTION": "stop",
+            }
+        )
+    )
+    instrument("agent_framework")
+    agent, client = make_agent(
+        flaky, turns=calls("flaky", n=8), function_invocation_configuration={"max_consecutive_errors_per_request": 20}
+    )
+    with pytest.raises(ToolLoopError) as raised:
+        await run(agent, stream=stream)
+    assert (raised.value.tool, raised.value.count) == ("flaky", 3)
+    assert BODY_RUNS["flaky"] == 3 and len(client.sent) == 4

@@ -17,3 +17,4 @@ from loop_contract import LoopContract
 
 class TestContract(FrameworkContract, LoopContract):
     driver = AgnoDriver()
+    guards_unknown_tools = True

@@ -38,6 +38,17 @@ def answers(steps: list[Step]) -> list[dict[str, Any]]:
     return scripted
 
 
+def _error_line(observation: str) -> str:
+    """An observation, with the traceback ReAct writes for a tool's exception cut to the
+    exception's own line: the stack frames it lists (the first five from the loop) include
+    any wrapper around ``Tool.__call__``, so they are not what the contract compares."""
+    observation = observation.strip()
+    if "\nTraceback (most recent call last):" not in observation:
+        return observation
+    head, _, rest = observation.partition("\n")
+    return f"{head} {rest.strip().splitlines()[-1]}"
+
+
 def _instructions(react: dspy.ReAct, system: str) -> str:
     """The user's instructions as the model read them: ReAct's fixed text taken out."""
     objective = system.split("your objective is: ", 1)[1].split("\n")[1:]
@@ -71,7 +82,7 @@ class DSPyDriver:
             system, user = entry["messages"][0]["content"], entry["messages"][-1]["content"]
             if "next_tool_name" not in system:
                 continue  # the final answer extraction, not a step of the loop
-            sent.append(Sent(_instructions(agent, system), [r.strip() for r in _OBSERVATION.findall(user)]))
+            sent.append(Sent(_instructions(agent, system), [_error_line(r) for r in _OBSERVATION.findall(user)]))
         return sent
 
     def tools_sent(self, agent: Any) -> list[dict[str, Any]]:

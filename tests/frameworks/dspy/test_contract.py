@@ -12,7 +12,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from contract import FrameworkContract
 from driver import DSPyDriver
+from loop_contract import LoopContract
 
 
-class TestContract(FrameworkContract):
+class TestContract(FrameworkContract, LoopContract):
     driver = DSPyDriver()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any, ClassVar
 
 import pytest
 
@@ -17,4 +18,6 @@ from loop_contract import LoopContract
 
 class TestContract(FrameworkContract, LoopContract):
     driver = ADKDriver()
-    sees_invalid_arguments = False  # refused before the patched tool path
+    guards_unknown_tools = True
+    # A required argument missing (the driver's tools annotate lazily, so ADK skips type checks).
+    invalid_arguments: ClassVar[dict[str, Any]] = {"y": 1}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any, ClassVar
 
 import pytest
 
@@ -17,4 +18,5 @@ from loop_contract import LoopContract
 
 class TestContract(FrameworkContract, LoopContract):
     driver = HaystackDriver()
-    sees_invalid_arguments = False  # refused before the patched tool path
+    guards_unknown_tools = True
+    invalid_arguments: ClassVar[dict[str, Any]] = {"y": 1}  # Haystack checks names, not types

@@ -81,3 +81,23 @@ def test_healthy_agent_outside_a_pipeline_is_unchanged(instrument):
     baseline = run()
     instrument("haystack")
     assert run() == baseline
+
+
+@pytest.mark.parametrize("steps", [[("echo", {"y": 1})] * 6, [("no_such_tool", {"x": 1})] * 6], ids=["args", "name"])
+async def test_async_loop_answers_repeated_mistakes(instrument, steps):
+    """``run_async``: from the 4th identical invalid call (or unknown name) the model reads the
+    loop message; with ``loop_action=stop`` the run raises ``ToolLoopError``."""
+    from otel_breaker import ToolLoopError
+
+    instrument("haystack")
+    agent = DRIVER.build([Tool.healthy("echo")], [*steps, "done"])
+    assert await DRIVER.arun(agent) == "done"
+    results = DRIVER.sent(agent)[-1].tool_results
+    assert ["3 times" in r for r in results] == [False] * 3 + [True] * 3
+    breaker_settings(loop_action="stop")
+    default_registry().clear(keep_counts=False)  # the breaker made under the earlier settings goes
+    # Another agent: calls are remembered per agent name (Haystack has no run id to scope them by).
+    agent = DRIVER.build([Tool.healthy("echo")], [*steps, "done"], name="other")
+    with pytest.raises(ToolLoopError):
+        await DRIVER.arun(agent)
+    assert len(DRIVER.sent(agent)) == 4
