@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from functools import partial
 from typing import Any, TypeVar
 
@@ -41,8 +41,8 @@ from mcp.shared.message import ServerMessageMetadata
 from otel_breaker import __version__
 from otel_breaker.classify import is_transport_error
 from otel_breaker.guard import Guard, default_guard
-from otel_breaker.instrumentation.mcp import MCPAdapter
 from otel_breaker.mcp_proxy.upstream import UpstreamLink
+from otel_breaker.mcp_proxy.wire import WireAdapter, for_client
 from otel_breaker.menu import hidden_names, hide_open_tools_enabled
 from otel_breaker.sanitize import bounded
 from otel_breaker.toolcall import ToolCall
@@ -61,7 +61,7 @@ _MAX_ERROR_CHARS = 500
 class ProxyServer(Server[Any]):
     """The low-level server, answering ``initialize`` with what the servers behind it declared."""
 
-    def __init__(self, options: InitializationOptions) -> None:
+    def __init__(self, options: InitializationOptions, middleware: Any) -> None:
         super().__init__(
             options.server_name,
             version=options.server_version,
@@ -72,18 +72,10 @@ class ProxyServer(Server[Any]):
             icons=options.icons,
         )
         self._initialization_options = options
-        self.middleware.append(_handshake_only)
+        self.middleware.append(middleware)
 
     def create_initialization_options(self, *args: Any, **kwargs: Any) -> InitializationOptions:
         return self._initialization_options
-
-
-async def _handshake_only(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> Any:
-    """The proxy speaks the ``initialize`` handshake era of MCP: a ``server/discover``
-    probe is answered "method not found", on which clients fall back to ``initialize``."""
-    if ctx.method == "server/discover":
-        raise MCPError(code=types.METHOD_NOT_FOUND, message="Method not found", data=ctx.method)
-    return await call_next(ctx)
 
 
 class Clients:
@@ -161,7 +153,7 @@ class Forwarder:
         self.watch_interval = watch_interval
         self.clients = Clients()
         self._guard = guard or default_guard()
-        self._adapter = MCPAdapter(self._guard)
+        self._adapter = WireAdapter(self._guard)
         self._single = len(links) == 1
         # Per link: the tool names it listed (the whole listing, before hiding).
         self._tools: dict[UpstreamLink, set[str]] = {link: set() for link in links}
@@ -211,7 +203,7 @@ class Forwarder:
 
     def build_server(self) -> ProxyServer:
         options = self.initialization_options()
-        server = ProxyServer(options)
+        server = ProxyServer(options, self.intercept)
         caps = options.capabilities
         add = server.add_request_handler
         if caps.tools is not None:
@@ -268,14 +260,40 @@ class Forwarder:
         kept = [t for t in tools if not self._is_hidden(t.name, hidden)]
         return result.model_copy(update={"tools": kept})
 
+    async def intercept(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> Any:
+        """The proxy's middleware: a ``tools/call`` of an initialized client goes straight
+        to :meth:`call_tool_wire` as the dicts it came in; everything else takes the
+        SDK's way (validated, then its handler). The proxy speaks the ``initialize``
+        handshake era of MCP: a ``server/discover`` probe is answered "method not found",
+        on which clients fall back to ``initialize``."""
+        method = ctx.method
+        if method == "tools/call":
+            params = ctx.params
+            if (
+                params is not None
+                and isinstance(params.get("name"), str)
+                and isinstance(params.get("arguments", {}), dict | None)
+                and ctx.session.client_params is not None
+            ):
+                return await self.call_tool_wire(ctx, params)
+        elif method == "server/discover":
+            raise MCPError(code=types.METHOD_NOT_FOUND, message="Method not found", data=method)
+        return await call_next(ctx)
+
     async def call_tool(self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> Any:
+        return await self.call_tool_wire(ctx, params.model_dump(by_alias=True, mode="json", exclude_unset=True))
+
+    async def call_tool_wire(self, ctx: ServerRequestContext[Any, Any], params: Mapping[str, Any]) -> Any:
+        """Forward a ``tools/call`` (its params as the client sent them) through the guard;
+        the server's result as it came, or the rejection."""
         self.clients.remember(ctx)
-        route = await self._tool_route(params.name)
+        exposed: str = params["name"]
+        route = await self._tool_route(exposed)
         if route is None:
-            return _error_result(f"Unknown tool: {bounded(params.name, 128)}")
+            return _error_result(f"Unknown tool: {bounded(exposed, 128)}")
         link, name = route
-        sent = params if name == params.name else params.model_copy(update={"name": name})
-        forward = partial(link.request, types.CallToolRequest(params=sent), types.CallToolResult, _progress(ctx))
+        sent = params if name == exposed else {**params, "name": name}
+        forward = partial(link.request_raw, "tools/call", sent, _progress(ctx))
         entry = self.clients.begin(ctx)
         try:
             if self.guarding and name in self._tools[link]:
@@ -283,11 +301,12 @@ class Forwarder:
                     tool=name,
                     framework="mcp",
                     tool_type="extension",
-                    arguments=params.arguments,
+                    arguments=params.get("arguments"),
                     source=link.identity,
                 )
-                return await self._guard.acall(call, forward, adapter=self._adapter)
-            return await forward()
+                result = await self._guard.acall(call, forward, adapter=self._adapter)
+            else:
+                result = await forward()
         except Exception as exc:
             if not is_transport_error(exc):
                 raise
@@ -298,6 +317,9 @@ class Forwarder:
         finally:
             self.clients.end(entry)
             await self.check_hidden()
+        if isinstance(result, dict):
+            return for_client(result, ctx.protocol_version, link.protocol_version)
+        return result  # a rejection
 
     async def _tool_route(self, exposed: str) -> tuple[UpstreamLink, str] | None:
         if self._single:

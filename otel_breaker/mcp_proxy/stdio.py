@@ -1,13 +1,17 @@
 """The client's stdin and stdout, read and written on the event loop.
 
 The SDK's ``stdio_server`` reads and writes the standard streams through worker
-threads: three thread hand-offs per message, a large share of the proxy's cost
-per ``tools/call``. When stdin and stdout are pipes (as every MCP client starts
-a server), the proxy gives the SDK line streams served by the event loop
-instead. As the SDK does, it first moves the wire off descriptors 0 and 1
-(stdin reads the null device, stdout writes to stderr), so nothing printed by
-accident can corrupt the protocol. Anything else (a terminal, a file) uses the
-SDK's own threaded streams.
+threads and two relay tasks: several thread and task hand-offs per message, a
+large share of the proxy's cost per ``tools/call``. When stdin and stdout are
+pipes (as every MCP client starts a server), the proxy gives the SDK's session
+a read stream that parses each line as the session asks for it and a write
+stream that writes each message to the pipe as it is sent, served by the event
+loop with no task in between. The wire format is the SDK's own (the same
+message models, parsed from and written as one JSON line each). As the SDK
+does, it first moves the wire off descriptors 0 and 1 (stdin reads the null
+device, stdout writes to stderr), so nothing printed by accident can corrupt
+the protocol. Anything else (a terminal, a file) uses the SDK's own threaded
+streams.
 """
 
 from __future__ import annotations
@@ -18,43 +22,97 @@ import os
 from collections.abc import AsyncIterator
 from typing import Any
 
+import anyio
+import mcp.types as types
 from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
 
 #: The longest message line read from the client; a longer one is dropped (memory stays bounded).
 MAX_LINE_BYTES = 64 * 1024 * 1024
 
 
-class _Lines:
-    """Text lines of a pipe, as the SDK iterates a file."""
+class LineReadStream:
+    """The client's messages, one JSON-RPC message per line, parsed when the session reads.
+
+    A line that is not a JSON-RPC message is handed on as its parse error, as the
+    SDK's own stdio transport does (the session logs and drops it)."""
 
     def __init__(self, reader: asyncio.StreamReader) -> None:
         self._reader = reader
+        self._closed = False
 
-    def __aiter__(self) -> _Lines:
-        return self
-
-    async def __anext__(self) -> str:
+    async def receive(self) -> SessionMessage | Exception:
         while True:
+            if self._closed:
+                raise anyio.ClosedResourceError
             try:
                 line = await self._reader.readline()
             except ValueError:  # longer than MAX_LINE_BYTES: dropped, the rest reads as a bad message
                 continue
+            except ConnectionError:
+                raise anyio.EndOfStream from None
             if not line:
-                raise StopAsyncIteration
-            return line.decode("utf-8", "replace")
+                raise anyio.EndOfStream
+            if not line.strip():
+                continue
+            try:
+                message = types.jsonrpc_message_adapter.validate_json(line.decode("utf-8", "replace"), by_name=False)
+            except Exception as exc:
+                return exc
+            return SessionMessage(message)
+
+    def __aiter__(self) -> LineReadStream:
+        return self
+
+    async def __anext__(self) -> SessionMessage | Exception:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        self._closed = True
+
+    async def __aenter__(self) -> LineReadStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
 
-class _Writer:
-    """``write`` and ``flush`` of a pipe, as the SDK uses a file."""
+class LineWriteStream:
+    """Messages to the client, each written to the pipe as one JSON line when sent.
+
+    One ``write`` per message keeps messages whole when several requests answer
+    at once; waiting for the pipe to drain holds a sender back while the client
+    is not reading (memory stays bounded). A client that is gone reads as the
+    closed stream the session expects."""
 
     def __init__(self, writer: asyncio.StreamWriter) -> None:
         self._writer = writer
+        self._closed = False
 
-    async def write(self, text: str) -> None:
-        self._writer.write(text.encode("utf-8"))
+    async def send(self, item: SessionMessage, /) -> None:
+        if self._closed:
+            raise anyio.ClosedResourceError
+        data = item.message.model_dump_json(by_alias=True, exclude_unset=True)
+        writer = self._writer
+        try:
+            if writer.is_closing():
+                raise BrokenPipeError
+            writer.write(data.encode("utf-8") + b"\n")
+            await writer.drain()
+        except (ConnectionError, RuntimeError) as exc:
+            raise anyio.BrokenResourceError from exc
 
-    async def flush(self) -> None:
-        await self._writer.drain()
+    async def aclose(self) -> None:
+        self._closed = True
+
+    async def __aenter__(self) -> LineWriteStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
 
 @contextlib.asynccontextmanager
@@ -65,15 +123,14 @@ async def client_stdio() -> AsyncIterator[tuple[Any, Any]]:
         async with stdio_server() as streams:
             yield streams
         return
-    lines, writer, restore = opened
+    reader, writer, restore = opened
     try:
-        async with stdio_server(stdin=lines, stdout=writer) as streams:  # type: ignore[arg-type]
-            yield streams
+        yield LineReadStream(reader), LineWriteStream(writer)
     finally:
         restore()
 
 
-async def _open_pipes() -> tuple[_Lines, _Writer, Any] | None:
+async def _open_pipes() -> tuple[asyncio.StreamReader, asyncio.StreamWriter, Any] | None:
     """Event-loop streams on private copies of fds 0 and 1, which are then diverted; None
     when they are not pipes (or anything fails: the SDK's streams are used instead)."""
     try:
@@ -107,7 +164,7 @@ async def _open_pipes() -> tuple[_Lines, _Writer, Any] | None:
         read_transport.close()
         write_transport.close()
 
-    return _Lines(reader), _Writer(writer), restore
+    return reader, writer, restore
 
 
 def _divert() -> None:

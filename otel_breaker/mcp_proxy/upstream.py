@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from typing import Any, Protocol, TypeVar
 
@@ -28,6 +28,9 @@ import mcp.types as types
 from mcp.client.session import ClientRequestContext, ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.dispatcher import CallOptions
+from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
+from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 
 from otel_breaker import __version__
 from otel_breaker.instrumentation.mcp_identity import implementation_identity
@@ -42,8 +45,6 @@ T = TypeVar("T")
 CLIENT_INFO = types.Implementation(name="otel-breaker-mcp-proxy", version=__version__)
 # A connection that stayed up this long resets the restart back-off.
 _HEALTHY_AFTER = 10.0
-# Messages from the server queued for the session at most (a slow client holds the server back, not memory).
-_QUEUE = 16
 
 
 class UpstreamUnavailable(ConnectionError):
@@ -77,6 +78,10 @@ class UpstreamLink:
         self._restart_delay = restart_delay
         self._max_restart_delay = max_restart_delay
         self._session: ClientSession | None = None
+        self._dispatcher: JSONRPCDispatcher[Any] | None = None
+        self._options: CallOptions = {}
+        self.protocol_version: str | None = None
+        """The protocol version the server and the proxy agreed on."""
         self.initialize_result: types.InitializeResult | None = None
         self.server_identity: str | None = None
         """The server's ``name@version`` from ``initialize`` (else its command or URL)."""
@@ -114,6 +119,26 @@ class UpstreamLink:
             raise UpstreamUnavailable(f"MCP server {self.spec.name!r} is not connected (restarting)")
         return await session.send_request(request, result_type, progress_callback=progress)
 
+    async def request_raw(
+        self,
+        method: str,
+        params: Mapping[str, Any] | None,
+        progress: Callable[[float, float | None, str | None], Awaitable[None]] | None = None,
+    ) -> dict[str, Any]:
+        """Send a request as the wire's dicts and return the server's result as it came.
+
+        What the client sent is forwarded as it is, and the server's answer reaches
+        the client as it is: nothing is parsed into models and written back (the
+        client validates the result, as it would talking to the server directly).
+        Raises as :meth:`request` does."""
+        session, dispatcher = self._session, self._dispatcher
+        if session is None or dispatcher is None:
+            raise UpstreamUnavailable(f"MCP server {self.spec.name!r} is not connected (restarting)")
+        options = self._options
+        if progress is not None:
+            options = {**options, "on_progress": progress}
+        return await dispatcher.send_raw_request(method, params, options)
+
     async def notify(self, notification: Any) -> None:
         """Send a notification to the server; dropped while it is not connected."""
         session = self._session
@@ -145,6 +170,7 @@ class UpstreamLink:
                 )
             finally:
                 self._session = None
+                self._dispatcher = None
             first = False
             if anyio.current_time() - started_at >= _HEALTHY_AFTER:
                 delay = self._restart_delay
@@ -155,38 +181,28 @@ class UpstreamLink:
     async def _connect_once(self, task_status: anyio.abc.TaskStatus[None] | None) -> None:
         async with AsyncExitStack() as stack:
             read, write = await stack.enter_async_context(self._transport())
-            # Our own relay of the server's messages: its end is the sign the connection is gone.
-            relay_send, relay_receive = anyio.create_memory_object_stream[Any](_QUEUE)
             ended = anyio.Event()
-
-            async def relay() -> None:
-                try:
-                    async with relay_send:
-                        async for item in read:
-                            await relay_send.send(item)
-                except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
-                    pass
-                finally:
-                    ended.set()
-
-            group = await stack.enter_async_context(anyio.create_task_group())
-            stack.callback(group.cancel_scope.cancel)
-            group.start_soon(relay)
+            # The session's own dispatcher, built here so a tools/call can be forwarded as
+            # the wire's dicts (:meth:`request_raw`); the server's messages reach it
+            # directly, their end being the sign the connection is gone.
+            dispatcher: JSONRPCDispatcher[Any] = JSONRPCDispatcher(_Watched(read, ended), write)
             session = await stack.enter_async_context(
                 ClientSession(
-                    relay_receive,
-                    write,
                     sampling_callback=self._sampling,
                     elicitation_callback=self._elicitation,
                     list_roots_callback=self._list_roots,
                     message_handler=self._message,
                     client_info=CLIENT_INFO,
+                    dispatcher=dispatcher,
                 )
             )
             with anyio.fail_after(60):
                 result = await session.initialize()
             self.initialize_result = result
             self.server_identity = implementation_identity(result.server_info) or bounded(self.spec.describe(), 128)
+            self._dispatcher = dispatcher
+            self._options = _call_options(session.protocol_version or result.protocol_version)
+            self.protocol_version = session.protocol_version or result.protocol_version
             self._session = session
             self.starts += 1
             if self.starts > 1:
@@ -235,6 +251,53 @@ class UpstreamLink:
 
     async def _list_roots(self, context: ClientRequestContext) -> Any:
         return await self._to_client().request(self, types.ListRootsRequest(), types.ListRootsResult)
+
+
+def _call_options(protocol_version: str | None) -> CallOptions:
+    """What the SDK's session sends with each request after the handshake: the
+    protocol version header (streamable HTTP; stdio has no headers)."""
+    if not protocol_version:
+        return {}
+    return {"headers": {MCP_PROTOCOL_VERSION_HEADER: protocol_version}}
+
+
+class _Watched:
+    """The server's messages as the session reads them; ``ended`` is set when they end
+    (the server exited, the connection dropped, or the session closed)."""
+
+    def __init__(self, stream: Any, ended: anyio.Event) -> None:
+        self._stream = stream
+        self._ended = ended
+
+    async def receive(self) -> Any:
+        try:
+            return await self._stream.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._ended.set()
+            raise
+
+    def __aiter__(self) -> _Watched:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self._stream.receive()
+        except anyio.EndOfStream:
+            self._ended.set()
+            raise StopAsyncIteration from None
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._ended.set()
+            raise
+
+    async def aclose(self) -> None:
+        self._ended.set()
+        await self._stream.aclose()
+
+    async def __aenter__(self) -> _Watched:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
 
 class _HttpTransport:
