@@ -20,17 +20,8 @@ from otel_breaker.degrade import STATUS_HEADER, Rejection, augment_instructions
 from otel_breaker.guard import IGNORED_RESULT
 from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation.base import PatchTarget, agent_display_name
-from otel_breaker.instrumentation.spec import (
-    SKIP,
-    MessageDialect,
-    SpecAdapter,
-    argument,
-    context_patch,
-    insert_status_block,
-    menu_patch,
-    prompt_patch,
-    tool_patch,
-)
+from otel_breaker.instrumentation.patches import SKIP, argument, context_patch, menu_patch, prompt_patch, tool_patch
+from otel_breaker.instrumentation.spec import MessageDialect, SpecAdapter, insert_status_block
 from otel_breaker.menu import hide_open_tools_enabled, visible_tools
 from otel_breaker.toolcall import ToolCall
 
