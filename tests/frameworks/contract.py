@@ -370,7 +370,9 @@ class FrameworkContract:
         return agent, self._instructions(agent)
 
     def test_each_agent_sees_only_the_breakers_that_can_reject_its_calls(self, instrument):
-        quick_breaker_settings(status_in_prompt="true")
+        # A long cooldown: alpha's breaker must still be open when the states are read,
+        # however slowly the four runs go.
+        quick_breaker_settings(status_in_prompt="true", recovery_timeout="600")
         _, plain_alpha = self._lookups("alpha", Tool.failing("lookup"), 2)
         _, plain_beta = self._lookups("beta", Tool.healthy("lookup"), 1)
         instrument(self.driver.framework)
