@@ -68,6 +68,7 @@ from otel_breaker.classify import MISTAKE
 from otel_breaker.degrade import Rejection, status_in_prompt_enabled
 from otel_breaker.guard import IGNORED_RESULT
 from otel_breaker.identity import origin_of
+from otel_breaker.instrumentation import refusals
 from otel_breaker.instrumentation.base import PatchTarget, agent_display_name
 from otel_breaker.instrumentation.spec import MessageDialect, SpecAdapter, insert_status_block, tool_patch
 from otel_breaker.menu import visible_tools
@@ -234,9 +235,30 @@ class CrewAIAdapter(SpecAdapter):
         )
         token = _native.set(identity)
         try:
-            return wrapped(*args, **kwargs)
+            if wrapped.__name__ != "_execute_single_native_tool_call":
+                return wrapped(*args, **kwargs)
+            return self._native_call(wrapped, instance, args, kwargs, identity)
         finally:
             _native.reset(token)
+
+    def _native_call(self, wrapped: Any, executor: Any, args: tuple, kwargs: dict, identity: tuple) -> Any:
+        """A native tool call; one to a name no tool has is answered by the executor
+        itself (``Tool not found``), which the loop guard counts."""
+        call = self.safe_tool_call(lambda: _unknown_call(executor, args, kwargs, identity))
+        if call is None:
+            return wrapped(*args, **kwargs)
+
+        def reject(text: str) -> dict[str, Any]:
+            return {"call_id": identity[3], "func_name": call.tool, "result": text, "original_tool": None}
+
+        answer = refusals.check(self.guard, call, reject, unknown=True)
+        if answer is not refusals.RUN:
+            return {"from_cache": False, **answer}
+        result = wrapped(*args, **kwargs)
+        failure = result.get("tool_failure") if isinstance(result, dict) else None
+        if getattr(getattr(failure, "reason", None), "value", None) == "unknown_tool":
+            refusals.count(self.guard, call, str(result.get("result")), unknown=True)
+        return result
 
     # -- argument validation: the model's mistake -----------------------------------------
 
@@ -418,6 +440,24 @@ class CrewAIAdapter(SpecAdapter):
         except Exception:
             return False
         return policy is ToolFailurePolicy.RAISE
+
+
+def _unknown_call(executor: Any, args: tuple, kwargs: dict, identity: tuple) -> ToolCall | None:
+    """The native tool call about to be made, when no tool of the executor has its name."""
+    from crewai.utilities.agent_utils import extract_tool_call_info
+
+    info = extract_tool_call_info(args[0] if args else kwargs.get("tool_call"))
+    if info is None or info[1] in (getattr(executor, "_available_functions", None) or {}):
+        return None
+    agent, _task, crew, call_id = identity
+    return ToolCall(
+        info[1],
+        framework="crewai",
+        agent=agent,
+        agent_name=agent_display_name(agent) if agent is not None else None,
+        session_id=_text_id(getattr(crew, "id", None)),
+        call_id=call_id,
+    )
 
 
 @contextlib.contextmanager

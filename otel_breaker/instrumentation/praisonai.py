@@ -58,13 +58,15 @@ import contextvars
 import logging
 from typing import Any
 
+from otel_breaker.classify import MISTAKE
 from otel_breaker.degrade import Rejection
 from otel_breaker.guard import IGNORED_RESULT
 from otel_breaker.identity import origin_of
+from otel_breaker.instrumentation import refusals
 from otel_breaker.instrumentation.base import PatchTarget, agent_display_name
 from otel_breaker.instrumentation.spec import MessageDialect, SpecAdapter, insert_status_block, tool_patch
 from otel_breaker.menu import visible_tools
-from otel_breaker.toolcall import ToolCall
+from otel_breaker.toolcall import ToolCall, active_call
 
 logger = logging.getLogger("otel_breaker")
 
@@ -90,7 +92,8 @@ _DECISION_KEYS = (
 
 # Error dicts caused by the model (a tool name that does not exist, arguments
 # that do not fit the schema); the tool itself is fine.
-_MODEL_MISTAKE_KEYS = ("available_tools", "expected_parameters")
+_UNKNOWN_TOOL = "available_tools"
+_INVALID_ARGUMENTS = "expected_parameters"
 
 # Chat Completions messages are plain dicts.
 DIALECT = MessageDialect(
@@ -99,6 +102,26 @@ DIALECT = MessageDialect(
     with_text=lambda m, text: {**m, "content": text},
     system=lambda text: {"role": "system", "content": text},
 )
+
+
+def _error(text: str) -> dict[str, str]:
+    return {"error": text}
+
+
+def _invalid_arguments(call: ToolCall, result: dict) -> bool:
+    """Whether an error dict answers arguments the tool cannot take: the sync path says
+    so, the async path only flattens the ``TypeError`` of the call, which the agent's
+    own binding check recognises (the tool body never ran)."""
+    if _INVALID_ARGUMENTS in result:
+        return True
+    call = call or active_call()
+    agent = getattr(call, "agent", None)
+    check = getattr(agent, "_is_argument_binding_error", None)
+    tool = _praison_tool(agent, call.tool) if call is not None else None
+    try:
+        return bool(check is not None and tool is not None and check(tool, call.arguments))
+    except Exception:
+        return False
 
 
 def _argument(args: tuple, kwargs: dict, index: int, name: str) -> Any:
@@ -170,7 +193,7 @@ class PraisonAIAdapter(SpecAdapter):
             return None
         if any(result.get(key) for key in _DECISION_KEYS):
             return IGNORED_RESULT  # a denial or policy block: says nothing about the tool
-        if any(key in result for key in _MODEL_MISTAKE_KEYS):
+        if _UNKNOWN_TOOL in result or _invalid_arguments(call, result):
             return IGNORED_RESULT  # the model's mistake (unknown tool, bad arguments)
         if result.get("circuit_open"):
             return "circuit_open"
@@ -178,8 +201,34 @@ class PraisonAIAdapter(SpecAdapter):
             return "timeout"
         return "tool_error"
 
+    def result_hint(self, call: ToolCall, result: Any) -> str | None:
+        """Arguments the tool cannot take: the loop guard counts the model's mistake."""
+        mistake = isinstance(result, dict) and result.get("error") and _invalid_arguments(call, result)
+        return MISTAKE if mistake else None
+
     def rejection(self, call: ToolCall, info: Rejection) -> Any:
         return {"error": info.message}
+
+    # -- a name no tool has: answered by the agent itself, kept by the loop guard --------------
+
+    def run_sync(self, call: ToolCall, wrapped: Any, args: tuple, kwargs: dict) -> Any:
+        unknown = _praison_tool(call.agent, call.tool) is None
+        answer = refusals.check(self.guard, call, _error, unknown=True) if unknown else refusals.RUN
+        if answer is not refusals.RUN:
+            return answer
+        return self._unknown_counted(call, super().run_sync(call, wrapped, args, kwargs), unknown)
+
+    async def run_async(self, call: ToolCall, wrapped: Any, args: tuple, kwargs: dict) -> Any:
+        unknown = _praison_tool(call.agent, call.tool) is None
+        answer = refusals.check(self.guard, call, _error, unknown=True) if unknown else refusals.RUN
+        if answer is not refusals.RUN:
+            return answer
+        return self._unknown_counted(call, await super().run_async(call, wrapped, args, kwargs), unknown)
+
+    def _unknown_counted(self, call: ToolCall, result: Any, unknown: bool) -> Any:
+        if unknown and isinstance(result, dict) and _UNKNOWN_TOOL in result:
+            refusals.count(self.guard, call, str(result.get("error")), unknown=True)
+        return result
 
     # -- the running agent, and each request it sends --------------------------------------
 

@@ -43,8 +43,10 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
+from otel_breaker.classify import MISTAKE
 from otel_breaker.degrade import Rejection, status_in_prompt_enabled
 from otel_breaker.identity import origin_of
+from otel_breaker.instrumentation import refusals
 from otel_breaker.instrumentation.base import PatchTarget, agent_display_name, not_a_tool_call
 from otel_breaker.instrumentation.spec import SpecAdapter, status_text, tool_patch
 from otel_breaker.menu import hide_open_tools_enabled, visible_tools
@@ -55,6 +57,7 @@ logger = logging.getLogger("otel_breaker")
 _AGENT = "semantic_kernel.agents.chat_completion.chat_completion_agent"
 _METHOD = "semantic_kernel.functions.kernel_function_from_method"
 _CHOICE = "semantic_kernel.connectors.ai.function_choice_behavior"
+_FILTERS = "semantic_kernel.filters.kernel_filters_extension"
 
 
 class _Run:
@@ -73,6 +76,8 @@ _run: contextvars.ContextVar[_Run | None] = contextvars.ContextVar("otel_breaker
 # The tool-call id of the KernelFunction.invoke in progress.
 _call_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("otel_breaker_sk_call_id", default=None)
 _binding_failed: contextvars.ContextVar[list[bool] | None] = contextvars.ContextVar("otel_breaker_sk_bd", default=None)
+# Set once the function call in progress passed the kernel's own checks (its filter stack is built).
+_reached: contextvars.ContextVar[list[bool] | None] = contextvars.ContextVar("otel_breaker_sk_reached", default=None)
 
 
 async def _scoped(agen: Any, run: _Run) -> AsyncIterator[Any]:
@@ -105,7 +110,8 @@ class SemanticKernelAdapter(SpecAdapter):
             PatchTarget(_AGENT, "ChatCompletionAgent.invoke_stream", self._agent_run),
             PatchTarget(_AGENT, "ChatCompletionAgent._prepare_agent_chat_history", self._history),
             PatchTarget("semantic_kernel.agents.agent", "Agent.format_instructions", self._instructions),
-            PatchTarget("semantic_kernel.kernel", "Kernel.invoke_function_call", self._after_call),
+            PatchTarget("semantic_kernel.kernel", "Kernel.invoke_function_call", self._function_call),
+            PatchTarget(_FILTERS, "KernelFilterExtension.construct_call_stack", self._call_stack),
             PatchTarget(_CHOICE, "FunctionChoiceBehavior._check_and_get_config", self._menu),
             PatchTarget(_CHOICE, "FunctionChoiceBehavior.configure", self._configure),
         ]
@@ -138,8 +144,12 @@ class SemanticKernelAdapter(SpecAdapter):
         return None
 
     def is_neutral(self, exc: BaseException) -> bool:
-        """Arguments the method cannot take (the model's mistake), or a cancellation."""
-        return bool(_binding_failed.get()) or type(exc).__name__ == "OperationCancelledException"
+        """A cancellation from inside."""
+        return type(exc).__name__ == "OperationCancelledException"
+
+    def exception_hint(self, call: ToolCall, exc: BaseException) -> str | None:
+        """Arguments the method cannot take: the model's mistake."""
+        return MISTAKE if _binding_failed.get() else super().exception_hint(call, exc)
 
     def rejection(self, call: ToolCall, info: Rejection) -> Any:
         return info.message  # run_async makes it the FunctionResult the kernel reads
@@ -207,8 +217,72 @@ class SemanticKernelAdapter(SpecAdapter):
             run.configure = lambda: wrapped(*args, **kwargs)
         return wrapped(*args, **kwargs)
 
-    async def _after_call(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        result = await wrapped(*args, **kwargs)
+    # -- calls the kernel refuses before any function runs: the model's mistakes -----------------
+
+    async def _function_call(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """The kernel answers a name no function has, and arguments missing or unexpected,
+        itself: the loop guard counts those answers and, from its limit on, answers instead."""
+        refusal = self.safe_tool_call(lambda: self._refusable(instance, args, kwargs))
+        if refusal is not None:
+            call, unknown, function_call, history = refusal
+
+            def reject(text: str) -> None:
+                from semantic_kernel.contents import FunctionResultContent
+
+                answer = FunctionResultContent.from_function_call_content_and_result(
+                    function_call_content=function_call, result=text
+                )
+                history.add_message(message=answer.to_chat_message_content())
+
+            if refusals.check(self.guard, call, reject, unknown) is not refusals.RUN:
+                return self._after_call(args, kwargs, None)
+        token = _reached.set([])
+        try:
+            result = await wrapped(*args, **kwargs)
+        finally:
+            reached = _reached.get()
+            _reached.reset(token)
+        if refusal is not None and not reached:
+            refusals.count(self.guard, call, _last_result(history), unknown)
+        return self._after_call(args, kwargs, result)
+
+    def _refusable(self, kernel: Any, args: tuple, kwargs: dict) -> tuple[ToolCall, bool, Any, Any]:
+        """The call as the loop guard keys it, whether no function has its name, the
+        function call content and the chat history."""
+        function_call = args[0] if args else kwargs["function_call"]
+        history = args[1] if len(args) > 1 else kwargs["chat_history"]
+        try:
+            kernel.get_function(function_call.plugin_name, function_call.function_name)
+            unknown = False
+        except Exception:
+            unknown = True
+        try:
+            arguments: Any = function_call.to_kernel_arguments()
+        except Exception:
+            arguments = function_call.arguments
+        run = _run.get()
+        agent = run.agent if run is not None else None
+        name = function_call.name
+        return (
+            ToolCall(
+                name,
+                framework=self.name,
+                agent=agent,
+                agent_name=agent_display_name(agent) if agent is not None else None,
+                arguments=arguments,
+            ),
+            unknown,
+            function_call,
+            history,
+        )
+
+    def _call_stack(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        reached = _reached.get()
+        if reached is not None:
+            reached.append(True)
+        return wrapped(*args, **kwargs)
+
+    def _after_call(self, args: tuple, kwargs: dict, result: Any) -> Any:
         run = _run.get()
         if run is not None and run.configure is not None and hide_open_tools_enabled():
             try:
@@ -227,3 +301,11 @@ class SemanticKernelAdapter(SpecAdapter):
         except Exception:
             logger.debug("otel-breaker: semantic_kernel: status block not refreshed", exc_info=True)
         return result
+
+
+def _last_result(history: Any) -> str | None:
+    """The text of the kernel's answer just added to ``history``."""
+    try:
+        return str(history.messages[-1].items[-1].result)
+    except Exception:
+        return None

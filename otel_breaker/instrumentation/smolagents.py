@@ -51,6 +51,7 @@ from typing import Any
 from otel_breaker.classify import MISTAKE
 from otel_breaker.degrade import Rejection, status_in_prompt_enabled
 from otel_breaker.identity import origin_of
+from otel_breaker.instrumentation import refusals
 from otel_breaker.instrumentation.base import PatchTarget, _Patched, agent_display_name
 from otel_breaker.instrumentation.spec import MessageDialect, SpecAdapter, insert_status_block, tool_patch
 from otel_breaker.menu import visible_tools
@@ -123,6 +124,7 @@ class SmolagentsAdapter(SpecAdapter):
             PatchTarget(_AGENTS, "MultiStepAgent._run_stream", self._run_stream),
             PatchTarget(_AGENTS, "ToolCallingAgent.process_tool_calls", self._process_tool_calls),
             PatchTarget(_AGENTS, "ToolCallingAgent.execute_tool_call", self._execute_tool_call),
+            PatchTarget(_AGENTS, "validate_tool_arguments", self._validate),
             PatchTarget("smolagents.local_python_executor", "timeout", self._timeout),
             PatchTarget(_AGENTS, "MultiStepAgent.write_memory_to_messages", self._memory_messages),
         ]
@@ -183,7 +185,7 @@ class SmolagentsAdapter(SpecAdapter):
             name,
             framework=FRAMEWORK,
             agent=agent,
-            agent_name=(agent_display_name(agent) or type(agent).__name__) if agent is not None else None,
+            agent_name=_agent_name(agent) if agent is not None else None,
             call_id=call_id,
             arguments=_bind_arguments(args, tool_kwargs),
             origin=origin_of(instance, "smolagents"),
@@ -253,8 +255,38 @@ class SmolagentsAdapter(SpecAdapter):
         token = _caller.set((instance, call_id))
         try:
             return wrapped(*args, **kwargs)
+        except Exception as exc:
+            # A name no tool has: smolagents answers it before any tool runs.
+            name = args[0] if args else kwargs.get("tool_name")
+            if isinstance(name, str) and name not in {**instance.tools, **instance.managed_agents}:
+                call = ToolCall(name, framework=FRAMEWORK, agent=instance, agent_name=_agent_name(instance))
+                error = type(exc)
+
+                def reject(text: str) -> Any:
+                    raise error(text, instance.logger) from None
+
+                refusals.refused(self.guard, call, str(exc), reject, unknown=True)
+            raise
         finally:
             _caller.reset(token)
+
+    def _validate(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """smolagents checking the model's arguments against the tool's inputs, before the
+        tool is called: a refusal is the model's mistake, for the loop guard. The loop
+        guard's answer is raised like the check's own error, which the model reads."""
+        try:
+            return wrapped(*args, **kwargs)
+        except (ValueError, TypeError) as exc:
+            tool = args[0] if args else kwargs.get("tool")
+            arguments = args[1] if len(args) > 1 else kwargs.get("arguments")
+            from smolagents.tools import Tool
+
+            if isinstance(tool, Tool):
+                positional, named = ((), dict(arguments)) if isinstance(arguments, dict) else ((arguments,), {})
+                call = self._call_of(tool, positional, named)
+                if call is not None:
+                    refusals.refused(self.guard, call, str(exc), _raise_value_error)
+            raise
 
     def _timeout(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         decorator = wrapped(*args, **kwargs)
@@ -284,6 +316,14 @@ class SmolagentsAdapter(SpecAdapter):
         except Exception:
             logger.debug("otel-breaker: smolagents: tool status not added to the prompt", exc_info=True)
             return messages
+
+
+def _agent_name(agent: Any) -> str:
+    return agent_display_name(agent) or type(agent).__name__
+
+
+def _raise_value_error(text: str) -> Any:
+    raise ValueError(text)
 
 
 def _menu_tool_name(agent: Any) -> Any:
