@@ -1,37 +1,21 @@
 """AutoGen (autogen-core / autogen-agentchat 0.7): a breaker on every ``BaseTool.run_json``.
 
-Every caller of a tool ends in ``BaseTool.run_json`` (the static workbenches of
-``AssistantAgent``, ``autogen_core.tool_agent.ToolAgent``, handoffs), or in
-``BaseStreamTool.run_json_stream`` for streaming tools such as ``AgentTool``.
-Both are async; AutoGen has no sync tool path. The call id is an argument of
-both; the agent is not, so:
+Every caller of a tool ends in ``BaseTool.run_json`` (``AssistantAgent``'s workbench,
+``ToolAgent``, handoffs) or ``BaseStreamTool.run_json_stream``; both are async. The
+agent is not an argument: ``AssistantAgent.on_messages_stream`` marks it for each
+step, ``_execute_tool_call`` tells which calls are handoffs (never guarded), and
+inside a runtime ``MessageHandlerContext.agent_id()`` names the caller. Arguments
+the tool's args model rejects are the model's mistake. The workbench turns a
+tool's exception into ``ToolResult(is_error=True)``, so the rejection is raised
+(``CircuitOpenError`` with the sanitized text). Status block: the first
+``SystemMessage`` of ``AssistantAgent._get_compatible_context``; menu: the
+static workbench's ``list_tools`` inside ``_call_llm``.
 
-* ``AssistantAgent.on_messages_stream`` marks the running agent (an async
-  generator: the mark is set for each step only; the tool-call tasks it
-  creates copy it);
-* ``AssistantAgent._execute_tool_call`` (a staticmethod) tells which calls are
-  handoffs. Inside a runtime without an agentchat agent, the runtime's
-  ``MessageHandlerContext.agent_id()`` names the caller.
-
-Arguments the tool's args model rejects are the model's mistake: they are
-checked before the call (as ``run_json`` does first) and run unguarded.
-
-The workbench turns a tool's exception into ``ToolResult(is_error=True)`` with
-the exception's text, so the exception itself is the failure signal, and a
-rejection is raised too (:class:`~otel_breaker.CircuitOpenError` carrying the
-sanitized text): the model reads exactly that text as an error result and the
-loop goes on. Handoff tools are never guarded: AutoGen runs them outside the
-workbench, where an exception would abort the agent, and they do no I/O.
-
-Status block: every model call of ``AssistantAgent`` passes its messages,
-system messages first, through the staticmethod
-``AssistantAgent._get_compatible_context`` right before ``create``/
-``create_stream``; it is called with the block in the first ``SystemMessage``.
-
-Hidden tools (``OTEL_BREAKER_HIDE_OPEN_TOOLS``): the tool definitions the model
-is sent come from ``Workbench.list_tools`` inside ``AssistantAgent._call_llm``;
-only there (not when ``_execute_tool_call`` looks a called tool up) the static
-workbench's list leaves out the agent's open tools.
+``loop_action=stop``: ``AssistantAgent`` runs a turn's tool calls in a task that
+feeds a queue and only signals its end when every call returns, so an exception
+leaving a call would leave the turn waiting forever. ``_execute_tool_call`` closes
+the queue before ``ToolLoopError`` leaves it: the turn ends and the error reaches
+the caller of ``run``/``run_stream``.
 """
 
 from __future__ import annotations
@@ -39,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import logging
-from collections.abc import AsyncGenerator
 from typing import Any
 
 from opentelemetry import trace as trace_api
@@ -48,7 +31,17 @@ from otel_breaker import loops
 from otel_breaker.degrade import Rejection
 from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation.base import PatchTarget, active_call, agent_display_name
-from otel_breaker.instrumentation.spec import MessageDialect, SpecAdapter, insert_status_block, prompt_patch, tool_patch
+from otel_breaker.instrumentation.spec import (
+    SKIP,
+    MessageDialect,
+    SpecAdapter,
+    argument,
+    context_patch,
+    insert_status_block,
+    menu_patch,
+    prompt_patch,
+    tool_patch,
+)
 from otel_breaker.menu import visible_tools
 from otel_breaker.toolcall import ToolCall
 
@@ -100,27 +93,6 @@ def _is_handoff(tool: Any, name: str) -> bool:
     return getattr(getattr(tool, "_func", None), "__name__", None) == "_handoff_tool"
 
 
-async def _ascoped(agen: Any, var: contextvars.ContextVar, value: Any) -> AsyncGenerator:
-    """Iterate ``agen`` with ``var`` set to ``value`` only while ``agen`` runs."""
-    method, arg = agen.asend, None
-    while True:
-        token = var.set(value)
-        try:
-            item = await method(arg)
-        except StopAsyncIteration:
-            return
-        finally:
-            var.reset(token)
-        try:
-            arg = yield item
-            method = agen.asend
-        except GeneratorExit:
-            await agen.aclose()
-            raise
-        except BaseException as exc:
-            method, arg = agen.athrow, exc
-
-
 class AutoGenAdapter(SpecAdapter):
     name = "autogen"
     requires = "autogen-core>=0.4,<0.8"
@@ -128,16 +100,18 @@ class AutoGenAdapter(SpecAdapter):
         tool_patch(_TOOLS, "BaseTool.run_json", "async"),
         tool_patch(_TOOLS, "BaseStreamTool.run_json_stream", "asyncgen"),
         prompt_patch(_ASSISTANT, "AssistantAgent._get_compatible_context", "sync"),
+        context_patch(
+            _ASSISTANT, "AssistantAgent.on_messages_stream", _agent, lambda a, *_: SKIP if a is None else a, "asyncgen"
+        ),
+        context_patch(_ASSISTANT, "AssistantAgent._call_llm", _menu, lambda *_: True, "asyncgen"),
+        menu_patch(_WORKBENCH, "StaticWorkbench.list_tools", "async", "visible", after=True),
     )
     modules = (_TOOLS, _ASSISTANT, _WORKBENCH)
 
     def targets(self) -> list[PatchTarget]:
         return [
             *super().targets(),
-            PatchTarget(_ASSISTANT, "AssistantAgent.on_messages_stream", self._agent_turn),
-            PatchTarget(_ASSISTANT, "AssistantAgent._execute_tool_call", self._execute_call),
-            PatchTarget(_ASSISTANT, "AssistantAgent._call_llm", self._model_call),
-            PatchTarget(_WORKBENCH, "StaticWorkbench.list_tools", self._list_tools),
+            PatchTarget(_ASSISTANT, "AssistantAgent._execute_tool_call", _execute_call),
             # The tool's own execute_tool span opens inside our guarded call: ours stands for it.
             PatchTarget("autogen_core.tools._base", "trace_tool_span", self._tool_span),
         ]
@@ -175,20 +149,15 @@ class AutoGenAdapter(SpecAdapter):
         )
 
     async def _tool_async(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        try:
-            call = self._call_of(instance, args, kwargs)
-            if call is not None:
-                return await self.run_async(call, wrapped, args, kwargs)
-            mistake = self._mistake(instance, args, kwargs) if self._enabled else None
-            breaker = self.guard.breaker_for(mistake) if mistake is not None else None
-            if breaker is None:
-                return await wrapped(*args, **kwargs)
-            # Arguments the tool's schema refuses: the breaker counts nothing, the loop guard does.
-            return await loops.arun_mistake(breaker, mistake, loops.Mistakes(self), wrapped, args, kwargs)
-        except loops.ToolLoopError as error:
-            # AutoGen's agent runtime does not pass a BaseException on (the run would never
-            # end): ``stop`` answers like ``reject`` here, with the same text.
-            raise RuntimeError(loops.loop_message(error)) from None
+        call = self._call_of(instance, args, kwargs)
+        if call is not None:
+            return await self.run_async(call, wrapped, args, kwargs)
+        mistake = self._mistake(instance, args, kwargs) if self._enabled else None
+        breaker = self.guard.breaker_for(mistake) if mistake is not None else None
+        if breaker is None:
+            return await wrapped(*args, **kwargs)
+        # Arguments the tool's schema refuses: the breaker counts nothing, the loop guard does.
+        return await loops.arun_mistake(breaker, mistake, loops.Mistakes(self), wrapped, args, kwargs)
 
     def _mistake(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
         """The call, when its arguments fail the tool's schema (the model's mistake); else None."""
@@ -225,40 +194,34 @@ class AutoGenAdapter(SpecAdapter):
         messages = insert_status_block(args[1], DIALECT, _agent.get())
         return None if messages is None else ((args[0], messages, *args[2:]), kwargs)
 
-    # -- who is calling, and when the model's menu is built -------------------------------------
-
-    def _agent_turn(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        agen = wrapped(*args, **kwargs)
-        if instance is None or not hasattr(agen, "asend"):
-            return agen
-        return _ascoped(agen, _agent, instance)
-
-    def _model_call(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        agen = wrapped(*args, **kwargs)
-        return _ascoped(agen, _menu, True) if hasattr(agen, "asend") else agen
-
-    async def _list_tools(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        tools = await wrapped(*args, **kwargs)
+    def visible(self, instance: Any, args: tuple, kwargs: dict, tools: Any) -> Any:
+        """Within ``_call_llm`` only: the tool definitions without the agent's open tools."""
         if not _menu.get():
-            return tools
-        try:
-            return visible_tools(tools, lambda t: t.get("name"), agent=_agent.get())
-        except Exception:
-            logger.debug("otel-breaker: autogen: open tools left on the menu", exc_info=True)
-            return tools
+            return None
+        kept = visible_tools(tools, lambda t: t.get("name"), agent=_agent.get())
+        return None if kept is tools else kept
 
-    async def _execute_call(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        try:
-            # _execute_tool_call(tool_call, workbench, handoff_tools, agent_name, cancellation_token, stream)
-            handoff_tools = kwargs["handoff_tools"] if "handoff_tools" in kwargs else args[2]
-            agent_name = kwargs["agent_name"] if "agent_name" in kwargs else args[3]
-            names = (getattr(tool, "name", None) for tool in handoff_tools or ())
-            handoffs = frozenset(name for name in names if isinstance(name, str))
-            context = (agent_name if isinstance(agent_name, str) else None, handoffs)
-        except Exception:
-            return await wrapped(*args, **kwargs)
-        token = _tool_call.set(context)
-        try:
-            return await wrapped(*args, **kwargs)
-        finally:
-            _tool_call.reset(token)
+
+async def _execute_call(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    """``_execute_tool_call(tool_call, workbench, handoff_tools, agent_name, cancellation_token, stream)``:
+    marks the handoff tools and the agent's name; closes the turn's event queue when
+    ``ToolLoopError`` leaves the call, so the turn ends and the error reaches the caller."""
+    try:
+        handoffs = frozenset(
+            n
+            for t in argument(args, kwargs, 2, "handoff_tools") or ()
+            if isinstance(n := getattr(t, "name", None), str)
+        )
+        agent_name = argument(args, kwargs, 3, "agent_name")
+        token = _tool_call.set((agent_name if isinstance(agent_name, str) else None, handoffs))
+    except Exception:
+        return await wrapped(*args, **kwargs)
+    try:
+        return await wrapped(*args, **kwargs)
+    except loops.ToolLoopError:
+        stream = argument(args, kwargs, 5, "stream")
+        if stream is not None:
+            stream.put_nowait(None)  # the end of the turn's events: the turn awaits the error
+        raise
+    finally:
+        _tool_call.reset(token)

@@ -1,88 +1,184 @@
 """LlamaIndex: agent workflows run tools in ``_call_tool``; LLM helpers in ``tools.calling``.
 
-Why these points:
-
-* ``BaseWorkflowAgent._call_tool`` (FunctionAgent, ReActAgent, CodeActAgent run
-  on their own) and ``AgentWorkflow._call_tool`` (multi-agent workflows, which
-  do not go through the agent's method) run each tool call of an agent loop.
-  They do not receive the model's tool call id, so the ``call_tool`` workflow
-  steps that call them are wrapped too, only to pass ``ev.tool_id`` down.
-* ``tools.calling.call_tool``/``acall_tool`` serve ``predict_and_call`` and the
-  function-calling LLM helpers. They may call a tool twice for one request
-  (positional, then keyword arguments after any exception), so they are
-  guarded as a whole and a logical call counts once.
-
-Failures: every one of these catches the tool's exception and returns
-``ToolOutput(is_error=True)``; that result is counted as a failure. The
-workflow's ``WaitingForEvent`` (a tool pausing for human input) is control
-flow, not an outcome, and is never counted.
-
-Rejection: ``ToolOutput(is_error=True)`` with the rejection text, the same
-shape a failing tool produces, so the loop goes on and the model reads it.
-
-Open tools off the menu (``OTEL_BREAKER_HIDE_OPEN_TOOLS``): the ``run_agent_step``
-workflow step asks ``get_tools`` for the tools it hands the model in
-``take_step``; within that step, an open tool is left out of the list (back once
-half-open). The ``call_tool`` step looks tools up through the same method,
-outside a model step, so a call to a hidden tool still finds it and gets the
-rejection.
-
-Tool status in the prompt (``OTEL_BREAKER_STATUS_IN_PROMPT``): before every
-model call of an agent loop, the ``setup_agent`` workflow step
-(``BaseWorkflowAgent`` on its own, ``AgentWorkflow`` for multi-agent workflows)
-puts the agent's system prompt in front of the messages from memory and hands
-them to ``run_agent_step`` as ``AgentSetup.input``, the ``llm_input`` of
-``take_step`` (FunctionAgent, ReActAgent, CodeActAgent and custom agents alike).
-When the setting is on, the system message there gets the status block of the
-tools open or half-open for the active agent (a system message is put first when
-there is none). Memory is left alone; with the setting off nothing changes.
+``BaseWorkflowAgent._call_tool`` (agents on their own) and ``AgentWorkflow._call_tool``
+(multi-agent workflows) run each tool call of an agent loop; the ``call_tool`` steps
+that call them pass the model's ``ev.tool_id`` down. ``tools.calling.call_tool`` /
+``acall_tool`` serve ``predict_and_call`` (they may call a tool twice for one request:
+guarded as a whole). All of them return ``ToolOutput(is_error=True)`` for a failure,
+which is also the rejection; a workflow's ``WaitingForEvent`` (a pause for a person)
+is never counted. Menu: within a ``run_agent_step``, ``get_tools`` leaves out open
+tools. Status block: the system message of ``setup_agent``'s ``AgentSetup.input``.
 """
 
 from __future__ import annotations
 
 import contextvars
-import logging
 from typing import Any
 
 from otel_breaker.classify import MISTAKE
-from otel_breaker.degrade import STATUS_HEADER, Rejection, augment_instructions, status_in_prompt_enabled
+from otel_breaker.degrade import STATUS_HEADER, Rejection, augment_instructions
 from otel_breaker.guard import IGNORED_RESULT
 from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation.base import PatchTarget, agent_display_name
-from otel_breaker.instrumentation.spec import MessageDialect, SpecAdapter, insert_status_block, tool_patch
+from otel_breaker.instrumentation.spec import (
+    SKIP,
+    MessageDialect,
+    SpecAdapter,
+    argument,
+    context_patch,
+    insert_status_block,
+    menu_patch,
+    prompt_patch,
+    tool_patch,
+)
 from otel_breaker.menu import hide_open_tools_enabled, visible_tools
 from otel_breaker.toolcall import ToolCall
 
-_AGENT_MODULE = "llama_index.core.agent.workflow.base_agent"
-_WORKFLOW_MODULE = "llama_index.core.agent.workflow.multi_agent_workflow"
-_CALLING_MODULE = "llama_index.core.tools.calling"
-
-logger = logging.getLogger("otel_breaker")
-
-# The agent whose model step is being prepared (``run_agent_step``); its tool list
-# leaves out open tools. Unset elsewhere: the ``call_tool`` step still finds a hidden tool.
+_AGENT = "llama_index.core.agent.workflow.base_agent"
+_WORKFLOW = "llama_index.core.agent.workflow.multi_agent_workflow"
+_CALLING = "llama_index.core.tools.calling"
 _NO_STEP = object()
+#: The agent whose model step is prepared (its menu loses open tools); unset elsewhere.
 _menu_agent: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_breaker_llama_index_menu", default=_NO_STEP)
-
-# The model's id for the tool call being run, set by the step / selection helper
-# that knows it, read by the wrapper of the call that does not.
+#: The model's id for the tool call being run, from the step that knows it.
 _tool_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("otel_breaker_llama_index_tool_id", default=None)
 
 
-class CallDeferred(Exception):
-    """A tool paused its workflow to wait for an event (human in the loop).
+def _id_of(index: int, name: str) -> Any:
+    return lambda instance, args, kwargs: getattr(argument(args, kwargs, index, name), "tool_id", None)
 
-    Carries the workflow's own exception through the guard, whose classifier
-    never counts a deferred call, and is turned back into it afterwards.
-    """
+
+def _step_agent(instance: Any, args: tuple, kwargs: dict) -> Any:
+    if not hide_open_tools_enabled():
+        return SKIP
+    return _agent_in(instance, getattr(argument(args, kwargs, 1, "ev"), "current_agent_name", None))
+
+
+class CallDeferred(Exception):
+    """Carries a workflow's ``WaitingForEvent`` through the guard (never counted)."""
 
     def __init__(self, original: BaseException) -> None:
         super().__init__(str(original))
         self.original = original
 
 
-def _is_waiting_for_event(exc: BaseException) -> bool:
-    return any(klass.__name__ == "WaitingForEvent" for klass in type(exc).__mro__)
+class LlamaIndexAdapter(SpecAdapter):
+    """Guards LlamaIndex agent workflows and the function-calling helpers."""
+
+    name = "llama_index"
+    requires = "llama-index-core>=0.14,<0.15"
+    patches = (
+        tool_patch(_AGENT, "BaseWorkflowAgent._call_tool"),
+        tool_patch(_CALLING, "call_tool", "sync"),
+        tool_patch(_CALLING, "acall_tool"),
+        context_patch(_AGENT, "BaseWorkflowAgent.call_tool", _tool_id, _id_of(1, "ev")),
+        context_patch(_WORKFLOW, "AgentWorkflow.call_tool", _tool_id, _id_of(1, "ev")),
+        context_patch(_CALLING, "call_tool_with_selection", _tool_id, _id_of(0, "tool_call"), "sync"),
+        context_patch(_CALLING, "acall_tool_with_selection", _tool_id, _id_of(0, "tool_call")),
+        context_patch(_AGENT, "BaseWorkflowAgent.run_agent_step", _menu_agent, _step_agent),
+        context_patch(_WORKFLOW, "AgentWorkflow.run_agent_step", _menu_agent, _step_agent),
+        menu_patch(_AGENT, "BaseWorkflowAgent.get_tools", "async", "visible", after=True),
+        menu_patch(_WORKFLOW, "AgentWorkflow.get_tools", "async", "visible", after=True),
+        prompt_patch(_AGENT, "BaseWorkflowAgent.setup_agent", "async", "setup_block", after=True),
+        prompt_patch(_WORKFLOW, "AgentWorkflow.setup_agent", "async", "setup_block", after=True),
+    )
+
+    def targets(self) -> list[PatchTarget]:
+        return [*super().targets(), PatchTarget(_WORKFLOW, "AgentWorkflow._call_tool", self._workflow_call_tool)]
+
+    def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
+        if instance is None:  # tools.calling.call_tool(tool, arguments)
+            tool, arguments = argument(args, kwargs, 0, "tool"), argument(args, kwargs, 1, "arguments")
+            return self._call(tool, arguments, None, None)
+        # BaseWorkflowAgent._call_tool(ctx, tool, tool_input)
+        tool, tool_input = argument(args, kwargs, 1, "tool"), argument(args, kwargs, 2, "tool_input")
+        return self._call(tool, tool_input, instance, agent_display_name(instance))
+
+    def _call(self, tool: Any, tool_input: Any, agent: Any, agent_name: str | None) -> ToolCall | None:
+        name, call_id = _tool_name(tool), _tool_id.get()
+        if name is None:
+            return None
+        return ToolCall(
+            tool=name,
+            framework=self.name,
+            agent=agent,
+            agent_name=agent_name,
+            session_id=_run_id(),
+            call_id=str(call_id) if call_id else None,
+            arguments=tool_input,
+            origin=origin_of(tool, "llama_index"),
+        )
+
+    async def _workflow_call_tool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """``AgentWorkflow._call_tool(ctx, tool, tool_input)``: the active agent is in the context's store."""
+        try:
+            agent_name = await argument(args, kwargs, 0, "ctx").store.get("current_agent_name", default=None)
+            agent = (getattr(instance, "agents", None) or {}).get(agent_name)
+        except Exception:
+            agent_name, agent = None, None
+        tool, tool_input = argument(args, kwargs, 1, "tool"), argument(args, kwargs, 2, "tool_input")
+        owner = agent if agent is not None else instance  # else the workflow owns the breaker
+        call = self.safe_tool_call(lambda: self._call(tool, tool_input, owner, agent_name))
+        return await (wrapped(*args, **kwargs) if call is None else self.run_async(call, wrapped, args, kwargs))
+
+    async def run_async(self, call: ToolCall, wrapped: Any, args: tuple, kwargs: dict) -> Any:
+        async def invoke(*a: Any, **k: Any) -> Any:
+            try:
+                return await wrapped(*a, **k)
+            except Exception as exc:
+                if any(klass.__name__ == "WaitingForEvent" for klass in type(exc).__mro__):
+                    raise CallDeferred(exc) from exc
+                raise
+
+        try:
+            return await super().run_async(call, invoke, args, kwargs)
+        except CallDeferred as deferred:
+            raise deferred.original from None
+
+    def visible(self, instance: Any, args: tuple, kwargs: dict, tools: Any) -> Any:
+        agent = _menu_agent.get()
+        if agent is _NO_STEP or not isinstance(tools, list):
+            return None
+        kept = visible_tools(tools, _tool_name, agent=agent)
+        return None if kept is tools else kept
+
+    def setup_block(self, instance: Any, args: tuple, kwargs: dict, setup: Any) -> Any:
+        """The ``AgentSetup`` event with the status block in its leading system message."""
+        messages = getattr(setup, "input", None)
+        if isinstance(messages, list):
+            updated = _status_messages(messages, _agent_in(instance, getattr(setup, "current_agent_name", None)))
+            if updated is not None:
+                setup.input = updated
+        return setup
+
+    def result_error(self, call: ToolCall, result: Any) -> str | None:
+        if getattr(result, "is_error", False) is not True:
+            return None
+        exception = getattr(result, "exception", None)
+        if exception is not None and _wrong_arguments(exception):
+            return IGNORED_RESULT  # the model's mistake: the tool body never ran
+        return type(exception).__name__ if exception is not None else "tool_error"
+
+    def exception_hint(self, call: ToolCall, exc: BaseException) -> str | None:
+        return MISTAKE if _wrong_arguments(exc) else None
+
+    def result_hint(self, call: ToolCall, result: Any) -> str | None:
+        exception = getattr(result, "exception", None) if getattr(result, "is_error", False) is True else None
+        return MISTAKE if exception is not None and _wrong_arguments(exception) else None
+
+    def rejection(self, call: ToolCall, info: Rejection) -> Any:
+        from llama_index.core.tools import ToolOutput
+
+        arguments = call.arguments if isinstance(call.arguments, dict) else {}
+        return ToolOutput(
+            content=info.message, tool_name=call.tool, raw_input=arguments, raw_output=info.message, is_error=True
+        )
+
+
+def _agent_in(instance: Any, name: Any) -> Any:
+    """The agent about to run: a multi-agent workflow's named agent (else the workflow), or the agent itself."""
+    agents = getattr(instance, "agents", None)
+    return agents.get(name, instance) if isinstance(agents, dict) else instance
 
 
 def _tool_name(tool: Any) -> str | None:
@@ -102,204 +198,9 @@ def _run_id() -> str | None:
     return str(value) if value else None
 
 
-class LlamaIndexAdapter(SpecAdapter):
-    """Guards LlamaIndex agent workflows and the function-calling helpers."""
-
-    name = "llama_index"
-    requires = "llama-index-core>=0.14,<0.15"
-    patches = (
-        tool_patch(_AGENT_MODULE, "BaseWorkflowAgent._call_tool", "async"),
-        tool_patch(_CALLING_MODULE, "call_tool", "sync"),
-        tool_patch(_CALLING_MODULE, "acall_tool", "async"),
-    )
-    modules = (_AGENT_MODULE, _WORKFLOW_MODULE, _CALLING_MODULE)
-
-    def targets(self) -> list[PatchTarget]:
-        return [
-            *super().targets(),
-            # Multi-agent workflows: the active agent is read from the context (async).
-            PatchTarget(_WORKFLOW_MODULE, "AgentWorkflow._call_tool", self._workflow_call_tool),
-            # The model's tool call id, passed down to the calls that do not receive it.
-            PatchTarget(_AGENT_MODULE, "BaseWorkflowAgent.call_tool", self._step),
-            PatchTarget(_WORKFLOW_MODULE, "AgentWorkflow.call_tool", self._step),
-            PatchTarget(_CALLING_MODULE, "call_tool_with_selection", self._with_selection),
-            PatchTarget(_CALLING_MODULE, "acall_tool_with_selection", self._awith_selection),
-            # Open tools off the menu: the tool list of each model step.
-            PatchTarget(_AGENT_MODULE, "BaseWorkflowAgent.run_agent_step", self._agent_step),
-            PatchTarget(_WORKFLOW_MODULE, "AgentWorkflow.run_agent_step", self._workflow_step),
-            PatchTarget(_AGENT_MODULE, "BaseWorkflowAgent.get_tools", self._get_tools),
-            PatchTarget(_WORKFLOW_MODULE, "AgentWorkflow.get_tools", self._get_tools),
-            # The tool-status block, on the system prompt of every model call.
-            PatchTarget(_AGENT_MODULE, "BaseWorkflowAgent.setup_agent", self._agent_setup),
-            PatchTarget(_WORKFLOW_MODULE, "AgentWorkflow.setup_agent", self._workflow_setup),
-        ]
-
-    def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
-        if instance is None:  # tools.calling.call_tool(tool, arguments)
-            tool = args[0] if args else kwargs.get("tool")
-            arguments = args[1] if len(args) > 1 else kwargs.get("arguments")
-            return self._call(tool, arguments, None, None)
-        # BaseWorkflowAgent._call_tool(ctx, tool, tool_input)
-        tool = args[1] if len(args) > 1 else kwargs.get("tool")
-        tool_input = args[2] if len(args) > 2 else kwargs.get("tool_input")
-        return self._call(tool, tool_input, instance, agent_display_name(instance))
-
-    def _call(self, tool: Any, tool_input: Any, agent: Any, agent_name: str | None) -> ToolCall | None:
-        name = _tool_name(tool)
-        if name is None:
-            return None
-        call_id = _tool_id.get()
-        return ToolCall(
-            tool=name,
-            framework=self.name,
-            agent=agent,
-            agent_name=agent_name,
-            session_id=_run_id(),
-            call_id=str(call_id) if call_id else None,
-            arguments=tool_input,
-            origin=origin_of(tool, "llama_index"),
-        )
-
-    async def _workflow_call_tool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        ctx = args[0] if args else kwargs.get("ctx")
-        tool = args[1] if len(args) > 1 else kwargs.get("tool")
-        tool_input = args[2] if len(args) > 2 else kwargs.get("tool_input")
-        agent, agent_name = None, None
-        try:
-            agent_name = await ctx.store.get("current_agent_name", default=None)
-            agent = (getattr(instance, "agents", None) or {}).get(agent_name)
-        except Exception:
-            agent_name = None
-        # Without the active agent, the workflow is the best owner of the breaker.
-        owner = agent if agent is not None else instance
-        call = self.safe_tool_call(lambda: self._call(tool, tool_input, owner, agent_name))
-        if call is None:
-            return await wrapped(*args, **kwargs)
-        return await self.run_async(call, wrapped, args, kwargs)
-
-    async def run_async(self, call: ToolCall, wrapped: Any, args: tuple, kwargs: dict) -> Any:
-        """The guarded call, with a workflow's ``WaitingForEvent`` carried through as
-        :class:`CallDeferred` (never counted) and raised again as itself."""
-
-        async def invoke(*a: Any, **k: Any) -> Any:
-            try:
-                return await wrapped(*a, **k)
-            except Exception as exc:
-                if _is_waiting_for_event(exc):
-                    raise CallDeferred(exc) from exc
-                raise
-
-        try:
-            return await super().run_async(call, invoke, args, kwargs)
-        except CallDeferred as deferred:
-            raise deferred.original from None
-
-    # -- carrying the tool call id -------------------------------------------------------
-
-    async def _step(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        event = args[1] if len(args) > 1 else kwargs.get("ev")
-        token = _tool_id.set(getattr(event, "tool_id", None))
-        try:
-            return await wrapped(*args, **kwargs)
-        finally:
-            _tool_id.reset(token)
-
-    def _with_selection(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        selection = args[0] if args else kwargs.get("tool_call")
-        token = _tool_id.set(getattr(selection, "tool_id", None))
-        try:
-            return wrapped(*args, **kwargs)
-        finally:
-            _tool_id.reset(token)
-
-    async def _awith_selection(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        selection = args[0] if args else kwargs.get("tool_call")
-        token = _tool_id.set(getattr(selection, "tool_id", None))
-        try:
-            return await wrapped(*args, **kwargs)
-        finally:
-            _tool_id.reset(token)
-
-    # -- open tools off the menu (OTEL_BREAKER_HIDE_OPEN_TOOLS) ---------------------------------
-
-    async def _agent_step(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        return await self._with_menu(instance, wrapped, args, kwargs)
-
-    async def _workflow_step(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        event = args[1] if len(args) > 1 else kwargs.get("ev")
-        agents = getattr(instance, "agents", None) or {}
-        # The breakers of the agent about to run (as _workflow_call_tool keys them).
-        return await self._with_menu(
-            agents.get(getattr(event, "current_agent_name", None), instance), wrapped, args, kwargs
-        )
-
-    async def _with_menu(self, agent: Any, wrapped: Any, args: tuple, kwargs: dict) -> Any:
-        if not hide_open_tools_enabled():
-            return await wrapped(*args, **kwargs)
-        token = _menu_agent.set(agent)
-        try:
-            return await wrapped(*args, **kwargs)
-        finally:
-            _menu_agent.reset(token)
-
-    async def _get_tools(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        """Inside a model step: the agent's tools without the open ones."""
-        tools = await wrapped(*args, **kwargs)
-        agent = _menu_agent.get()
-        if agent is _NO_STEP or not isinstance(tools, list):
-            return tools
-        try:
-            return visible_tools(tools, _tool_name, agent=agent)
-        except Exception:
-            logger.debug("otel-breaker: llama_index: could not hide open tools", exc_info=True)
-            return tools
-
-    # -- the tool-status block in the system prompt -------------------------------------------
-
-    async def _agent_setup(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        if not status_in_prompt_enabled():
-            return await wrapped(*args, **kwargs)
-        return _with_status_block(await wrapped(*args, **kwargs), lambda name: instance)
-
-    async def _workflow_setup(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        if not status_in_prompt_enabled():
-            return await wrapped(*args, **kwargs)
-        # The breakers of the agent about to run (as _workflow_call_tool keys them).
-        return _with_status_block(
-            await wrapped(*args, **kwargs), lambda name: (getattr(instance, "agents", None) or {}).get(name, instance)
-        )
-
-    # -- the adapter protocol -----------------------------------------------------------------
-
-    def result_error(self, call: ToolCall, result: Any) -> str | None:
-        if getattr(result, "is_error", False) is not True:
-            return None
-        exception = getattr(result, "exception", None)
-        if exception is not None and _wrong_arguments(exception):
-            return IGNORED_RESULT  # the model's mistake: the tool body never ran
-        return type(exception).__name__ if exception is not None else "tool_error"
-
-    def exception_hint(self, call: ToolCall, exc: BaseException) -> str | None:
-        return MISTAKE if _wrong_arguments(exc) else None
-
-    def result_hint(self, call: ToolCall, result: Any) -> str | None:
-        if getattr(result, "is_error", False) is not True:
-            return None
-        exception = getattr(result, "exception", None)
-        return MISTAKE if exception is not None and _wrong_arguments(exception) else None
-
-    def rejection(self, call: ToolCall, info: Rejection) -> Any:
-        from llama_index.core.tools import ToolOutput
-
-        arguments = call.arguments if isinstance(call.arguments, dict) else {}
-        return ToolOutput(
-            content=info.message, tool_name=call.tool, raw_input=arguments, raw_output=info.message, is_error=True
-        )
-
-
 def _wrong_arguments(exc: BaseException) -> bool:
     """A ``TypeError`` raised where ``FunctionTool`` hands the model's arguments to the
-    function (``call``/``acall``): arguments it does not take, before its body ran."""
+    function: arguments it does not take, before its body ran."""
     if not isinstance(exc, TypeError) or exc.__traceback__ is None:
         return False
     tb = exc.__traceback__
@@ -308,52 +209,24 @@ def _wrong_arguments(exc: BaseException) -> bool:
     return tb.tb_frame.f_code.co_filename.replace("\\", "/").endswith("llama_index/core/tools/function_tool.py")
 
 
-def _with_status_block(setup: Any, agent_for: Any) -> Any:
-    """The ``AgentSetup`` event with the status block in its system message;
-    unchanged when there is nothing to add or on any problem."""
-    try:
-        messages = getattr(setup, "input", None)
-        if not isinstance(messages, list):
-            return setup
-        updated = _status_messages(messages, agent_for(getattr(setup, "current_agent_name", None)))
-        if updated is not None:
-            setup.input = updated
-    except Exception:
-        logger.debug("otel-breaker: llama_index: could not add the tool-status block", exc_info=True)
-    return setup
-
-
-def _dialect() -> MessageDialect:
+def _status_messages(messages: list, agent: Any) -> list | None:
+    """``messages`` with the block in the leading system message (None: unchanged)."""
     from llama_index.core.base.llms.types import ChatMessage, MessageRole, TextBlock
 
-    def text(message: Any) -> str | None:
-        blocks = message.blocks
-        return blocks[0].text if len(blocks) == 1 and isinstance(blocks[0], TextBlock) else None
-
-    return MessageDialect(
+    dialect = MessageDialect(
         is_system=lambda m: m.role == MessageRole.SYSTEM,
-        text=text,
+        text=lambda m: m.blocks[0].text if len(m.blocks) == 1 and isinstance(m.blocks[0], TextBlock) else None,
         with_text=lambda m, new: m.model_copy(update={"blocks": [TextBlock(text=new)] if new else []}),
         system=lambda block: ChatMessage(role=MessageRole.SYSTEM, content=block),
     )
-
-
-def _status_messages(messages: list, agent: Any) -> list | None:
-    """``messages`` with the block in the leading system message, or None when they would not change."""
-    from llama_index.core.base.llms.types import MessageRole, TextBlock
-
     first = messages[0] if messages else None
     if first is None or first.role != MessageRole.SYSTEM:
-        added = insert_status_block([], _dialect(), agent)  # a system message put first
+        added = insert_status_block([], dialect, agent)  # a system message put first
         return None if added is None else [*added, *messages]
-    if _dialect().text(first) is not None:
-        return insert_status_block(messages, _dialect(), agent)
-    # Several blocks: drop the block of an earlier turn, append the current one.
-    blocks = list(first.blocks)
+    if dialect.text(first) is not None:
+        return insert_status_block(messages, dialect, agent)
+    blocks = list(first.blocks)  # several blocks: drop an earlier turn's, append the current one
     updated = [b for b in blocks if not (isinstance(b, TextBlock) and b.text.startswith(STATUS_HEADER))]
     block = augment_instructions(None, agent)
-    if block:
-        updated.append(TextBlock(text=block))
-    if updated == blocks:
-        return None
-    return [first.model_copy(update={"blocks": updated}), *messages[1:]]
+    updated += [TextBlock(text=block)] if block else []
+    return None if updated == blocks else [first.model_copy(update={"blocks": updated}), *messages[1:]]

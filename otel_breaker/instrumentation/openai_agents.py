@@ -50,7 +50,8 @@ from otel_breaker.degrade import Rejection, status_in_prompt_enabled
 from otel_breaker.guard import IGNORED_RESULT
 from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation.base import PatchTarget, agent_display_name
-from otel_breaker.instrumentation.mcp import _bounded_source, implementation_identity, server_identity
+from otel_breaker.instrumentation.mcp_identity import bounded_source as _bounded_source
+from otel_breaker.instrumentation.mcp_identity import implementation_identity, server_identity
 from otel_breaker.instrumentation.spec import SpecAdapter, status_text, tool_patch
 from otel_breaker.menu import hide_open_tools_enabled, visible_tools
 from otel_breaker.toolcall import ToolCall

@@ -6,8 +6,10 @@ An adapter built on :class:`SpecAdapter` states
   source of its tested range: the version check, ``otel-breaker doctor``, the
   instrumentor's dependencies (:func:`instruments_any`) and the pyproject
   extras test all read it;
-* ``patches``: what to wrap (:func:`tool_patch`, :func:`prompt_patch`), each a
-  module, a qualname and how it runs (``sync``, ``async`` or ``asyncgen``);
+* ``patches``: what to wrap, declared with :mod:`otel_breaker.instrumentation.patches`
+  (:func:`tool_patch`, :func:`prompt_patch`, :func:`menu_patch`,
+  :func:`context_patch`), each a module, a qualname and how it runs (``sync``,
+  ``async`` or ``asyncgen``);
 * ``describe(instance, args, kwargs) -> ToolCall | None``: who calls which tool;
 * optionally ``is_neutral(exc)``: exceptions a tool raises that are control flow
   or the caller's mistake (neither failure nor success), and
@@ -16,9 +18,10 @@ An adapter built on :class:`SpecAdapter` states
   :mod:`otel_breaker.menu`), on a :func:`prompt_patch` or :func:`menu_patch`.
 
 The base builds every wrapper from those: the sync, async and async-generator
-tool wrappers (once per logical call, through the one guarded call path), and the
-prompt wrapper that adds the tool-status block when
-``OTEL_BREAKER_STATUS_IN_PROMPT`` is on. ``result_error`` (failures the framework
+tool wrappers (once per logical call, through the one guarded call path), the
+prompt and menu wrappers that call their hooks only while
+``OTEL_BREAKER_STATUS_IN_PROMPT`` / ``OTEL_BREAKER_HIDE_OPEN_TOOLS`` is on (a
+failing hook leaves the call unchanged), and the context wrappers. ``result_error`` (failures the framework
 turns into a value) and ``rejection`` (the framework's own error value, so its
 loop goes on) stay overridable, as does anything else a framework needs.
 
@@ -34,62 +37,27 @@ import logging
 import re
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from otel_breaker.classify import CONTROL
 from otel_breaker.degrade import augment_instructions, status_in_prompt_enabled
 from otel_breaker.instrumentation.base import FrameworkAdapter, PatchTarget
+from otel_breaker.instrumentation.patches import (  # noqa: F401 - the declarations adapters make
+    SKIP,
+    Kind,
+    Patch,
+    argument,
+    context_patch,
+    context_wrapper,
+    menu_patch,
+    prompt_patch,
+    tool_patch,
+    with_argument,
+)
 from otel_breaker.menu import hide_open_tools_enabled
 from otel_breaker.toolcall import ToolCall
 
 logger = logging.getLogger("otel_breaker")
-
-Kind = Literal["sync", "async", "asyncgen"]
-
-
-@dataclass(frozen=True)
-class Patch:
-    """One method or function to wrap: ``module:qualname``.
-
-    ``role`` is ``"tool"`` (the place a tool runs: guarded), ``"prompt"`` (a
-    model call whose instructions get the status block and whose tool menu
-    loses open tools) or ``"menu"`` (a call that only carries the menu). ``kind`` says how the
-    wrapped callable runs, so the right wrapper is built without inspecting it.
-    """
-
-    module: str
-    qualname: str
-    kind: Kind = "async"
-    role: Literal["tool", "prompt", "menu"] = "tool"
-
-
-def tool_patch(module: str, qualname: str, kind: Kind = "async") -> Patch:
-    """The place where the framework runs one tool call."""
-    return Patch(module, qualname, kind, "tool")
-
-
-def prompt_patch(module: str, qualname: str, kind: Kind = "async") -> Patch:
-    """A model call whose instructions :meth:`SpecAdapter.with_status` may amend."""
-    return Patch(module, qualname, kind, "prompt")
-
-
-def menu_patch(module: str, qualname: str, kind: Kind = "sync") -> Patch:
-    """A call carrying the tools offered to the model, which
-    :meth:`SpecAdapter.without_open_tools` may shorten (a prompt patch does both)."""
-    return Patch(module, qualname, kind, "menu")
-
-
-def argument(args: tuple, kwargs: dict, index: int, name: str, default: Any = None) -> Any:
-    """A wrapped call's argument given by position ``index`` or keyword ``name``."""
-    return args[index] if len(args) > index else kwargs.get(name, default)
-
-
-def with_argument(args: tuple, kwargs: dict, index: int, name: str, value: Any) -> tuple[tuple, dict]:
-    """``(args, kwargs)`` with that argument replaced (copies; the caller's are untouched)."""
-    if len(args) > index:
-        return (*args[:index], value, *args[index + 1 :]), kwargs
-    return args, {**kwargs, name: value}
-
 
 # -- the one status-block inserter -----------------------------------------------------
 
@@ -208,9 +176,51 @@ class SpecAdapter(FrameworkAdapter):
         ]
 
     def _wrapper(self, patch: Patch) -> Callable[..., Any]:
+        if patch.role == "context":
+            return context_wrapper(patch)
         if patch.role in ("prompt", "menu"):
-            return self._prompt_call
+            if patch.after:
+                return self._after_wrapper(patch)
+            if patch.role == "prompt" and patch.hook in (None, "with_status"):
+                return self._prompt_call
+            hook = getattr(self, patch.hook or "without_open_tools")
+            enabled = status_in_prompt_enabled if patch.role == "prompt" else hide_open_tools_enabled
+
+            def amend_arguments(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+                if enabled():
+                    args, kwargs = self._amend(hook, f"amend {patch.qualname}", instance, args, kwargs)
+                return wrapped(*args, **kwargs)
+
+            return amend_arguments
         return {"sync": self._tool_sync, "async": self._tool_async, "asyncgen": self._tool_stream}[patch.kind]
+
+    def _after_wrapper(self, patch: Patch) -> Callable[..., Any]:
+        """The wrapper of a prompt or menu patch on the call's result."""
+        hook = getattr(self, patch.hook or ("with_status" if patch.role == "prompt" else "without_open_tools"))
+        enabled = status_in_prompt_enabled if patch.role == "prompt" else hide_open_tools_enabled
+        what = f"amend the result of {patch.qualname}"
+
+        def amended(instance: Any, args: tuple, kwargs: dict, result: Any) -> Any:
+            try:
+                new = hook(instance, args, kwargs, result)
+            except Exception:
+                logger.debug("otel-breaker: %s: could not %s", self.name, what, exc_info=True)
+                return result
+            return result if new is None else new
+
+        if patch.kind == "async":
+
+            async def after_async(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+                result = await wrapped(*args, **kwargs)
+                return amended(instance, args, kwargs, result) if enabled() else result
+
+            return after_async
+
+        def after_sync(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+            result = wrapped(*args, **kwargs)
+            return amended(instance, args, kwargs, result) if enabled() else result
+
+        return after_sync
 
     def _call_of(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
         """:meth:`describe`, or None (the call runs unguarded) when the adapter is

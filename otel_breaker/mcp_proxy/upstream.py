@@ -30,7 +30,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from otel_breaker import __version__
-from otel_breaker.instrumentation.mcp import implementation_identity
+from otel_breaker.instrumentation.mcp_identity import implementation_identity
 from otel_breaker.mcp_proxy.options import ServerSpec
 from otel_breaker.sanitize import bounded
 

@@ -17,19 +17,27 @@ from loop_contract import LoopContract
 
 class TestContract(FrameworkContract, LoopContract):
     driver = AutoGenDriver()
-    stop_not_reaching = "AutoGen's agent runtime does not pass a BaseException on: stop answers like reject there"
 
 
-def test_loop_stop_answers_like_reject_and_the_run_ends(instrument):
-    """A ``ToolLoopError`` would hang AutoGen's runtime: the model gets the loop text instead."""
+def test_loop_stop_reaches_the_caller_of_run_stream(instrument):
+    """``stop`` ends a streamed run too: the error leaves ``run_stream``, after at most 4 model requests."""
+    import asyncio
+
     from contract import Tool
-    from loop_contract import LOOP, invalid
+    from loop_contract import invalid, loop_error
     from status_prompt import breaker_settings
 
     breaker_settings(loop_action="stop")
     instrument("autogen")
     driver = TestContract.driver
-    agent = driver.build([Tool.healthy("echo")], [*invalid(6), "done"])
-    assert driver.run(agent) == "done"
-    results = driver.sent(agent)[-1].tool_results
-    assert all(LOOP in r for r in results[3:]) and not any(LOOP in r for r in results[:3])
+    agent = driver.build([Tool.healthy("echo")], [*invalid(20), "done"])
+
+    async def stream() -> None:
+        async for _ in agent.run_stream(task="go"):
+            pass
+
+    with pytest.raises(BaseException) as raised:
+        asyncio.run(asyncio.wait_for(stream(), 60))
+    error = loop_error(raised.value)
+    assert error is not None and (error.tool, error.count) == ("echo", 3)
+    assert len(driver.sent(agent)) <= 4

@@ -30,7 +30,7 @@ with warnings.catch_warnings():
     from langgraph.prebuilt import ToolNode, create_react_agent
 
 from otel_breaker.config import load_settings, set_settings
-from otel_breaker.instrumentation.mcp import _bounded_source
+from otel_breaker.instrumentation.mcp_identity import bounded_source as _bounded_source
 from otel_breaker.registry import default_registry
 
 UNAVAILABLE = "is temporarily unavailable"

@@ -191,7 +191,7 @@ def test_a_non_final_result_is_neither_success_nor_failure(instrument, otel):
 def test_without_server_info_the_transport_is_the_source():
     from mcp.client.stdio import StdioServerParameters
 
-    from otel_breaker.instrumentation.mcp import server_identity
+    from otel_breaker.instrumentation.mcp_identity import server_identity
 
     class NoInfo:
         server_info = None

@@ -225,7 +225,8 @@ async def test_a_tool_called_before_any_listing_still_gets_its_span_and_points(i
 
 def test_long_server_commands_stay_apart_within_the_bound():
     """Two stdio servers whose command lines differ only past the bound never share a key."""
-    from otel_breaker.instrumentation.mcp import _MAX_SOURCE_CHARS, _bounded_source
+    from otel_breaker.instrumentation.mcp_identity import MAX_SOURCE_CHARS as _MAX_SOURCE_CHARS
+    from otel_breaker.instrumentation.mcp_identity import bounded_source as _bounded_source
 
     base = "/opt/" + "deep/" * 40 + "python server.py"
     alpha, beta = _bounded_source(base + " alpha broken"), _bounded_source(base + " beta")

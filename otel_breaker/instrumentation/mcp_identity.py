@@ -1,0 +1,154 @@
+"""How an MCP server is named, wherever its tools are called from.
+
+A tool is identified by its server and its name: the breaker key and the
+``otel_breaker.tool.source`` attribute carry the server's identity, so a
+``search`` that is down on one server never rejects the ``search`` of another,
+and the same server reached through two stacks (the ``mcp`` session, FastMCP,
+an agent framework's MCP toolset, the proxy) finds the same breaker.
+
+The identity is, in this order of preference:
+
+* ``name@version`` of the server's ``Implementation`` (``serverInfo`` from
+  ``initialize``): :func:`implementation_identity`, :func:`server_identity`;
+* the transport a client was made with: the URL without its query string (it
+  may carry a token), or the stdio command and its arguments
+  (:func:`connection_identity` for a connection described as a mapping);
+* a name the program gave the server (:func:`configured_name`).
+
+Every identity is printable and at most :data:`MAX_SOURCE_CHARS` long
+(:func:`bounded_source`). :class:`ToolSources` remembers the server of tools a
+framework made from MCP tools, for frameworks whose tool objects forget it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+#: The longest identity kept (past it: head, tail and a digest of the whole).
+MAX_SOURCE_CHARS = 128
+
+
+def bounded_source(text: str) -> str | None:
+    """``text`` printable and at most ``MAX_SOURCE_CHARS`` long, still telling servers apart.
+
+    A long stdio command (an interpreter's and a script's full paths, then the
+    arguments that pick the server) must not be cut at the end: two servers would
+    share a breaker. Past the limit it keeps the head, the tail and a digest of the whole.
+    """
+    text = "".join(ch for ch in text if ch.isprintable())
+    if len(text) <= MAX_SOURCE_CHARS:
+        return text or None
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    keep = MAX_SOURCE_CHARS - len(digest) - 2
+    head = keep // 3
+    return f"{text[:head]}…{text[len(text) - (keep - head) :]}#{digest}"
+
+
+def configured_name(name: Any) -> str | None:
+    """A server name the program configured (``server_name``, an MCP server's ``name``),
+    printable and bounded; None when it is no name."""
+    if not isinstance(name, str) or not name:
+        return None
+    return "".join(ch for ch in name if ch.isprintable())[:MAX_SOURCE_CHARS] or None
+
+
+def _url_or_command(url: Any, command: Any, args: Any) -> str | None:
+    if isinstance(url, str) and url:
+        return bounded_source(url.split("?", 1)[0])  # no query string: it may carry a token
+    if isinstance(command, str) and command:
+        return bounded_source(" ".join([command, *(str(a) for a in args or ())]))
+    return None
+
+
+def transport_identity(client: Any) -> str | None:
+    """The URL, or stdio command and arguments, an ``mcp`` ``Client`` was made with; None when unknown."""
+    server = getattr(client, "server", None)
+    if isinstance(server, str):
+        return _url_or_command(server, None, None)
+    return _url_or_command(None, getattr(server, "command", None), getattr(server, "args", None))
+
+
+def connection_identity(connection: Any) -> str | None:
+    """The URL, or stdio command and arguments, of a connection described as a mapping
+    (``{"transport": "stdio", "command": ..., "args": [...]}`` or ``{"url": ...}``,
+    as langchain-mcp-adapters takes them); None when it names neither."""
+    if not isinstance(connection, Mapping):
+        return None
+    return _url_or_command(connection.get("url"), connection.get("command"), connection.get("args"))
+
+
+# Server info from ``initialize`` for sessions that do not keep it (mcp 1.x), noted
+# by adapters that see the handshake; weak, so a closed session leaves no trace.
+_initialized: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+def note_initialized(session: Any, result: Any) -> None:
+    """Remember the ``serverInfo`` an ``initialize`` answered for ``session``."""
+    info = getattr(result, "server_info", None) or getattr(result, "serverInfo", None)
+    if info is not None:
+        try:
+            _initialized[session] = info
+        except TypeError:  # not weak-referenceable: the identity is simply unknown
+            pass
+
+
+def implementation_identity(info: Any) -> str | None:
+    """``name@version`` of an MCP ``Implementation`` (the ``serverInfo`` of ``initialize``),
+    bounded and printable; None when it has no name. Frameworks that hold the server's
+    info themselves (PydanticAI's MCP toolsets, OpenAI Agents' MCP servers) key their
+    MCP tools with it, so they agree with the session's own calls."""
+    name = getattr(info, "name", None)
+    if not isinstance(name, str) or not name:
+        return None
+    version = getattr(info, "version", None)
+    return bounded_source(f"{name}@{version}" if isinstance(version, str) and version else name)
+
+
+def server_identity(session: Any) -> str | None:
+    """``name@version`` of the server behind a ``ClientSession`` or ``Client``, from
+    ``initialize``; without ``serverInfo``, the transport a ``Client`` was made with."""
+    info = getattr(session, "server_info", None)
+    if info is None:
+        try:
+            info = _initialized.get(session)
+        except TypeError:
+            info = None
+    identity = implementation_identity(info)
+    return identity if identity is not None else transport_identity(session)
+
+
+class ToolSources:
+    """The server of each tool a framework made from an MCP tool, for as long as the tool lives.
+
+    For frameworks whose tool objects do not keep their server (their tools are
+    keyed by object identity, weakly: the entry leaves with the tool).
+    """
+
+    def __init__(self) -> None:
+        #: id(tool) -> (a weak reference to it, its server): empty until a tool is made from an MCP server.
+        self.sources: dict[int, tuple[weakref.ref, str]] = {}
+        self._lock = threading.Lock()
+
+    def remember(self, tool: Any, source: str) -> None:
+        """Note ``tool``'s server identity."""
+        key = id(tool)
+
+        def forget(_: weakref.ref, key: int = key) -> None:
+            with self._lock:
+                self.sources.pop(key, None)
+
+        with self._lock:
+            self.sources[key] = (weakref.ref(tool, forget), source)
+
+    def source_of(self, tool: Any) -> str | None:
+        """The server identity of a tool made from an MCP tool, else None."""
+        if not self.sources:
+            return None  # no tool made from an MCP server yet: one check per call
+        entry = self.sources.get(id(tool))
+        if entry is None or entry[0]() is not tool:
+            return None
+        return entry[1]

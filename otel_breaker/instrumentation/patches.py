@@ -1,0 +1,199 @@
+"""What an adapter may patch, declared: the shared shapes of a framework patch point.
+
+An adapter holds its framework's facts only. Four shapes recur in every
+framework, and each is one declaration here, built into a wrapper by
+:class:`~otel_breaker.instrumentation.spec.SpecAdapter`:
+
+* :func:`tool_patch`: where the framework runs one tool call (guarded, through
+  the one call path; the adapter's ``describe`` says which call it is);
+* :func:`prompt_patch`: a model call whose instructions get the tool-status block
+  while ``OTEL_BREAKER_STATUS_IN_PROMPT`` is on;
+* :func:`menu_patch`: a call carrying (or returning) the tools offered to the
+  model, which loses the open ones while ``OTEL_BREAKER_HIDE_OPEN_TOOLS`` is on;
+* :func:`context_patch`: a framework call during which a context variable holds
+  something the framework knows there and not where a tool runs (the agent of a
+  turn, the model's tool call id, "a model request is being prepared").
+
+A prompt or menu patch names the adapter method that amends the call (its
+``hook``). On the arguments (the default) the hook is ``hook(instance, args,
+kwargs)`` and returns new ``(args, kwargs)``; on the result (``after=True``) it
+is ``hook(instance, args, kwargs, result)`` and returns the new result. Either
+returns None to leave the call alone, and is called only while its setting is
+on; when it raises, the call goes on unchanged (logged at debug level).
+
+This module holds the declarations and the context wrappers, which need no
+adapter; it imports nothing of ours, so any adapter module may use it.
+"""
+
+from __future__ import annotations
+
+import contextvars
+from collections.abc import AsyncGenerator, Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Kind = Literal["sync", "async", "asyncgen"]
+Role = Literal["tool", "prompt", "menu", "context"]
+
+#: Returned by a :func:`context_patch` value function: leave the variable as it is.
+SKIP: Any = object()
+
+
+@dataclass(frozen=True)
+class Patch:
+    """One method or function to wrap: ``module:qualname``.
+
+    ``kind`` says how the wrapped callable runs (``sync``, ``async`` or
+    ``asyncgen``: a call returning an async iterator), so the right wrapper is
+    built without inspecting it. ``role`` is which of the four shapes it is;
+    ``hook``, ``after``, ``var`` and ``value`` are that shape's details (see the
+    factory functions, which are the way to make one).
+    """
+
+    module: str
+    qualname: str
+    kind: Kind = "async"
+    role: Role = "tool"
+    #: prompt/menu: the name of the adapter method that amends the call.
+    hook: str | None = None
+    #: prompt/menu: the hook amends the call's result rather than its arguments.
+    after: bool = False
+    #: context: the variable set for the duration of the call.
+    var: contextvars.ContextVar[Any] | None = None
+    #: context: ``value(instance, args, kwargs)``, the variable's value (or :data:`SKIP`).
+    value: Callable[[Any, tuple, dict], Any] | None = None
+
+
+def tool_patch(module: str, qualname: str, kind: Kind = "async") -> Patch:
+    """The place where the framework runs one tool call: guarded, once per logical call."""
+    return Patch(module, qualname, kind, "tool")
+
+
+def prompt_patch(
+    module: str, qualname: str, kind: Kind = "async", hook: str = "with_status", after: bool = False
+) -> Patch:
+    """A model call whose instructions get the tool-status block.
+
+    On the arguments, ``hook`` (default :meth:`SpecAdapter.with_status`) amends
+    them while ``OTEL_BREAKER_STATUS_IN_PROMPT`` is on, and then
+    :meth:`SpecAdapter.without_open_tools` while ``OTEL_BREAKER_HIDE_OPEN_TOOLS``
+    is on (a model call usually carries its menu too). With ``after=True``,
+    ``hook(instance, args, kwargs, result)`` amends what the call returned (the
+    instructions a framework builds), for ``sync`` and ``async`` calls.
+    """
+    return Patch(module, qualname, kind, "prompt", hook, after)
+
+
+def menu_patch(
+    module: str, qualname: str, kind: Kind = "sync", hook: str = "without_open_tools", after: bool = False
+) -> Patch:
+    """A call carrying the tools offered to the model, amended by ``hook`` (default
+    :meth:`SpecAdapter.without_open_tools`) while ``OTEL_BREAKER_HIDE_OPEN_TOOLS``
+    is on: its arguments, or with ``after=True`` its result (a tool listing)."""
+    return Patch(module, qualname, kind, "menu", hook, after)
+
+
+def context_patch(
+    module: str,
+    qualname: str,
+    var: contextvars.ContextVar[Any],
+    value: Callable[[Any, tuple, dict], Any],
+    kind: Kind = "async",
+) -> Patch:
+    """A framework call run with ``var`` set to ``value(instance, args, kwargs)``.
+
+    This is how a fact the framework knows at one call (the agent whose turn runs,
+    the tool call id of a workflow step) reaches the tool wrapper or hook deeper
+    down that cannot see it. The variable is reset when the call ends; for an
+    ``asyncgen`` call it is set only while the generator runs a step (tasks it
+    creates copy it), so the consumer's context never sees it. ``value`` returns
+    :data:`SKIP` (or raises) to run the call without touching the variable.
+    ``var`` is the adapter's own module-level ``ContextVar``.
+    """
+    return Patch(module, qualname, kind, "context", var=var, value=value)
+
+
+def argument(args: tuple, kwargs: dict, index: int, name: str, default: Any = None) -> Any:
+    """A wrapped call's argument given by position ``index`` or keyword ``name``."""
+    return args[index] if len(args) > index else kwargs.get(name, default)
+
+
+def with_argument(args: tuple, kwargs: dict, index: int, name: str, value: Any) -> tuple[tuple, dict]:
+    """``(args, kwargs)`` with that argument replaced (copies; the caller's are untouched)."""
+    if len(args) > index:
+        return (*args[:index], value, *args[index + 1 :]), kwargs
+    return args, {**kwargs, name: value}
+
+
+# -- context wrappers ----------------------------------------------------------------------
+
+
+def context_wrapper(patch: Patch) -> Callable[..., Any]:
+    """The ``wrapt`` wrapper of a :func:`context_patch`."""
+    var, value = patch.var, patch.value
+    assert var is not None and value is not None, "a context patch needs var and value"
+
+    def read(instance: Any, args: tuple, kwargs: dict) -> Any:
+        try:
+            return value(instance, args, kwargs)
+        except Exception:
+            return SKIP
+
+    if patch.kind == "sync":
+
+        def sync(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+            current = read(instance, args, kwargs)
+            if current is SKIP:
+                return wrapped(*args, **kwargs)
+            token = var.set(current)
+            try:
+                return wrapped(*args, **kwargs)
+            finally:
+                var.reset(token)
+
+        return sync
+
+    if patch.kind == "async":
+
+        async def run_async(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+            current = read(instance, args, kwargs)
+            if current is SKIP:
+                return await wrapped(*args, **kwargs)
+            token = var.set(current)
+            try:
+                return await wrapped(*args, **kwargs)
+            finally:
+                var.reset(token)
+
+        return run_async
+
+    def stream(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        current = read(instance, args, kwargs)
+        agen = wrapped(*args, **kwargs)
+        if current is SKIP or not hasattr(agen, "asend"):
+            return agen
+        return scoped_steps(agen, var, current)
+
+    return stream
+
+
+async def scoped_steps(agen: Any, var: contextvars.ContextVar[Any], value: Any) -> AsyncGenerator[Any, Any]:
+    """Iterate ``agen`` with ``var`` set to ``value`` only while ``agen`` runs a step
+    (values sent in and exceptions thrown in reach it as they would unwrapped)."""
+    method, arg = agen.asend, None
+    while True:
+        token = var.set(value)
+        try:
+            item = await method(arg)
+        except StopAsyncIteration:
+            return
+        finally:
+            var.reset(token)
+        try:
+            arg = yield item
+            method = agen.asend
+        except GeneratorExit:
+            await agen.aclose()
+            raise
+        except BaseException as exc:
+            method, arg = agen.athrow, exc

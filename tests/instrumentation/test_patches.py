@@ -1,0 +1,167 @@
+"""The shared patch shapes: context, menu and prompt patches, on a small real module
+patched as a framework would be (no framework needed)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import importlib
+import sys
+
+import pytest
+
+from otel_breaker import ToolCall
+from otel_breaker.config import load_settings, set_settings
+from otel_breaker.degrade import STATUS_HEADER
+from otel_breaker.instrumentation.patches import SKIP, argument, context_patch, menu_patch, prompt_patch, tool_patch
+from otel_breaker.instrumentation.spec import SpecAdapter, status_text
+from otel_breaker.menu import visible_tools
+from otel_breaker.registry import default_registry
+
+SOURCE = """
+class Agent:
+    def __init__(self, name, tool):
+        self.name = name
+        self.tool = tool
+
+    def turn(self, x):
+        return self.tool.run(x)
+
+    async def aturn(self, x):
+        return await self.tool.arun(x)
+
+    async def steps(self, n):
+        for i in range(n):
+            yield self.tool.run(i)
+
+
+class Tool:
+    def __init__(self, name, body):
+        self.name = name
+        self.body = body
+
+    def run(self, x):
+        return self.body(x)
+
+    async def arun(self, x):
+        return self.body(x)
+
+
+class Workbench:
+    def __init__(self, names):
+        self.names = names
+
+    def listing(self):
+        return list(self.names)
+
+    async def alisting(self):
+        return list(self.names)
+
+
+def instructions(agent):
+    return "Be brief."
+"""
+
+_agent: contextvars.ContextVar = contextvars.ContextVar("test_patches_agent", default=None)
+
+
+class Toy(SpecAdapter):
+    name = "patchtoy"
+    requires = "pytest>=1"
+    patches = (
+        tool_patch("patchframework", "Tool.run", "sync"),
+        tool_patch("patchframework", "Tool.arun", "async"),
+        context_patch("patchframework", "Agent.turn", _agent, lambda agent, a, k: agent, "sync"),
+        context_patch("patchframework", "Agent.aturn", _agent, lambda agent, a, k: agent),
+        context_patch(
+            "patchframework", "Agent.steps", _agent, lambda ag, a, k: SKIP if ag.name == "x" else ag, "asyncgen"
+        ),
+        menu_patch("patchframework", "Workbench.listing", "sync", "visible", after=True),
+        menu_patch("patchframework", "Workbench.alisting", "async", "visible", after=True),
+        prompt_patch("patchframework", "instructions", "sync", "block", after=True),
+    )
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list = []
+        self.broken = False
+
+    def describe(self, instance, args, kwargs):
+        agent = _agent.get()
+        self.seen.append(agent.name if agent is not None else None)
+        return ToolCall(instance.name, framework=self.name, agent_name=agent.name if agent else None)
+
+    def visible(self, instance, args, kwargs, result):
+        if self.broken:
+            raise RuntimeError("hook bug")
+        kept = visible_tools(result, lambda name: name, agent="a1")
+        return None if kept is result else kept
+
+    def block(self, instance, args, kwargs, result):
+        return status_text(result, argument(args, kwargs, 0, "agent"))
+
+
+@pytest.fixture
+def framework(tmp_path, monkeypatch):
+    (tmp_path / "patchframework.py").write_text(SOURCE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("patchframework", None)
+    module = importlib.import_module("patchframework")
+    adapter = Toy()
+    adapter.patch()
+    yield module, adapter
+    adapter.unpatch()
+    sys.modules.pop("patchframework", None)
+
+
+def test_context_patch_sets_the_variable_for_the_call_only(framework):
+    module, adapter = framework
+    agent = module.Agent("a1", module.Tool("t", lambda x: x))
+    assert agent.turn(1) == 1
+    assert asyncio.run(agent.aturn(2)) == 2
+    assert adapter.seen == ["a1", "a1"]
+    assert _agent.get() is None
+
+
+def test_context_patch_on_an_async_generator_holds_for_its_steps_only(framework):
+    module, adapter = framework
+
+    async def consume(agent):
+        seen_outside = []
+        async for _ in agent.steps(2):
+            seen_outside.append(_agent.get())
+        return seen_outside
+
+    assert asyncio.run(consume(module.Agent("a2", module.Tool("t", lambda x: x)))) == [None, None]
+    assert adapter.seen == ["a2", "a2"]
+    adapter.seen.clear()
+    asyncio.run(consume(module.Agent("x", module.Tool("t", lambda x: x))))  # SKIP: left alone
+    assert adapter.seen == [None, None]
+
+
+def test_context_patch_passes_through_once_unpatched(framework):
+    module, adapter = framework
+    adapter.unpatch()
+    agent = module.Agent("a3", module.Tool("t", lambda x: x))
+    assert agent.turn(1) == 1 and adapter.seen == []
+
+
+def test_menu_patch_on_a_result_hides_open_tools_only_when_asked(framework):
+    module, adapter = framework
+    default_registry().breaker_for(ToolCall("broken", agent_name="a1")).force_open()
+    bench = module.Workbench(["broken", "fine"])
+    assert bench.listing() == ["broken", "fine"]
+    set_settings(load_settings({"OTEL_BREAKER_HIDE_OPEN_TOOLS": "true"}))
+    assert bench.listing() == ["fine"]
+    assert asyncio.run(bench.alisting()) == ["fine"]
+    adapter.broken = True  # a failing hook leaves the result as it was
+    assert bench.listing() == ["broken", "fine"]
+
+
+def test_prompt_patch_on_a_result_adds_the_block_only_when_asked(framework):
+    module, _ = framework
+    default_registry().breaker_for(ToolCall("search", agent_name="a1")).force_open()
+    assert module.instructions("a1") == "Be brief."
+    set_settings(load_settings({"OTEL_BREAKER_STATUS_IN_PROMPT": "true"}))
+    text = module.instructions("a1")
+    assert text.startswith("Be brief.") and STATUS_HEADER in text
