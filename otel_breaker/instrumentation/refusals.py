@@ -20,6 +20,7 @@ framework judges it.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -98,3 +99,45 @@ def refused(guard: Any, call: ToolCall, error: str | None, reject: Callable[[str
     if answer is RUN:
         count(guard, call, error, unknown)
     return answer
+
+
+# -- a framework that decides inside one call, before a point it reaches only for accepted calls --
+
+_reached: contextvars.ContextVar[list[bool] | None] = contextvars.ContextVar("otel_breaker_reached", default=None)
+
+
+def mark_reached(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    """Patch wrapper for the point the framework reaches only once it accepted the call
+    in progress (for :func:`arun`)."""
+    reached = _reached.get()
+    if reached is not None:
+        reached.append(True)
+    return wrapped(*args, **kwargs)
+
+
+async def arun(
+    guard: Any,
+    call: ToolCall,
+    unknown: bool,
+    reject: Callable[[str], Any],
+    answer: Callable[[], str | None],
+    fn: Callable[..., Any],
+    args: tuple,
+    kwargs: dict,
+) -> Any:
+    """Await ``fn(*args, **kwargs)``, the framework deciding on ``call`` and answering it:
+    first the loop guard's answer, if it has one (:func:`check`); a call that never
+    reached :func:`mark_reached` was refused, and :func:`count` counts it with the
+    framework's answer (``answer()``)."""
+    loop_answer = check(guard, call, reject, unknown)
+    if loop_answer is not RUN:
+        return loop_answer
+    token = _reached.set([])
+    try:
+        result = await fn(*args, **kwargs)
+    finally:
+        reached = _reached.get()
+        _reached.reset(token)
+    if not reached:
+        count(guard, call, answer(), unknown)
+    return result
