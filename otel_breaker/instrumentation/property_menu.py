@@ -9,6 +9,7 @@ reaches the guard and gets the rejection.
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -45,3 +46,23 @@ def wrap_menu_property(
     setattr(owner, name, wrapper)
     adapter._patched.append(_Patched(owner, name, original, wrapper))
     return None
+
+
+def patched_with_menu(
+    adapter: FrameworkAdapter,
+    skipped: list[str],
+    module_name: str,
+    where: tuple[str, str, str],
+    tool_name: Callable[[Any], Callable[[Any], str | None]],
+) -> list[str]:
+    """For an adapter's ``patch``/``patch_module``: once ``module_name`` is ``where``'s module
+    (``(module, class, property)``), that property leaves the open tools out; ``skipped``
+    gains why not, if it cannot."""
+    module, owner, name = where
+    if module_name != module:
+        return skipped
+    try:
+        reason = wrap_menu_property(adapter, getattr(importlib.import_module(module), owner), name, tool_name)
+    except (ImportError, AttributeError) as exc:
+        reason = f"cannot import ({exc})"
+    return [*skipped, f"{module}:{name}: {reason}"] if reason else skipped

@@ -27,20 +27,18 @@ from otel_breaker.instrumentation import refusals
 from otel_breaker.instrumentation.base import PatchTarget, agent_display_name
 from otel_breaker.instrumentation.chat_messages import content_text, with_content_text
 from otel_breaker.instrumentation.patches import argument, prompt_patch, tool_patch
-from otel_breaker.instrumentation.property_menu import wrap_menu_property
+from otel_breaker.instrumentation.property_menu import patched_with_menu
 from otel_breaker.instrumentation.spec import MessageDialect, SpecAdapter, insert_status_block
 from otel_breaker.instrumentation.sync_context import decorator_in_caller_context, generator_wrapper
 from otel_breaker.toolcall import ToolCall
 
-_AGENTS, _TOOLS, _MENU = "smolagents.agents", "smolagents.tools", "tools_and_managed_agents"
+_AGENTS, _TOOLS = "smolagents.agents", "smolagents.tools"
+_MENU = (_AGENTS, "ToolCallingAgent", "tools_and_managed_agents")
+_Var = contextvars.ContextVar
 # (agent, tool-call id) of the step or tool call running in this context.
-_caller: contextvars.ContextVar[tuple[Any, str | None] | None] = contextvars.ContextVar(
-    "otel_breaker_smol", default=None
-)
+_caller: _Var[tuple[Any, str | None] | None] = _Var("otel_breaker_smolagents_caller", default=None)
 # Tool-call ids of the model message being processed: (by id of the arguments object, by unique tool name).
-_call_ids: contextvars.ContextVar[tuple[dict[int, str], dict[str, str]] | None] = contextvars.ContextVar(
-    "otel_breaker_smolagents_call_ids", default=None
-)
+_call_ids: _Var[tuple[dict[int, str], dict[str, str]] | None] = _Var("otel_breaker_smolagents_ids", default=None)
 _UNGUARDED_TOOLS = frozenset({"final_answer"})
 
 
@@ -88,22 +86,12 @@ class SmolagentsAdapter(SpecAdapter):
             PatchTarget("smolagents.local_python_executor", "timeout", decorator_in_caller_context),
         ]
 
+    # A ToolCallingAgent's menu: the property read for every model call's tools.
     def patch(self) -> list[str]:
-        return self._with_menu(super().patch(), _AGENTS)
+        return patched_with_menu(self, super().patch(), _AGENTS, _MENU, _menu_tool_name)
 
     def patch_module(self, module_name: str) -> list[str]:
-        return self._with_menu(super().patch_module(module_name), module_name)
-
-    def _with_menu(self, skipped: list[str], module_name: str) -> list[str]:
-        """A ``ToolCallingAgent``'s menu: the property read for every model call's tools."""
-        if module_name != _AGENTS:
-            return skipped
-        try:
-            from smolagents.agents import ToolCallingAgent
-        except ImportError as exc:
-            return [*skipped, f"{_AGENTS}:{_MENU}: cannot import ({exc})"]
-        reason = wrap_menu_property(self, ToolCallingAgent, _MENU, _menu_tool_name)
-        return [*skipped, f"{_AGENTS}:{_MENU}: {reason}"] if reason else skipped
+        return patched_with_menu(self, super().patch_module(module_name), module_name, _MENU, _menu_tool_name)
 
     def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
         name = getattr(instance, "name", None)
