@@ -31,17 +31,16 @@ from otel_breaker import loops
 from otel_breaker.degrade import Rejection
 from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation.base import PatchTarget, active_call, agent_display_name
-from otel_breaker.instrumentation.spec import (
+from otel_breaker.instrumentation.patches import (
     SKIP,
-    MessageDialect,
-    SpecAdapter,
     argument,
     context_patch,
-    insert_status_block,
     menu_patch,
     prompt_patch,
     tool_patch,
+    with_argument,
 )
+from otel_breaker.instrumentation.spec import MessageDialect, SpecAdapter, insert_status_block
 from otel_breaker.menu import visible_tools
 from otel_breaker.toolcall import ToolCall
 
@@ -113,7 +112,7 @@ class AutoGenAdapter(SpecAdapter):
             *super().targets(),
             PatchTarget(_ASSISTANT, "AssistantAgent._execute_tool_call", _execute_call),
             # The tool's own execute_tool span opens inside our guarded call: ours stands for it.
-            PatchTarget("autogen_core.tools._base", "trace_tool_span", self._tool_span),
+            PatchTarget(_TOOLS, "trace_tool_span", self._tool_span),
         ]
 
     @staticmethod
@@ -131,13 +130,11 @@ class AutoGenAdapter(SpecAdapter):
         if not isinstance(name, str) or not name or _is_handoff(instance, name):
             return None
         # run_json(args, cancellation_token, call_id=None)
-        arguments = args[0] if args else kwargs.get("args")
-        call_id = args[2] if len(args) > 2 else kwargs.get("call_id")
+        arguments, call_id = argument(args, kwargs, 0, "args"), argument(args, kwargs, 2, "call_id")
         instance.args_type().model_validate(arguments)  # raises on the model's mistakes: run unguarded
         agent, current = _agent.get(), _tool_call.get()
         agent_name = agent_display_name(agent) if agent is not None else None
-        if agent_name is None and current is not None:
-            agent_name = current[0]
+        agent_name = current[0] if agent_name is None and current is not None else agent_name
         return ToolCall(
             name,
             framework=self.name,
@@ -165,7 +162,7 @@ class AutoGenAdapter(SpecAdapter):
             name = instance.name
             if not isinstance(name, str) or not name or _is_handoff(instance, name):
                 return None
-            arguments = args[0] if args else kwargs.get("args")
+            arguments = argument(args, kwargs, 0, "args")
             try:
                 instance.args_type().model_validate(arguments)
             except Exception:
@@ -188,11 +185,8 @@ class AutoGenAdapter(SpecAdapter):
 
     def with_status(self, instance: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
         # _get_compatible_context(model_client, messages)
-        if "messages" in kwargs:
-            messages = insert_status_block(kwargs["messages"], DIALECT, _agent.get())
-            return None if messages is None else (args, {**kwargs, "messages": messages})
-        messages = insert_status_block(args[1], DIALECT, _agent.get())
-        return None if messages is None else ((args[0], messages, *args[2:]), kwargs)
+        messages = insert_status_block(argument(args, kwargs, 1, "messages"), DIALECT, _agent.get())
+        return None if messages is None else with_argument(args, kwargs, 1, "messages", messages)
 
     def visible(self, instance: Any, args: tuple, kwargs: dict, tools: Any) -> Any:
         """Within ``_call_llm`` only: the tool definitions without the agent's open tools."""

@@ -24,7 +24,7 @@ from typing import Any
 from otel_breaker.degrade import Rejection
 from otel_breaker.instrumentation import mcp_results
 from otel_breaker.instrumentation.base import active_call
-from otel_breaker.instrumentation.mcp_identity import implementation_identity
+from otel_breaker.instrumentation.mcp_identity import implementation_identity, mcp_call
 from otel_breaker.instrumentation.spec import SpecAdapter, argument, menu_patch, tool_patch
 from otel_breaker.menu import visible_tools
 from otel_breaker.toolcall import ToolCall
@@ -45,19 +45,9 @@ class FastMCPAdapter(SpecAdapter):
         name = argument(args, kwargs, 0, "name")
         if not isinstance(name, str) or not name:
             return None
-        outer = active_call()  # a FastMCP tool inside another framework's guarded call is made for its agent
-        return ToolCall(
-            tool=name,
-            framework=self.name,
-            agent=outer.agent if outer is not None else None,
-            agent_name=outer.agent_name if outer is not None else None,
-            session_id=outer.session_id if outer is not None else None,
-            tool_type="extension",
-            arguments=argument(args, kwargs, 1, "arguments"),
-            # The server's name@version, as the mcp session below keys it: a new client per
-            # request finds the same breaker, and same-named tools of two servers never share one.
-            source=_server_of(instance),
-        )
+        # The server's name@version, as the mcp session below keys it: a new client per
+        # request finds the same breaker, and same-named tools of two servers never share one.
+        return mcp_call(name, self.name, argument(args, kwargs, 1, "arguments"), _server_of(instance))
 
     def visible(self, instance: Any, args: tuple, kwargs: dict, tools: Any) -> Any:
         """The listing without the tools open here (None: nothing hidden)."""

@@ -22,30 +22,14 @@ from otel_breaker.classify import MISTAKE
 from otel_breaker.degrade import STATUS_HEADER, Rejection, augment_instructions
 from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation.base import PatchTarget, guarded_call
-from otel_breaker.instrumentation.mcp_identity import (
-    ToolSources,
-    configured_name,
-    connection_identity,
-    note_initialized,
-    server_identity,
-)
-from otel_breaker.instrumentation.spec import (
-    MessageDialect,
-    SpecAdapter,
-    argument,
-    insert_status_block,
-    prompt_patch,
-    tool_patch,
-    with_argument,
-)
+from otel_breaker.instrumentation.mcp_identity import ToolSources, binding_identity, note_initialized
+from otel_breaker.instrumentation.patches import argument, prompt_patch, tool_patch, with_argument
+from otel_breaker.instrumentation.spec import MessageDialect, SpecAdapter, insert_status_block
 from otel_breaker.menu import visible_tools
 from otel_breaker.toolcall import ToolCall
 
-_MODULE, _CHAT, _GRAPH = (
-    "langchain_core.tools.base",
-    "langchain_core.language_models.chat_models",
-    "langgraph.pregel.main",
-)
+_MODULE, _GRAPH = "langchain_core.tools.base", "langgraph.pregel.main"
+_CHAT = "langchain_core.language_models.chat_models"
 _MCP_TOOLS, _MCP_SESSION = "langchain_mcp_adapters.tools", "mcp.client.session"
 _GRAPH_KEY = "__otel_breaker_graph"  # the innermost named graph running, in ``configurable`` (private: "__")
 logger = logging.getLogger("otel_breaker")
@@ -69,10 +53,9 @@ class LangChainAdapter(SpecAdapter):
         self._mcp = ToolSources()
 
     def targets(self) -> list[PatchTarget]:
-        note = self._note
         return [
             *super().targets(),
-            *(PatchTarget(_MODULE, f"_handle_{kind}_error", note(kind)) for kind in ("tool", "validation")),
+            *(PatchTarget(_MODULE, f"_handle_{kind}_error", self._note(kind)) for kind in ("tool", "validation")),
             *(PatchTarget(_GRAPH, f"Pregel.{m}", self._graph_run) for m in ("stream", "astream")),
             PatchTarget(_MCP_TOOLS, "convert_mcp_tool_to_langchain_tool", self._mcp_tool),
             PatchTarget(_MCP_SESSION, "ClientSession.initialize", _initialize),
@@ -121,11 +104,8 @@ class LangChainAdapter(SpecAdapter):
         """A tool made from an MCP tool: its server (session, connection or configured name)."""
         tool = wrapped(*args, **kwargs)
         try:
-            session = argument(args, kwargs, 0, "session")
-            source = (
-                (server_identity(session) if session is not None else None)
-                or connection_identity(kwargs.get("connection"))
-                or configured_name(kwargs.get("server_name"))
+            source = binding_identity(
+                argument(args, kwargs, 0, "session"), kwargs.get("connection"), kwargs.get("server_name")
             )
             if source is not None:
                 self._mcp.remember(tool, source)

@@ -7,14 +7,11 @@ wrapped too, as the one *logical* call: it may send ``tools/call`` more than onc
 pass through. A tool is keyed by its server (:mod:`.mcp_identity`) and the name
 the server reports; outcomes and the rejection are MCP's (:mod:`.mcp_results`).
 
-An unknown tool name never gets a breaker or a metric series: a name the session
-has listed, or one this server has answered as a real tool, is guarded; the first
-call of any other name runs as without us and, if the server knew the tool, its
-outcome is counted after the fact (``CircuitBreaker.observe``, with its span).
-
-Open tools off the menu: ``ClientSession.list_tools`` and ``Client.list_tools``
-return a copy without this server's open tools; the session's per-tool state and
-the client's cache keep the full listing.
+An unknown tool name gets no breaker and no metric series: the first call of a name
+neither listed nor answered as a real tool runs as without us and, if the server
+knew it, is counted after the fact (``CircuitBreaker.observe``, with its span).
+Menu: ``ClientSession.list_tools`` and ``Client.list_tools`` return a copy without
+this server's open tools; the session's state and the client's cache keep it all.
 """
 
 from __future__ import annotations
@@ -26,12 +23,11 @@ import time
 from typing import Any
 
 from otel_breaker import loops
-from otel_breaker.classify import FAILURE, IGNORED, SUCCESS, classify_exception, error_type, is_excluded
+from otel_breaker.classify import is_excluded
 from otel_breaker.degrade import Rejection
-from otel_breaker.guard import IGNORED_RESULT
 from otel_breaker.instrumentation import mcp_results
 from otel_breaker.instrumentation.base import GuardedCall, PatchTarget, _active_call, active_call, same_logical_call
-from otel_breaker.instrumentation.mcp_identity import server_identity
+from otel_breaker.instrumentation.mcp_identity import mcp_call, server_identity
 from otel_breaker.instrumentation.spec import SpecAdapter, argument, menu_patch, tool_patch
 from otel_breaker.menu import hide_open_tools_enabled, visible_tools
 from otel_breaker.telemetry import TELEMETRY
@@ -70,20 +66,10 @@ class MCPAdapter(SpecAdapter):
         name = argument(args, kwargs, 0, "name")
         if not isinstance(name, str) or not name:
             return None
-        outer = active_call()  # MCP has no agent: a call made inside another framework's is for its agent
-        source = server_identity(instance)
+        outer, source = active_call(), server_identity(instance)
         if source is None and outer is not None and outer.framework == self.name and outer.tool == name:
             source = outer.source  # a send of the Client's logical call: its server
-        return ToolCall(
-            tool=name,
-            framework=self.name,
-            agent=outer.agent if outer is not None else None,
-            agent_name=outer.agent_name if outer is not None else None,
-            session_id=outer.session_id if outer is not None else None,
-            tool_type="extension",
-            arguments=argument(args, kwargs, 1, "arguments"),
-            source=source,
-        )
+        return mcp_call(name, self.name, argument(args, kwargs, 1, "arguments"), source)
 
     async def _tool_async(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         """The tool wrapper, which also lets a never-listed name's first call run as without us."""
@@ -159,13 +145,7 @@ class MCPAdapter(SpecAdapter):
             breaker = self.guard.breaker_for(call)
             if breaker is None:
                 return
-            if exc is not None:
-                outcome = classify_exception(exc, breaker.config)
-                err = error_type(exc) if outcome == FAILURE else None
-            elif err == IGNORED_RESULT:
-                outcome, err = IGNORED, None
-            else:
-                outcome = SUCCESS if err is None else FAILURE
+            outcome, err = mcp_results.past_outcome(breaker.config, err, exc)
             breaker.observe(outcome)
             TELEMETRY.past_call(call, breaker, start_ns, end_ns, err, exc, None)
         except Exception:

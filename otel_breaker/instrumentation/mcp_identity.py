@@ -28,6 +28,8 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
+from otel_breaker.toolcall import ToolCall, active_call
+
 #: The longest identity kept (past it: head, tail and a digest of the whole).
 MAX_SOURCE_CHARS = 128
 
@@ -119,6 +121,32 @@ def server_identity(session: Any) -> str | None:
             info = None
     identity = implementation_identity(info)
     return identity if identity is not None else transport_identity(session)
+
+
+def binding_identity(session: Any = None, connection: Any = None, name: Any = None) -> str | None:
+    """The server a tool is bound to: its session's identity, else its connection's
+    (a new session per call), else the name it was configured under."""
+    identity = server_identity(session) if session is not None else None
+    return identity or connection_identity(connection) or configured_name(name)
+
+
+def mcp_call(tool: str, framework: str, arguments: Any, source: str | None) -> ToolCall:
+    """The call of an MCP server's ``tool``, keyed by the server's identity ``source``.
+
+    MCP has no agent and never sees the model's call id: made inside another
+    framework's guarded call (an agent's MCP toolset), the call is for that call's agent
+    and session."""
+    outer = active_call()
+    return ToolCall(
+        tool=tool,
+        framework=framework,
+        agent=outer.agent if outer is not None else None,
+        agent_name=outer.agent_name if outer is not None else None,
+        session_id=outer.session_id if outer is not None else None,
+        tool_type="extension",
+        arguments=arguments,
+        source=source,
+    )
 
 
 class ToolSources:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from otel_breaker.classify import CONTROL, MISTAKE
+from otel_breaker.classify import CONTROL, FAILURE, IGNORED, MISTAKE, SUCCESS, classify_exception, error_type
 from otel_breaker.guard import IGNORED_RESULT
 from otel_breaker.semconv import ERROR_TOOL
 
@@ -95,3 +95,14 @@ def rejection(message: str) -> Any:
     from mcp.types import CallToolResult, TextContent
 
     return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
+
+
+def past_outcome(config: Any, err: str | None, exc: BaseException | None) -> tuple[int, str | None]:
+    """``(outcome, error.type)`` of a call that already ran (an MCP name its server first
+    had to confirm), from the exception it raised or :func:`result_error` of its result."""
+    if exc is not None:
+        outcome = classify_exception(exc, config)
+        return outcome, (error_type(exc) if outcome == FAILURE else None)
+    if err == IGNORED_RESULT:
+        return IGNORED, None
+    return (SUCCESS, None) if err is None else (FAILURE, err)
