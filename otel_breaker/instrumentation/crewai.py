@@ -1,58 +1,21 @@
-"""CrewAI: guard every tool call of a crew, on both of CrewAI's tool paths.
+"""CrewAI: every tool call of a crew, on both of CrewAI's tool paths (crewai 1.15).
 
-Why these patch points (crewai 1.15):
+* Native function calling: the executor calls the tool's ``run``/``arun``
+  (``BaseTool``, ``Tool``), guarded; ``_execute_single_native_tool_call`` (and the
+  planner's ``_execute_native_tool_calls``) tell who is calling. A name no tool has
+  is answered there (``Tool not found``): the loop guard counts it.
+* ReAct text: ``ToolUsage.use``/``ause`` invokes ``CrewStructuredTool.invoke`` and
+  retries it, up to six invocations for one action. One outermost ``use`` is one
+  logical call; its outcome is CrewAI's own ``ToolUsage.last_failure``.
 
-* Native function calling (models that support tools): the agent executor
-  calls the tool's ``run`` for each tool call, so ``BaseTool.run`` and
-  ``Tool.run`` (which overrides it) are guarded, plus ``arun``. Who is calling
-  is read from ``AgentExecutor._execute_single_native_tool_call`` (and the
-  planner's ``StepExecutor._execute_native_tool_calls``), wrapped only to put
-  the agent, task, crew and tool-call id in a context variable.
-* The ReAct text path never reaches ``run``: ``ToolUsage`` calls
-  ``CrewStructuredTool.invoke``, and on an exception calls it again with the
-  raw arguments and then retries the whole use, up to six invocations for one
-  action of the model. One logical call is therefore one outermost
-  ``ToolUsage.use`` (``ause``): that is what is counted, and its outcome is
-  the ``ToolFailure`` CrewAI itself records in ``ToolUsage.last_failure``.
-  ``CrewStructuredTool.invoke`` is guarded on its own only when something
-  other than ``ToolUsage`` calls it.
-
-Failures: CrewAI swallows a tool's exception into "Error executing tool" text
-(native) or an observation (ReAct); the exception still passes our wrapper on
-the native path, and ``last_failure`` tells on the ReAct path. A tool that
-returns a ``ToolFailure`` is a failure too; a spent usage limit is not.
-Arguments the tool's schema rejects (``BaseTool._validate_kwargs``,
-``CrewStructuredTool._parse_args``, both raising ``ValueError``) are the model's
-mistake: neither failure nor success.
-
-Rejection: ``crewai.tools.ToolFailure(message=..., code="circuit_open",
-retryable=True)``, the public value a tool returns to report a failure: the
-loop goes on, the model reads the message, and CrewAI lists it in
-``task.output.tool_failures``. On the ReAct path the rejection is handed to
-CrewAI's own ``ToolUsage`` in place of the tool's result, so the model sees an
-ordinary observation and no retry happens. Under ``tool_failure_policy="raise"``
-a ``ToolFailure`` would end the crew, so there the rejection is the plain
-message text instead: a breaker never crashes the loop.
-
-Hidden tools (``OTEL_BREAKER_HIDE_OPEN_TOOLS``): on the native path the
-executor hands the model its tool schemas through ``get_llm_response``; the
-agent's open tools are left out of that list. The ReAct path writes its tools
-into the prompt once per task, so there the status block is the only hint.
-
-Breakers are per agent object (``Agent``), named by its ``role``; CrewAI's
-per-action fingerprints change on every action and are not used.
-
-The tool-status block (``OTEL_BREAKER_STATUS_IN_PROMPT=true``): every model
-call of an agent's loop (``AgentExecutor``, ``LiteAgent``; native and ReAct,
-sync and async) goes through ``crewai.utilities.agent_utils._prepare_llm_call``,
-the context manager that runs CrewAI's before-call hooks and yields the
-messages handed to ``llm.call``. While the call runs, the system message
-carries the block (a system message holding only the block is added when
-there is none); when it ends the executor's messages are put back as they
-were, so the block never accumulates in the conversation and each call
-reflects the breakers' state at that moment. Calls that bypass it (the
-planner's step executor, the forced final answer after ``max_iter``) get no
-block.
+CrewAI swallows a tool's exception into text, but it passes our wrapper (native) or
+shows in ``last_failure`` (ReAct). Arguments the schema rejects (``_validate_kwargs``,
+``_parse_args``) are the model's mistake. The rejection is a ``ToolFailure(code=
+"circuit_open")``, handed on the ReAct path to ``ToolUsage`` in place of the tool's
+result; under ``tool_failure_policy="raise"`` it is the plain text, so a breaker never
+ends a crew. The status block is in the system message while each model call runs
+(``agent_utils._prepare_llm_call``); the native menu (``get_llm_response``) loses the
+agent's open tools. Breakers are per ``Agent``, named by its role.
 """
 
 from __future__ import annotations
@@ -68,8 +31,10 @@ from otel_breaker.classify import MISTAKE
 from otel_breaker.degrade import Rejection, status_in_prompt_enabled
 from otel_breaker.guard import IGNORED_RESULT
 from otel_breaker.identity import origin_of
+from otel_breaker.instrumentation import refusals
 from otel_breaker.instrumentation.base import PatchTarget, agent_display_name
-from otel_breaker.instrumentation.spec import MessageDialect, SpecAdapter, insert_status_block, tool_patch
+from otel_breaker.instrumentation.chat_messages import DICT_MESSAGES, schema_name, status_during
+from otel_breaker.instrumentation.spec import SpecAdapter, context_patch, menu_patch, tool_patch
 from otel_breaker.menu import visible_tools
 from otel_breaker.toolcall import ToolCall
 
@@ -80,25 +45,15 @@ _STRUCTURED = "crewai.tools.structured_tool"
 _USAGE = "crewai.tools.tool_usage"
 _EXECUTOR = "crewai.agents.agent_executor"
 
+_Var = contextvars.ContextVar
 # Who is calling on the native path: (agent, task, crew, tool call id).
-_native: contextvars.ContextVar[tuple[Any, Any, Any, str | None] | None] = contextvars.ContextVar(
-    "otel_breaker_crewai_native", default=None
-)
+_native: _Var[tuple[Any, Any, Any, str | None] | None] = _Var("otel_breaker_crewai_native", default=None)
 # The ReAct logical call in progress (one outermost ToolUsage.use).
-_react: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
-    "otel_breaker_crewai_react", default=None
-)
+_react: _Var[dict[str, Any] | None] = _Var("otel_breaker_crewai_react", default=None)
 # The last error CrewAI's argument validation raised in this context: the model's mistake.
-_argument_error: contextvars.ContextVar[BaseException | None] = contextvars.ContextVar(
-    "otel_breaker_crewai_argument_error", default=None
-)
+_argument_error: _Var[BaseException | None] = _Var("otel_breaker_crewai_argument_error", default=None)
 # The tool object of the native or direct call being guarded (for its tool_failure_policy).
-_tool: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_breaker_crewai_tool", default=None)
-
-
-def _schema_name(tool: Any) -> str | None:
-    """The name of one OpenAI-style tool schema of the native path."""
-    return (tool.get("function") or {}).get("name") if isinstance(tool, dict) else None
+_tool: _Var[Any] = _Var("otel_breaker_crewai_tool", default=None)
 
 
 def _breaker_name_of(agent: Any) -> Callable[[Any], str | None]:
@@ -109,19 +64,15 @@ def _breaker_name_of(agent: Any) -> Callable[[Any], str | None]:
     names = {sanitize_tool_name(t.name): t.name for t in getattr(agent, "tools", None) or ()}
 
     def name_of(tool: Any) -> str | None:
-        name = _schema_name(tool)
+        name = schema_name(tool)
         return names.get(name, name) if name is not None else None
 
     return name_of
 
 
-# CrewAI's messages are plain dicts.
-DIALECT = MessageDialect(
-    is_system=lambda m: isinstance(m, dict) and m.get("role") == "system",
-    text=lambda m: m.get("content") if isinstance(m.get("content"), str) else None,
-    with_text=lambda m, text: {**m, "content": text},
-    system=lambda text: {"role": "system", "content": text},
-)
+def _who(executor: Any, args: tuple, kwargs: dict, call_id: str | None = None) -> tuple:
+    """Who is calling on the native path: (agent, task, crew, tool call id)."""
+    return (getattr(executor, "agent", None), getattr(executor, "task", None), getattr(executor, "crew", None), call_id)
 
 
 def _structured(tool: Any) -> bool:
@@ -159,22 +110,20 @@ class CrewAIAdapter(SpecAdapter):
         tool_patch(_BASE, "Tool.arun", "async"),
         tool_patch(_STRUCTURED, "CrewStructuredTool.invoke", "sync"),
         tool_patch(_STRUCTURED, "CrewStructuredTool.ainvoke", "async"),
+        menu_patch(_EXECUTOR, "get_llm_response"),
+        context_patch("crewai.agents.step_executor", "StepExecutor._execute_native_tool_calls", _native, _who, "sync"),
     )
     modules = (_BASE, _STRUCTURED, _USAGE, _EXECUTOR, "crewai.agents.step_executor", "crewai.utilities.agent_utils")
 
     def targets(self) -> list[PatchTarget]:
         return [
             PatchTarget(_EXECUTOR, "AgentExecutor._execute_single_native_tool_call", self._native_identity),
-            PatchTarget(
-                "crewai.agents.step_executor", "StepExecutor._execute_native_tool_calls", self._native_identity
-            ),
             *super().targets(),
             PatchTarget(_USAGE, "ToolUsage.use", self._use),
             PatchTarget(_USAGE, "ToolUsage.ause", self._ause),
             PatchTarget("crewai.utilities.agent_utils", "_prepare_llm_call", self._prepare_llm_call),
             PatchTarget(_BASE, "BaseTool._validate_kwargs", self._validating),
             PatchTarget(_STRUCTURED, "CrewStructuredTool._parse_args", self._validating),
-            PatchTarget(_EXECUTOR, "get_llm_response", self._menu),
         ]
 
     # -- native path and direct calls ------------------------------------------------------
@@ -221,21 +170,33 @@ class CrewAIAdapter(SpecAdapter):
             _tool.reset(token)
 
     def _native_identity(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        call_id = None
-        if wrapped.__name__ == "_execute_single_native_tool_call":
-            tool_call = args[0] if args else kwargs.get("tool_call")
-            call_id = getattr(tool_call, "id", None) or (tool_call.get("id") if isinstance(tool_call, dict) else None)
-        identity = (
-            getattr(instance, "agent", None),
-            getattr(instance, "task", None),
-            getattr(instance, "crew", None),
-            _text_id(call_id),
-        )
+        tool_call = args[0] if args else kwargs.get("tool_call")
+        call_id = getattr(tool_call, "id", None) or (tool_call.get("id") if isinstance(tool_call, dict) else None)
+        identity = _who(instance, args, kwargs, _text_id(call_id))
         token = _native.set(identity)
         try:
-            return wrapped(*args, **kwargs)
+            return self._native_call(wrapped, instance, args, kwargs, identity)
         finally:
             _native.reset(token)
+
+    def _native_call(self, wrapped: Any, executor: Any, args: tuple, kwargs: dict, identity: tuple) -> Any:
+        """A native tool call; one to a name no tool has is answered by the executor
+        itself (``Tool not found``), which the loop guard counts."""
+        call = self.safe_tool_call(lambda: _unknown_call(executor, args, kwargs, identity))
+        if call is None:
+            return wrapped(*args, **kwargs)
+
+        def reject(text: str) -> dict[str, Any]:
+            return {"call_id": identity[3], "func_name": call.tool, "result": text, "original_tool": None}
+
+        answer = refusals.check(self.guard, call, reject, unknown=True)
+        if answer is not refusals.RUN:
+            return {"from_cache": False, **answer}
+        result = wrapped(*args, **kwargs)
+        failure = result.get("tool_failure") if isinstance(result, dict) else None
+        if getattr(getattr(failure, "reason", None), "value", None) == "unknown_tool":
+            refusals.count(self.guard, call, str(result.get("result")), unknown=True)
+        return result
 
     # -- argument validation: the model's mistake -----------------------------------------
 
@@ -279,14 +240,8 @@ class CrewAIAdapter(SpecAdapter):
                 arguments=getattr(calling, "arguments", None),
                 origin=origin_of(tool, "crewai"),
             )
-            frame = {
-                "call": call,
-                "usage": usage,
-                "tool": tool,
-                "before": getattr(usage, "last_failure", None),
-                "reject": None,
-            }
-            return call, frame
+            before = getattr(usage, "last_failure", None)
+            return call, {"call": call, "usage": usage, "tool": tool, "before": before, "reject": None}
 
         return self.safe_tool_call(build)
 
@@ -336,20 +291,13 @@ class CrewAIAdapter(SpecAdapter):
 
     # -- open tools leave the model's menu ---------------------------------------------
 
-    def _menu(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        """A native model call of ``AgentExecutor`` (its ``get_llm_response``, tools passed
-        by keyword; ``akickoff`` runs the same executor) sent without the agent's open tools."""
-        tools = kwargs.get("tools")
-        if isinstance(tools, list) and tools:
-            try:
-                agent = kwargs.get("from_agent")
-                visible = visible_tools(tools, _breaker_name_of(agent), agent=agent)
-            except Exception:
-                visible = tools
-                logger.debug("otel-breaker: crewai: open tools left on the menu", exc_info=True)
-            if visible is not tools:
-                kwargs = {**kwargs, "tools": list(visible) or None}
-        return wrapped(*args, **kwargs)
+    def without_open_tools(self, instance: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
+        """A native model call of ``AgentExecutor`` (tools by keyword) without the agent's open tools."""
+        tools, agent = kwargs.get("tools"), kwargs.get("from_agent")
+        if not isinstance(tools, list) or not tools:
+            return None
+        visible = visible_tools(tools, _breaker_name_of(agent), agent=agent)
+        return None if visible is tools else (args, {**kwargs, "tools": list(visible) or None})
 
     # -- the adapter protocol ------------------------------------------------------------
 
@@ -398,72 +346,41 @@ class CrewAIAdapter(SpecAdapter):
 
     def _policy_raises(self, frame: dict[str, Any] | None) -> bool:
         """True when CrewAI would end the run on a reported ToolFailure for this call."""
-        try:
-            from crewai.tools.tool_failure import ToolFailurePolicy, resolve_tool_failure_policy
-        except ImportError:
-            return False
         if frame is not None:
             usage, tool = frame["usage"], frame["tool"]
-            agent, task, crew = (
-                getattr(usage, "agent", None),
-                getattr(usage, "task", None),
-                getattr(usage, "crew", None),
-            )
+            agent, task, crew = (getattr(usage, name, None) for name in ("agent", "task", "crew"))
         else:
             tool = _tool.get()
             agent, task, crew, _ = _native.get() or (None, None, None, None)
         try:
-            policy = resolve_tool_failure_policy(tool=tool, agent=agent, task=task, crew=crew)
+            from crewai.tools.tool_failure import ToolFailurePolicy, resolve_tool_failure_policy
+
+            return resolve_tool_failure_policy(tool=tool, agent=agent, task=task, crew=crew) is ToolFailurePolicy.RAISE
         except Exception:
             return False
-        return policy is ToolFailurePolicy.RAISE
+
+
+def _unknown_call(executor: Any, args: tuple, kwargs: dict, identity: tuple) -> ToolCall | None:
+    """The native tool call about to be made, when no tool of the executor has its name."""
+    from crewai.utilities.agent_utils import extract_tool_call_info
+
+    info = extract_tool_call_info(args[0] if args else kwargs.get("tool_call"))
+    if info is None or info[1] in (getattr(executor, "_available_functions", None) or {}):
+        return None
+    agent, _task, crew, call_id = identity
+    return ToolCall(
+        info[1],
+        framework="crewai",
+        agent=agent,
+        agent_name=agent_display_name(agent) if agent is not None else None,
+        session_id=_text_id(getattr(crew, "id", None)),
+        call_id=call_id,
+    )
 
 
 @contextlib.contextmanager
 def _status_in_prompt(manager: Any, agent: Any) -> Iterator[Any]:
-    """CrewAI's ``_prepare_llm_call`` context, with the status block in the
-    system message of the yielded messages for the duration of the call."""
-    with manager as messages:
-        undo = _add_status(messages, agent)
-        try:
-            yield messages
-        finally:
-            undo()
-
-
-def _nothing() -> None:
-    return None
-
-
-def _add_status(messages: Any, agent: Any) -> Callable[[], None]:
-    """Put the status block into ``messages`` (in place); returns what takes it out again. Never raises."""
-    try:
-        if not isinstance(messages, list):
-            return _nothing
-        amended = insert_status_block(messages, DIALECT, agent)
-        if amended is None:
-            return _nothing
-        if len(amended) > len(messages):  # a system message holding only the block, first
-            original, added = None, amended[0]
-            messages.insert(0, added)
-        else:
-            index = next(i for i, (old, new) in enumerate(zip(messages, amended, strict=True)) if old is not new)
-            original, added = messages[index], amended[index]
-            messages[index] = added
-    except Exception:
-        logger.debug("otel-breaker: crewai: tool status not added to the prompt", exc_info=True)
-        return _nothing
-
-    def undo() -> None:
-        try:
-            for i, message in enumerate(messages):
-                if message is added:
-                    if original is None:
-                        del messages[i]
-                    else:
-                        messages[i] = original
-                    return
-        except Exception:
-            logger.debug("otel-breaker: crewai: could not take the tool status out again", exc_info=True)
-
-    return undo
+    """CrewAI's ``_prepare_llm_call`` context, with the status block in the system message
+    of the yielded messages for the duration of the call."""
+    with manager as messages, status_during(messages, DICT_MESSAGES, agent):
+        yield messages

@@ -17,5 +17,6 @@ from loop_contract import LoopContract
 
 class TestContract(FrameworkContract, LoopContract):
     driver = CrewAIDriver()
-    sees_invalid_arguments = False  # refused before the patched tool path
+    guards_unknown_tools = True
+    loop_calls = 4  # CrewAI ends a run at the 5th identical call with the same result
     stops_repeated_failures = "CrewAI ends a run after 5 identical calls with the same result"

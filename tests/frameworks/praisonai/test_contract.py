@@ -17,5 +17,7 @@ from loop_contract import LoopContract
 
 class TestContract(FrameworkContract, LoopContract):
     driver = PraisonAIDriver()
-    sees_invalid_arguments = False  # refused before the patched tool path
+    guards_unknown_tools = True
+    invalid_arguments = {"y": 1}  # noqa: RUF012 - the async path binds names, it checks no types
+    loop_calls = 7  # praisonaiagents halts a run after 8 tool calls without progress
     stops_repeated_failures = "PraisonAI's own circuit breaker ends repeated tool failures"

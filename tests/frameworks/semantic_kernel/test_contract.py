@@ -63,5 +63,17 @@ class SemanticKernelDriver:
 
 class TestContract(FrameworkContract, LoopContract):
     driver = SemanticKernelDriver()
-    sees_invalid_arguments = False  # refused before the patched tool path
+    guards_unknown_tools = True
     loop_calls = 5  # the kernel stops auto-invoking functions after 5 attempts
+
+
+class TestLoopContractUnexpectedArguments(LoopContract):
+    """Arguments the function does not take: the kernel answers them itself, before any
+    function runs (``Kernel.invoke_function_call``); the loop guard counts that answer."""
+
+    driver = SemanticKernelDriver()
+    invalid_arguments = {"y": 1}  # noqa: RUF012
+    loop_calls = 5
+    # Covered by TestContract:
+    test_loop_unknown_tool_name = None
+    test_loop_identical_failures_untouched_by_default_guarded_when_counted = None

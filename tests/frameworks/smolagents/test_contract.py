@@ -17,4 +17,4 @@ from loop_contract import LoopContract
 
 class TestContract(FrameworkContract, LoopContract):
     driver = SmolagentsDriver()
-    sees_invalid_arguments = False  # refused before the patched tool path
+    guards_unknown_tools = True
