@@ -35,6 +35,8 @@ from mcp.client.stdio import (
 )
 from mcp.shared.message import SessionMessage
 
+from otel_breaker.mcp_proxy.stdio import parse_message
+
 logger = logging.getLogger("otel_breaker")
 
 #: The longest message line read from a server; a longer one is dropped (memory stays bounded).
@@ -67,11 +69,7 @@ class _ServerOutput:
                 raise anyio.EndOfStream
             if not line.strip():
                 continue
-            try:
-                return SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
-            except Exception as exc:
-                logger.debug("otel-breaker: mcp-proxy: not a JSON-RPC message from the server: %r", exc)
-                return exc
+            return parse_message(line, types.JSONRPCResponse)
 
     def __aiter__(self) -> _ServerOutput:
         return self
