@@ -9,8 +9,10 @@ store. Everything else passes through.
 
 Modules, one job each: :mod:`.options` (what to run, validated without the SDK),
 :mod:`.upstream` (one server's connection and its restart supervisor),
+:mod:`.child` (a stdio server's process and its pipes),
 :mod:`.forward` (the server the client sees, and the guarded ``tools/call``),
-:mod:`.serve` (stdio or streamable HTTP to the client).
+:mod:`.wire` (a ``tools/call`` result judged as the wire's dict),
+:mod:`.stdio` (the client's pipes), :mod:`.serve` (stdio or streamable HTTP to the client).
 """
 
 from __future__ import annotations

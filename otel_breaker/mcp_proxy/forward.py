@@ -150,6 +150,8 @@ class Forwarder:
     ) -> None:
         self.links = links
         self.guarding = guarding
+        # OTEL_BREAKER_HIDE_OPEN_TOOLS, read once: the tools capability the client was given says it.
+        self.hiding = guarding and hide_open_tools_enabled()
         self.watch_interval = watch_interval
         self.clients = Clients()
         self._guard = guard or default_guard()
@@ -171,7 +173,7 @@ class Forwarder:
         results = [link.initialize_result for link in self.links]
         assert all(r is not None for r in results), "every server is connected once before serving"
         capabilities = _merged_capabilities([r.capabilities for r in results])  # type: ignore[union-attr]
-        if capabilities.tools is not None and self.guarding and hide_open_tools_enabled():
+        if capabilities.tools is not None and self.hiding:
             # Hidden tools leave and come back with notifications/tools/list_changed.
             capabilities = capabilities.model_copy(
                 update={"tools": capabilities.tools.model_copy(update={"list_changed": True})}
@@ -389,7 +391,7 @@ class Forwarder:
 
     def _hidden(self) -> frozenset[tuple[int, str]]:
         """(link index, the server's tool name) of the tools out of the menu now."""
-        if not self.guarding or not hide_open_tools_enabled():
+        if not self.hiding:
             return frozenset()
         hidden: set[tuple[int, str]] = set()
         for index, link in enumerate(self.links):
@@ -417,7 +419,7 @@ class Forwarder:
 
     async def watch_hidden(self) -> None:
         """A tool comes back when its cooldown ends, with no call: look now and then."""
-        if not self.guarding or not hide_open_tools_enabled():
+        if not self.hiding:
             return
         while True:
             await anyio.sleep(self.watch_interval)

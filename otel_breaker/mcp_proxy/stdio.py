@@ -26,9 +26,27 @@ import anyio
 import mcp.types as types
 from mcp.server.stdio import stdio_server
 from mcp.shared.message import SessionMessage
+from pydantic import BaseModel, ValidationError
 
 #: The longest message line read from the client; a longer one is dropped (memory stays bounded).
 MAX_LINE_BYTES = 64 * 1024 * 1024
+
+
+def parse_message(line: str | bytes, likely: type[BaseModel]) -> SessionMessage | Exception:
+    """One line of the wire as the SDK's transports parse it, or the parse error.
+
+    The message is read as the kind ``likely`` first (a request from a client, a
+    response from a server: nearly every message), which is what the SDK's
+    union of message kinds makes of such a line, at half the cost; any other
+    line is read as that union."""
+    try:
+        return SessionMessage(likely.model_validate_json(line, by_name=False))
+    except ValidationError:
+        pass
+    try:
+        return SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
+    except Exception as exc:
+        return exc
 
 
 class LineReadStream:
@@ -55,11 +73,7 @@ class LineReadStream:
                 raise anyio.EndOfStream
             if not line.strip():
                 continue
-            try:
-                message = types.jsonrpc_message_adapter.validate_json(line.decode("utf-8", "replace"), by_name=False)
-            except Exception as exc:
-                return exc
-            return SessionMessage(message)
+            return parse_message(line.decode("utf-8", "replace"), types.JSONRPCRequest)
 
     def __aiter__(self) -> LineReadStream:
         return self

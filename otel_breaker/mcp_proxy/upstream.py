@@ -26,7 +26,7 @@ import anyio
 import httpx2
 import mcp.types as types
 from mcp.client.session import ClientRequestContext, ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.dispatcher import CallOptions
 from mcp.shared.inbound import MCP_PROTOCOL_VERSION_HEADER
@@ -34,6 +34,7 @@ from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 
 from otel_breaker import __version__
 from otel_breaker.instrumentation.mcp_identity import implementation_identity
+from otel_breaker.mcp_proxy.child import server_stdio
 from otel_breaker.mcp_proxy.options import ServerSpec
 from otel_breaker.sanitize import bounded
 
@@ -228,7 +229,7 @@ class UpstreamLink:
             env={**os.environ, **spec.env},
             cwd=spec.cwd,
         )
-        return stdio_client(params)
+        return server_stdio(params)
 
     # -- the server's own messages, to the client -------------------------------------------------------
 
