@@ -1,33 +1,18 @@
 """Microsoft Agent Framework (``agent-framework-core``): a breaker where a tool function runs.
 
-Every tool call, from the function-invocation loop (with or without function
-middleware) or from a program calling ``FunctionTool.invoke`` itself, runs the
-function in ``FunctionTool._invoke_function`` (a sync function in a worker
-thread), after ``invoke`` validated the arguments and started the framework's
-own ``execute_tool`` span (on by default). Ours nests inside that span; the span
-processor does not count a call twice.
-
-* A tool that raises is counted. The loop turns the exception into the result
-  "Error: Function failed." and counts it towards its own
-  ``max_consecutive_errors_per_request``; neither changes.
-* Model mistakes and control flow pass uncounted: invalid arguments and
-  approvals are settled before the function runs (the loop guard counts the
-  invalid arguments ``invoke`` refuses, and a name no tool has where
-  ``_auto_invoke_function`` answers it); a pause for user input, a
-  middleware termination or fail-closed abort and the tool's own invocation
-  limits raised from inside are carried past the breaker.
-* A rejection is the text as the function's return value: the loop puts it in
-  the function-result content the model reads and goes on (a custom
-  ``result_parser`` receives the text).
-
-``invoke`` tells the breaker point the model's tool-call id, and
-``RawAgent._prepare_run_context`` marks the running agent for the length of its
-run (tied to the framework's run identity). Every model call goes through
-``BaseChatClient.get_response``: with ``OTEL_BREAKER_STATUS_IN_PROMPT=true`` the
-status block is added to the instructions it sends as the system message, and
-with ``OTEL_BREAKER_HIDE_OPEN_TOOLS=true`` the agent's open tools leave that call's
-``options["tools"]`` (what the model is offered) while the function-invocation
-loop keeps its own map, so a call the model makes anyway gets the rejection.
+Every tool call (the function-invocation loop, with or without middleware, or a
+program calling ``FunctionTool.invoke``) runs the function in
+``FunctionTool._invoke_function``, guarded, inside the framework's own
+``execute_tool`` span. A tool that raises is a failure (the loop still answers
+"Error: Function failed." and counts it towards ``max_consecutive_errors_per_request``).
+A pause for user input, a middleware termination or abort, and the tool's own
+invocation limits are control flow. Invalid arguments (``invoke`` refuses them) and
+a name no tool has (``_auto_invoke_function`` answers it) are the model's mistakes:
+the loop guard counts them, not the breaker. A rejection is the function's return
+value, the text the model reads. ``invoke`` gives the model's tool-call id, and
+``RawAgent._prepare_run_context`` marks the agent for its run (its run identity).
+``BaseChatClient.get_response`` gets the status block in its instructions and loses
+the agent's open tools from ``options["tools"]`` (the loop keeps its own map).
 """
 
 from __future__ import annotations
@@ -39,7 +24,8 @@ from otel_breaker.degrade import Rejection
 from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation.base import PatchTarget, agent_display_name
 from otel_breaker.instrumentation.mistakes import Refusals, arun_invalid, arun_unknown
-from otel_breaker.instrumentation.spec import SpecAdapter, prompt_patch, status_text, tool_patch
+from otel_breaker.instrumentation.patches import argument, prompt_patch, tool_patch
+from otel_breaker.instrumentation.spec import SpecAdapter, status_text
 from otel_breaker.menu import visible_tools
 from otel_breaker.toolcall import ToolCall
 
@@ -87,16 +73,9 @@ class AgentFrameworkAdapter(SpecAdapter):
         ]
 
     def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
-        agent = _current_agent()
-        return ToolCall(
-            instance.name,
-            framework=self.name,
-            agent=agent,
-            agent_name=agent_display_name(agent) if agent is not None else None,
-            call_id=_call_id.get(),
-            arguments=args[0] if args else kwargs.get("call_kwargs"),
-            origin=origin_of(instance, "agent_framework"),
-        )
+        agent, arguments, call_id = _current_agent(), argument(args, kwargs, 0, "call_kwargs"), _call_id.get()
+        name, origin = agent_display_name(agent), origin_of(instance, "agent_framework")
+        return ToolCall(instance.name, self.name, agent, name, call_id=call_id, arguments=arguments, origin=origin)
 
     def is_neutral(self, exc: BaseException) -> bool:
         kind = type(exc).__name__
@@ -117,16 +96,11 @@ class AgentFrameworkAdapter(SpecAdapter):
     def without_open_tools(self, instance: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
         """``get_response(messages, *, options=...)``: the tools this one model call offers."""
         options = kwargs.get("options") or {}
-        tools = options.get("tools")
-        choice = options.get("tool_choice")
+        tools, choice = options.get("tools"), options.get("tool_choice")
         forced = choice.get("required_function_name") if isinstance(choice, dict) else None
         if not isinstance(tools, list | tuple):
             return None
-
-        def name_of(tool: Any) -> str | None:
-            name = getattr(tool, "name", None)
-            return name if isinstance(name, str) and name != forced else None
-
+        name_of = lambda t: n if isinstance(n := getattr(t, "name", None), str) and n != forced else None  # noqa: E731
         kept = visible_tools(tools, name_of, agent=_current_agent())
         return None if kept is tools else (args, {**kwargs, "options": {**options, "tools": kept}})
 
@@ -147,9 +121,8 @@ class AgentFrameworkAdapter(SpecAdapter):
         content = args[0] if args else kwargs["function_call_content"]
         if not self._enabled or content.type != "function_call" or content.name in kwargs.get("tool_map", {}):
             return await wrapped(*args, **kwargs)
-        agent = _current_agent()
-        name = agent_display_name(agent) if agent is not None else None
-        call = ToolCall(str(content.name), framework=self.name, agent_name=name, call_id=content.call_id)
+        name = agent_display_name(_current_agent())
+        call = ToolCall(str(content.name), self.name, agent_name=name, call_id=content.call_id)
 
         def reject(text: str) -> Any:
             from agent_framework import Content

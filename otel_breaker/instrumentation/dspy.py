@@ -1,29 +1,16 @@
 """Breakers for DSPy (``dspy``) tool-using programs such as ``dspy.ReAct``.
 
-Every tool a DSPy program runs is a ``dspy.Tool``, called through
-``Tool.__call__`` (``ReAct.forward``) or ``Tool.acall`` (``ReAct.aforward``);
-those two methods are the patch points. An async tool run from the sync path
-goes through ``__call__`` alone, so each logical call is counted once.
+Every tool a DSPy program runs is a ``dspy.Tool``, called through ``Tool.__call__``
+(``ReAct.forward``; an async tool run from there too) or ``Tool.acall``
+(``ReAct.aforward``): both guarded. ReAct writes what a tool raises into the
+trajectory as the observation; the guard counts it first. ReAct's own ``finish``
+is control flow. Arguments ``Tool`` refuses before the body runs (names it does not
+take, a failed schema) are the model's mistake: the loop guard counts them, not the
+breaker. A rejection is the tool's result, the observation the model reads next.
 
-Failures: ReAct catches what a tool raises and writes it into the trajectory as
-an observation; the guard sees the exception first and counts it. ReAct's own
-``finish`` tool is control flow and passes through. Arguments the tool does not
-take or that fail its schema are the model's mistake: they are checked before
-the body runs (as ``Tool`` itself does): the breaker does not count them, the
-loop guard does.
-
-Rejection: the rejection text as the tool's result, which ReAct appends to the
-trajectory as the observation the model reads next.
-
-Agent identity: the running ``ReAct`` module (its ``name`` attribute, when set,
-is ``gen_ai.agent.name``). Status block: with ``OTEL_BREAKER_STATUS_IN_PROMPT``
-on, every ReAct step is predicted with the step signature's instructions plus
-the block (passed as ``signature=``; the module itself is not changed).
-
-Open tools: with ``OTEL_BREAKER_HIDE_OPEN_TOOLS=true`` the same step signature's
-instructions list the tools without the agent's open ones (renumbered). Its
-``next_tool_name`` field still accepts every name, so a call the model makes
-anyway is parsed, reaches the tool and gets the rejection.
+The agent is the running ``ReAct`` module (its ``name``, when set). Each ReAct step
+is predicted with ``signature=`` carrying the status block, and the listing of the
+tools without the agent's open ones (``next_tool_name`` still accepts every name).
 """
 
 from __future__ import annotations
@@ -32,9 +19,10 @@ import contextvars
 from typing import Any
 
 from otel_breaker.identity import origin_of
-from otel_breaker.instrumentation.base import PatchTarget, agent_display_name
+from otel_breaker.instrumentation.base import agent_display_name
 from otel_breaker.instrumentation.mistakes import Refusals, arun_invalid, run_invalid
-from otel_breaker.instrumentation.spec import SpecAdapter, prompt_patch, status_text, tool_patch
+from otel_breaker.instrumentation.patches import context_patch, prompt_patch, tool_patch
+from otel_breaker.instrumentation.spec import SpecAdapter, status_text
 from otel_breaker.menu import hidden_names
 from otel_breaker.toolcall import ToolCall
 
@@ -66,15 +54,10 @@ class DSPyAdapter(SpecAdapter):
         tool_patch(_TOOL, "Tool.acall", "async"),
         prompt_patch(_REACT, "ReAct._call_with_potential_trajectory_truncation", "sync"),
         prompt_patch(_REACT, "ReAct._async_call_with_potential_trajectory_truncation", "async"),
-    )
-
-    def targets(self) -> list[PatchTarget]:
         # The running ReAct module is the agent of the tool calls its loop makes.
-        return [
-            *super().targets(),
-            PatchTarget(_REACT, "ReAct.forward", self._forward),
-            PatchTarget(_REACT, "ReAct.aforward", self._aforward),
-        ]
+        context_patch(_REACT, "ReAct.forward", _agent, lambda react, args, kwargs: react, "sync"),
+        context_patch(_REACT, "ReAct.aforward", _agent, lambda react, args, kwargs: react, "async"),
+    )
 
     def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
         agent = _agent.get()
@@ -104,20 +87,6 @@ class DSPyAdapter(SpecAdapter):
         if _refuses(instance, kwargs):
             return await arun_invalid(self, call, Refusals(self, raised=_any), wrapped, args, kwargs)
         return await self.run_async(call, wrapped, args, kwargs)
-
-    def _forward(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        token = _agent.set(instance)
-        try:
-            return wrapped(*args, **kwargs)
-        finally:
-            _agent.reset(token)
-
-    async def _aforward(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        token = _agent.set(instance)
-        try:
-            return await wrapped(*args, **kwargs)
-        finally:
-            _agent.reset(token)
 
     def with_status(self, instance: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
         """The step predictor called with ``signature=`` carrying the status block."""

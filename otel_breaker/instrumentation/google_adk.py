@@ -1,29 +1,19 @@
 """Google ADK: every function-tool call runs in the flows' tool runner.
 
-Why there: ADK's LLM flows answer each function call in ``_execute_single_prepared_call``:
-before-tool callbacks, the confirmation gate, then the tool runner, then the
-after-tool callbacks. The runner is ``_call_tool_async`` (``tool.run_async``) in
-``_caller`` (batch and parallel calls) and, in live mode, ``_call_tool_async`` or
-``_call_tool_in_thread_pool`` in ``_live_caller``; each call reaches exactly one of
-them. A call a callback answers, an unknown tool (the model's mistake) and a call
-held for confirmation never reach the runner and are not counted; the loop guard
-counts an unknown name where ``_execute_single_prepared_call`` answers it, and
-ADK's answer to invalid arguments (``result_hint``).
+ADK's flows answer each function call in ``_execute_single_prepared_call``
+(before-tool callbacks, the confirmation gate, the runner, after-tool callbacks).
+The runner, guarded, is ``_call_tool_async`` in ``_caller`` and, live,
+``_call_tool_async`` or ``_call_tool_in_thread_pool`` in ``_live_caller``. A tool's
+exception leaves it (then the ``on_tool_error`` callbacks), and a response the
+tool's ``_detect_error_in_response`` flags is a failure too. ADK's own answers to
+bad arguments (the loop guard counts them), a confirmation or an authentication
+request count neither way; nor does a name no tool has, which never reaches the
+runner (the loop guard counts it where ``_execute_single_prepared_call`` answers
+it). Rejection: the function response ``{"error": <text>}``, ADK's tool error.
 
-Failures: a tool's exception leaves the runner (ADK then hands it to the
-``on_tool_error`` callbacks) and is counted. A tool whose
-``_detect_error_in_response`` (ADK's own hook) flags its response counts too. Answers
-ADK writes itself for bad arguments, a pending or rejected confirmation, or an
-authentication request count neither way.
-
-Rejection: the function response ``{"error": <rejection text>}``, ADK's shape for a
-tool error, which the model reads on its next turn.
-
-Status block: ``BaseLlmFlow._call_llm_async`` receives each model request; a string
-``system_instruction`` of a copy of the request gets the block. With
-``OTEL_BREAKER_HIDE_OPEN_TOOLS=true`` the copy's function declarations
-(``config.tools``, what the model is offered) lose the agent's open tools;
-``tools_dict`` keeps them, so a call the model makes anyway gets the rejection.
+``BaseLlmFlow._call_llm_async`` gets each model request: a copy of it gets the
+status block on a string ``system_instruction`` and loses the agent's open tools
+from its function declarations (``tools_dict`` keeps them).
 """
 
 from __future__ import annotations
@@ -36,13 +26,15 @@ from otel_breaker.degrade import Rejection
 from otel_breaker.guard import IGNORED_RESULT
 from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation.base import PatchTarget
+from otel_breaker.instrumentation.current_call import HoldsCurrentCall
 from otel_breaker.instrumentation.mistakes import arun_unknown
-from otel_breaker.instrumentation.spec import SpecAdapter, prompt_patch, status_text, tool_patch
+from otel_breaker.instrumentation.patches import argument, prompt_patch, tool_patch
+from otel_breaker.instrumentation.spec import SpecAdapter, status_text
 from otel_breaker.menu import hidden_names
 from otel_breaker.toolcall import ToolCall
 
 _TOOLS = "google.adk.flows.llm_flows.tools."
-# (tool, tool context) of the call being guarded, for result_error.
+# (tool, tool context) of the call being guarded.
 _current: contextvars.ContextVar[tuple[Any, Any] | None] = contextvars.ContextVar("otel_breaker_adk", default=None)
 
 
@@ -68,10 +60,9 @@ def _error_of(event: Any) -> str | None:
     return str(response["error"]) if isinstance(response, dict) and "error" in response else None
 
 
-class GoogleADKAdapter(SpecAdapter):
-    """Guards Google ADK tools, scoped per agent."""
-
+class GoogleADKAdapter(HoldsCurrentCall, SpecAdapter):
     name = "google_adk"
+    current = _current
     patches = (
         tool_patch(_TOOLS + "_caller", "_call_tool_async"),
         tool_patch(_TOOLS + "_live_caller", "_call_tool_async"),
@@ -91,9 +82,8 @@ class GoogleADKAdapter(SpecAdapter):
         invocation, prepared = args[0], args[1]
         if prepared.tool_lookup_error is None or not self._enabled:
             return await wrapped(*args, **kwargs)
-        name = _agent_name(invocation)
-        session = getattr(invocation, "session", None)
-        call = ToolCall(str(prepared.tool.name), framework=self.name, agent_name=name, session_id=session.id)
+        session = getattr(getattr(invocation, "session", None), "id", None)
+        call = ToolCall(str(prepared.tool.name), self.name, agent_name=_agent_name(invocation), session_id=session)
 
         def reject(text: str) -> Any:
             from google.adk.flows.llm_flows.tools._caller import _build_response_event
@@ -102,40 +92,26 @@ class GoogleADKAdapter(SpecAdapter):
 
         return await arun_unknown(call, reject, _error_of, wrapped, args, kwargs)
 
+    def current_of(self, instance: Any, args: tuple, kwargs: dict) -> Any:
+        return _tool_and_context(args, kwargs)
+
     def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
         tool, tool_context = _tool_and_context(args, kwargs)
-        invocation = _invocation(tool_context)
-        name = _agent_name(invocation)
-        session = getattr(invocation, "session", None)
-        return ToolCall(
-            tool=str(tool.name),
-            framework=self.name,
-            # ADK runs a copy of the agent per invocation: the name (unique in an
-            # agent tree) keys the breaker, so an open breaker outlives the run.
-            agent=name,
-            agent_name=name,
-            session_id=getattr(session, "id", None),
-            call_id=tool_context.function_call_id,
-            arguments=args[1] if len(args) > 1 else kwargs.get("args"),
-            origin=origin_of(tool, "google.adk"),
-        )
-
-    async def _tool_async(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        token = _current.set(_tool_and_context(args, kwargs))
-        try:
-            return await super()._tool_async(wrapped, instance, args, kwargs)
-        finally:
-            _current.reset(token)
+        invocation, call_id = _invocation(tool_context), tool_context.function_call_id
+        name, session = _agent_name(invocation), getattr(getattr(invocation, "session", None), "id", None)
+        arguments, origin = argument(args, kwargs, 1, "args"), origin_of(tool, "google.adk")
+        # ADK runs a copy of the agent per invocation: the name (unique in an agent tree)
+        # keys the breaker, so an open breaker outlives the run.
+        return ToolCall(str(tool.name), self.name, name, name, session, call_id, arguments=arguments, origin=origin)
 
     def result_error(self, call: ToolCall, result: Any) -> str | None:
         tool, tool_context = _current.get() or (None, None)
         actions = getattr(tool_context, "actions", None)
         if actions is not None and (actions.requested_auth_configs or actions.requested_tool_confirmations):
             return IGNORED_RESULT  # waiting for a person: neither outcome
-        if isinstance(result, dict) and set(result) == {"error"}:
-            text = str(result["error"])
-            if text.startswith(f"Invoking `{call.tool}()` failed") or text == "This tool call is rejected.":
-                return IGNORED_RESULT  # bad arguments, or a person said no
+        text = str(result["error"]) if isinstance(result, dict) and set(result) == {"error"} else ""
+        if text.startswith(f"Invoking `{call.tool}()` failed") or text == "This tool call is rejected.":
+            return IGNORED_RESULT  # bad arguments, or a person said no
         detector = getattr(tool, "_detect_error_in_response", None)
         return detector(result) if detector is not None else None
 
@@ -149,10 +125,8 @@ class GoogleADKAdapter(SpecAdapter):
 
     def with_status(self, instance: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
         invocation, request = args[0], args[1]
-        current = request.config.system_instruction
-        if current is not None and not isinstance(current, str):
-            return None  # structured instructions are left alone
-        text = status_text(current, _agent_name(invocation))
+        current = request.config.system_instruction  # structured instructions are left alone
+        text = status_text(current, _agent_name(invocation)) if current is None or isinstance(current, str) else None
         if text is None:
             return None
         config = request.config.model_copy(update={"system_instruction": text})
