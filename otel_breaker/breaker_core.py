@@ -284,7 +284,10 @@ class StateMachine:
         balance (it can become idle and be evicted like any other). In the closed
         state the outcome counts toward opening; while open or half-open it only
         updates statistics (it was no probe)."""
-        permit = self.generation if self.state is _CLOSED else SHADOW
+        storage = self._storage
+        if storage is not None:
+            storage.refresh(self)  # the shared generation and state: the outcome is judged on them
+        permit = self.generation if self.state is _CLOSED else SHADOW  # type: ignore[attr-defined]
         next(self._request_counter)
         self.on_outcome(permit, outcome)
 
