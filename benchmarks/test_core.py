@@ -84,6 +84,18 @@ def test_pybreaker_rejection(benchmark):
 
 
 @pytest.mark.benchmark(group="open: one rejected call")
+def test_otel_breaker_guard_rejection(benchmark):
+    """``@guard``'s rejection: the registry's breaker kept, open."""
+    from otel_breaker import get_circuit_breaker
+
+    guarded = guard("rejected_tool")(tool)
+    guarded()  # the registry's breaker is now kept by the wrapper
+    get_circuit_breaker("rejected_tool").force_open()
+    result = benchmark(guarded)
+    assert result["circuit_open"] is True
+
+
+@pytest.mark.benchmark(group="open: one rejected call")
 def test_circuitbreaker_rejection(benchmark):
     circuitbreaker = pytest.importorskip("circuitbreaker")
     breaker = circuitbreaker.CircuitBreaker(failure_threshold=1, recovery_timeout=3600)
@@ -127,6 +139,12 @@ def test_async_bare(benchmark):
 def test_async_otel_breaker(benchmark):
     breaker = CircuitBreaker("tool", CircuitBreakerConfig(timeout=None))
     benchmark(_run_many(lambda: breaker.acall(atool)))
+
+
+@pytest.mark.benchmark(group="async: 1000 healthy calls in one event loop")
+def test_async_otel_breaker_guard(benchmark):
+    """``@guard`` on a coroutine function: the registry's breaker kept, as for sync ones."""
+    benchmark(_run_many(guard("atool")(atool)))
 
 
 @pytest.mark.benchmark(group="async: 1000 healthy calls in one event loop")

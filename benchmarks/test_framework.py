@@ -160,3 +160,26 @@ def test_identity_computed_each_time(benchmark):
     """What it would cost to read the origin on every call (for comparison)."""
     lookup = make_tool()
     assert benchmark(code_origin, lookup, "langchain_core") == code_origin(lookup.func)
+
+
+# -- no SDK configured: what the switch adds to a plain invoke ------------------------------------
+
+
+@pytest.mark.benchmark(group="no SDK: one LangChain tool.invoke")
+def test_plain_invoke_no_sdk(benchmark):
+    lookup = make_tool()
+    assert benchmark(lookup.invoke, {"city": "Oslo"}) == "Oslo"
+
+
+@pytest.mark.benchmark(group="no SDK: one LangChain tool.invoke")
+def test_guarded_invoke_no_sdk(benchmark):
+    """The adapter on, no tracer, meter or logger provider anywhere (the telemetry is skipped)."""
+    telemetry.TELEMETRY.reset(counts=True)
+    assert not telemetry.observing()
+    instrumentor = BreakerInstrumentor()
+    instrumentor.instrument(frameworks=["langchain"])
+    try:
+        lookup = make_tool()
+        assert benchmark(lookup.invoke, {"city": "Oslo"}) == "Oslo"
+    finally:
+        instrumentor.uninstrument()

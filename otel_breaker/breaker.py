@@ -75,17 +75,9 @@ class CircuitBreaker(StateMachine):
         return f"<CircuitBreaker {self.name!r} {self._state.value}{shared}>"
 
     @property
-    def config(self) -> CircuitBreakerConfig:
-        return self._config
-
-    @property
     def storage(self) -> BreakerStorage | None:
         """The shared storage this breaker delegates to; None when its state is in memory."""
         return self._storage
-
-    @property
-    def clock(self) -> Clock:
-        return self._clock
 
     @property
     def state(self) -> State:
@@ -93,19 +85,15 @@ class CircuitBreaker(StateMachine):
         the breaker to half-open (ready for a probe), so dashboards never show
         an idle tool as open after its cooldown."""
         state = self._state
-        if state is _OPEN and self._clock() >= self._open_until:
+        if state is _OPEN and self.clock() >= self._open_until:
             with self._lock:
                 change = None
-                if self._state is _OPEN and self._clock() >= self._open_until:
-                    change = self._transition(_HALF_OPEN, "cooldown_elapsed", self._clock())
+                if self._state is _OPEN and self.clock() >= self._open_until:
+                    change = self._transition(_HALF_OPEN, "cooldown_elapsed", self.clock())
                 state = self._state
             if change is not None:
                 self._emit(change)
         return state
-
-    @property
-    def generation(self) -> int:
-        return self._generation
 
     @property
     def shared_version(self) -> int:
@@ -117,21 +105,21 @@ class CircuitBreaker(StateMachine):
         """Seconds until a probe is allowed: 0 when closed or half-open with a
         free probe slot, ``inf`` while forced open."""
         with self._lock:
-            return self._retry_after_locked(self._clock())
+            return self._retry_after_locked(self.clock())
 
     def peek_retry_after(self) -> float:
         """``retry_after`` without taking the lock, for the rejection hot path
         (a value a moment stale is fine there)."""
-        return self._retry_after_locked(self._clock())
+        return self._retry_after_locked(self.clock())
 
     def _retry_after_locked(self, now: float) -> float:
         if self._state is _OPEN:
             return max(0.0, self._open_until - now)
         if self._state is _HALF_OPEN and (
-            len(self._probe_leases) >= self._config.half_open_max_calls
+            len(self._probe_leases) >= self.config.half_open_max_calls
             or (self._storage is not None and self._storage.probe_busy)
         ):
-            return min(1.0, self._config.recovery_timeout)
+            return min(1.0, self.config.recovery_timeout)
         return 0.0
 
     def peek_state(self) -> State:
@@ -183,20 +171,20 @@ class CircuitBreaker(StateMachine):
         if self._state is not _CLOSED or self._consecutive:
             return False
         window = self._window
-        if window is not None and window.totals(self._clock())[1]:
+        if window is not None and window.totals(self.clock())[1]:
             return False
         return requests == sum(self.lifetime_counts())
 
     def recent_failure_rate(self) -> float | None:
         """Failure ratio over ``monitor_window`` when a rate threshold is configured."""
-        if self._storage is not None and self._config.failure_rate_threshold:
+        if self._storage is not None and self.config.failure_rate_threshold:
             rate = self._storage.recent_failure_rate(self)
             if rate is not None:
                 return rate
         if self._window is None:
             return None
         with self._lock:
-            calls, failures = self._window.totals(self._clock())
+            calls, failures = self._window.totals(self.clock())
         return failures / calls if calls else 0.0
 
     # -- configuration and listeners -------------------------------------
@@ -204,7 +192,7 @@ class CircuitBreaker(StateMachine):
     def configure(self, config: CircuitBreakerConfig) -> None:
         """Apply a new configuration; the current state is kept."""
         with self._lock:
-            self._config = config
+            self.config = config
             self._observe = config.mode == "observe"
             if config.failure_rate_threshold and self._window is None and not self._unguarded:
                 self._window = FailureWindow(config.monitor_window)

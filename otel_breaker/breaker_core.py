@@ -89,8 +89,12 @@ class StateMachine:
         self.name = name
         self.agent_name = agent_name
         self.session_id = session_id
-        self._config = config or CircuitBreakerConfig()
-        self._clock: Clock = clock or time.monotonic
+        # Read by everyone, written only by the machine (``configure``), plain attributes
+        # because the call path reads them on every call:
+        #: how this breaker decides;
+        self.config = config or CircuitBreakerConfig()
+        #: monotonic seconds (injected for tests and simulations);
+        self.clock: Clock = clock or time.monotonic
         self._lock = threading.Lock()
         self._storage = storage
         self._unguarded = unguarded
@@ -103,19 +107,20 @@ class StateMachine:
             self.awaits_store = storage.awaits
         self._listeners: list[StateListener] = []
         self._state = _CLOSED
-        self._generation = 0
+        #: bumped on every transition: a permit is the generation it was handed out in.
+        self.generation = 0
         self._consecutive = 0
         self._open_until = 0.0
         self._reopenings = 0
         self._probe_leases: dict[int, float] = {}
         self._next_lease = 0
         self._probe_successes = 0
-        rate = self._config.failure_rate_threshold
-        self._window = FailureWindow(self._config.monitor_window) if rate and not unguarded else None
+        rate = self.config.failure_rate_threshold
+        self._window = FailureWindow(self.config.monitor_window) if rate and not unguarded else None
         #: Calls and slow calls over ``monitor_window``, when ``slow_call_seconds`` is set.
         self._slow_window: FailureWindow | None = None
         #: A call needs no clock and no look at its result (see :func:`_plain`).
-        self.plain = _plain(self._config)
+        self.plain = _plain(self.config)
         # Lifetime counters: monotonic, read by telemetry at collection time.
         # Requests and successes are counted on the lock-free closed-state path
         # with itertools.count, whose next() is atomic; the rest under the lock.
@@ -125,7 +130,7 @@ class StateMachine:
         self._ignored = 0
         self._rejected_open_counter = itertools.count()
         self._rejected_half_open = 0
-        self._observe = self._config.mode == "observe"
+        self._observe = self.config.mode == "observe"
         self._opened_count = 0
         self._last_change: float | None = None
         # ``stats`` reports counts since the last reset by subtracting this.
@@ -147,24 +152,34 @@ class StateMachine:
 
     # -- the state machine: admission and outcomes -----------------------------
 
-    def try_acquire(self) -> Permit:
+    def try_acquire(self, ask: bool = True) -> Permit:
         """Ask to run one call.
 
         Returns a permit to pass to :meth:`on_success`/:meth:`on_failure`/
         :meth:`on_ignored`, or ``REJECTED`` (the call must not run), or ``SHADOW``
-        in observe mode for a call enforce mode would have rejected.
+        in observe mode for a call enforce mode would have rejected. With
+        ``ask=False`` a storage is not asked: None then means the storage must be
+        (:meth:`atry_acquire` awaits it).
         """
-        permit = self._generation  # generation first, then state
-        if self._state is _CLOSED and self._local_admit:
+        permit = self.generation  # generation first, then state
+        state = self._state
+        if state is _CLOSED and self._local_admit:
             # Lock-free: a transition racing with this read leaves ``permit`` at
             # the older generation, whose outcome then only counts in stats.
             next(self._request_counter)
             return permit
-        local = self._reject_locally()
-        if local is not None:
-            return local
         storage = self._storage
+        if state is _OPEN:
+            until = self._open_until
+            if self.clock() < until and (storage is None or storage.may_reject_locally(until == _INF)):
+                # Open, cooldown running (and, with a storage, a mirror it trusts):
+                # rejected without the lock or a round trip.
+                next(self._request_counter)
+                next(self._rejected_open_counter)
+                return SHADOW if self._observe else REJECTED
         if storage is not None:
+            if not ask:
+                return None  # type: ignore[return-value]
             shared = storage.admit(self)
             if shared is not None:
                 return self._count_admission(shared)
@@ -172,31 +187,13 @@ class StateMachine:
 
     async def atry_acquire(self) -> Permit:
         """``try_acquire`` that awaits a shared storage's asyncio client instead of blocking."""
-        storage = self._storage
-        if storage is None or not self.awaits_store or (self._state is _CLOSED and self._local_admit):
-            return self.try_acquire()
-        local = self._reject_locally()
-        if local is not None:
-            return local
-        shared = await storage.aadmit(self)
+        permit = self.try_acquire(not self.awaits_store)
+        if permit is not None:
+            return permit
+        shared = await self._storage.aadmit(self)  # type: ignore[union-attr]
         if shared is not None:
             return self._count_admission(shared)
         return self._acquire_locked()
-
-    def _reject_locally(self) -> Permit | None:
-        """Open with its cooldown running (and, with a storage, a mirror it trusts):
-        a rejection without the lock or a round trip. None: ask further."""
-        if self._state is not _OPEN:
-            return None
-        until = self._open_until
-        if self._clock() >= until:
-            return None
-        storage = self._storage
-        if storage is not None and not storage.may_reject_locally(until == _INF):
-            return None
-        next(self._request_counter)
-        next(self._rejected_open_counter)
-        return SHADOW if self._observe else REJECTED
 
     def _count_admission(self, permit: Permit) -> Permit:
         """Count a storage's admission (applied to this breaker already)."""
@@ -221,11 +218,11 @@ class StateMachine:
     def _acquire_slow(self) -> tuple[int | tuple[int, int], StateChange | None]:
         """Admission under the lock, from the state found under the lock: the
         state read without it may be stale (the breaker may have closed since)."""
-        now = self._clock()
+        now = self.clock()
         change = None
         state = self._state
         if state is _CLOSED:
-            return self._generation, None
+            return self.generation, None
         if state is _OPEN:
             if now < self._open_until:
                 next(self._rejected_open_counter)
@@ -233,22 +230,22 @@ class StateMachine:
             change = self._transition(_HALF_OPEN, "cooldown_elapsed", now)
         # half-open: hand out probe leases; reclaim leases of probes that hung
         leases = self._probe_leases
-        timeout = self._config.timeout
+        timeout = self.config.timeout
         lease_limit = PROBE_LEASE_SECONDS if timeout is None else timeout
         if leases:
             for lease, started in list(leases.items()):
                 if now - started > lease_limit:
                     del leases[lease]
-        if len(leases) < self._config.half_open_max_calls:
+        if len(leases) < self.config.half_open_max_calls:
             self._next_lease += 1
             leases[self._next_lease] = now
-            return (self._generation, self._next_lease), change
+            return (self.generation, self._next_lease), change
         self._rejected_half_open += 1
         return (SHADOW if self._observe else REJECTED), change
 
     def on_success(self, permit: Permit) -> None:
         """The call ``permit`` admitted succeeded."""
-        if permit == self._generation and self._window is None and not self._consecutive and self._storage is None:
+        if permit == self.generation and self._window is None and not self._consecutive and self._storage is None:
             # Closed, current generation, no failure streak to clear: the common
             # case needs no lock. (A failure racing with it takes the lock and
             # reads as having happened after this success.)
@@ -287,7 +284,10 @@ class StateMachine:
         balance (it can become idle and be evicted like any other). In the closed
         state the outcome counts toward opening; while open or half-open it only
         updates statistics (it was no probe)."""
-        permit = self._generation if self.state is _CLOSED else SHADOW
+        storage = self._storage
+        if storage is not None:
+            storage.refresh(self)  # the shared generation and state: the outcome is judged on them
+        permit = self.generation if self.state is _CLOSED else SHADOW  # type: ignore[attr-defined]
         next(self._request_counter)
         self.on_outcome(permit, outcome)
 
@@ -333,35 +333,35 @@ class StateMachine:
             return None  # counted, never judged: the overflow of a full registry
         if isinstance(permit, tuple):
             generation, lease = permit
-            if state is not _HALF_OPEN or generation != self._generation:
+            if state is not _HALF_OPEN or generation != self.generation:
                 return None
             if self._probe_leases.pop(lease, None) is None:
                 return None  # the lease expired: a late answer is not a probe result
             if outcome == SUCCESS:
                 self._probe_successes += 1
-                if self._probe_successes >= self._config.success_threshold:
-                    return self._transition(_CLOSED, "probe_succeeded", self._clock())
+                if self._probe_successes >= self.config.success_threshold:
+                    return self._transition(_CLOSED, "probe_succeeded", self.clock())
             elif outcome == FAILURE:
                 self._reopenings += 1
-                return self._open(self._clock(), "probe_failed")
+                return self._open(self.clock(), "probe_failed")
             return None
-        if permit != self._generation or state is not _CLOSED or outcome == IGNORED:
+        if permit != self.generation or state is not _CLOSED or outcome == IGNORED:
             return None
         if outcome == SUCCESS:
             self._consecutive = 0
             if self._window is not None:
-                self._window.add(self._clock(), False)
+                self._window.add(self.clock(), False)
             return None
-        now = self._clock()
+        now = self.clock()
         self._consecutive += 1
-        if self._consecutive >= self._config.failure_threshold:
+        if self._consecutive >= self.config.failure_threshold:
             return self._open(now, f"consecutive_failures={self._consecutive}")
         window = self._window
         if window is not None:
             window.add(now, True)
             calls, failures = window.totals(now)
             rate = failures / calls
-            if calls >= self._config.minimum_calls and rate >= self._config.failure_rate_threshold:
+            if calls >= self.config.minimum_calls and rate >= self.config.failure_rate_threshold:
                 return self._open(now, f"failure_rate={rate:.2f}")
         return None
 
@@ -372,7 +372,7 @@ class StateMachine:
         whether it was mirrored (False: an older version than the one held)."""
         with self._lock:
             before = self._state
-            now = self._clock()
+            now = self.clock()
             change = None
             if snapshot.changed is not None:
                 change = StateChange(self, snapshot.changed[0], snapshot.state, snapshot.changed[1], now)
@@ -382,7 +382,7 @@ class StateMachine:
             applied = snapshot.version > held or (snapshot.version == held and not snapshot.newer_only)
             if applied:
                 self._shared_version = snapshot.version
-                self._generation = snapshot.generation
+                self.generation = snapshot.generation
                 state = snapshot.state
                 if state is not self._state:
                     self._last_change = now
@@ -407,7 +407,7 @@ class StateMachine:
     # -- transitions -------------------------------------------------------
 
     def _open(self, now: float, reason: str, until: float | None = None) -> StateChange | None:
-        self._open_until = now + self._config.cooldown(self._reopenings) if until is None else until
+        self._open_until = now + self.config.cooldown(self._reopenings) if until is None else until
         self._opened_count += 1
         return self._transition(_OPEN, reason, now)
 
@@ -415,7 +415,7 @@ class StateMachine:
         """Move to ``to`` (lock held). Returns the change to emit after unlocking."""
         previous = self._state
         self._state = to
-        self._generation += 1
+        self.generation += 1
         self._probe_leases.clear()
         self._probe_successes = 0
         self._last_change = now
@@ -439,7 +439,7 @@ class StateMachine:
 
     def _change(self, apply: Callable[[float], StateChange | None]) -> None:
         with self._lock:
-            change = apply(self._clock())
+            change = apply(self.clock())
         if change is not None:
             self._emit(change)
 
@@ -456,7 +456,7 @@ class StateMachine:
         with ``slow_call_seconds`` set, once at least ``minimum_calls`` calls were made in
         ``monitor_window`` and the share of them slower than it reaches ``slow_call_rate``,
         the breaker opens. Unset, nothing happens: a slow tool is not a broken tool."""
-        config = self._config
+        config = self.config
         threshold = config.slow_call_seconds
         if threshold is None or self._state is not _CLOSED:
             return
@@ -485,7 +485,7 @@ class StateMachine:
         by hand. Returns the seconds applied (0 when ``seconds`` is not positive).
         """
         try:
-            duration = min(float(seconds), self._config.max_recovery_timeout)
+            duration = min(float(seconds), self.config.max_recovery_timeout)
         except (TypeError, ValueError):
             return 0.0
         if not duration > 0:  # also NaN

@@ -54,7 +54,7 @@ def test_every_entrance_asks_the_one_state_machine(monkeypatch, request, traced)
         request.getfixturevalue("otel")
     asked = []
 
-    def rejecting(self):
+    def rejecting(self, *args):
         asked.append(self.name)
         return REJECTED
 

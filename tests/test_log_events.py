@@ -76,7 +76,7 @@ def test_a_rejection_is_an_info_event_in_the_rejected_calls_trace(otel, logs):
 
 def test_state_changes_without_a_span_are_events_too(otel, logs, clock):
     breaker = get_circuit_breaker("search", CircuitBreakerConfig(failure_threshold=1, recovery_timeout=5))
-    breaker._clock = clock
+    breaker.clock = clock
     breaker.force_open()  # e.g. from the command line: no tool call, no span
     breaker.force_close()
     with pytest.raises(Down):

@@ -96,7 +96,7 @@ def test_a_rejected_call_gets_a_short_span_of_its_own(otel):
 
 def test_state_change_events_sit_on_the_span_of_the_call_that_caused_them(otel, clock):
     breaker = get_circuit_breaker("search", CircuitBreakerConfig(failure_threshold=2, recovery_timeout=5))
-    breaker._clock = clock  # the registry's breaker, driven by the test's clock
+    breaker.clock = clock  # the registry's breaker, driven by the test's clock
     for _ in range(2):
         with pytest.raises(Down):
             call(fn=fail)
@@ -193,7 +193,7 @@ def test_counts_by_outcome_state_and_transition(otel):
 
 def test_the_state_gauge_is_one_hot_after_every_transition(otel, clock):
     breaker = get_circuit_breaker("search", CircuitBreakerConfig(failure_threshold=1, recovery_timeout=5))
-    breaker._clock = clock
+    breaker.clock = clock
 
     def gauge():
         return {
