@@ -13,7 +13,6 @@ telemetry) so neither can bypass a check. Two promises hold throughout:
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import logging
@@ -380,6 +379,8 @@ async def _await_within(awaitable: Any, timeout: float, tool: str) -> Any:
     an anyio cancel scope. The awaitable is always awaited: a problem in our
     timeout bookkeeping means it runs without a timeout, never un-awaited.
     """
+    import asyncio  # here, not at the top: only timed calls need it, and a framework's import would pay for it
+
     try:
         watch = _deadline_start(timeout)
         scope = deadline.foreign_scope(timeout) if watch is None else None

@@ -29,7 +29,6 @@ list of messages in a framework's :class:`MessageDialect`, or
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -260,6 +259,8 @@ class SpecAdapter(FrameworkAdapter):
         breaker ``timeout`` therefore covers the whole stream, including the time
         the consumer spends between events.
         """
+        import asyncio  # streams only: a framework's import does not pay for asyncio
+
         handoff: asyncio.Queue[tuple[Any, asyncio.Event]] = asyncio.Queue(maxsize=1)
         ran = False
 
