@@ -4,7 +4,7 @@ An adapter built on :class:`SpecAdapter` states
 
 * ``requires``: one PEP 508 requirement (``"strands-agents>=1.62,<2"``), the one
   source of its tested range: the version check, ``otel-breaker doctor``, the
-  instrumentor's dependencies (:func:`instruments_any`) and the pyproject
+  instrumentor's dependencies (``instrumentor.instruments_any``) and the pyproject
   extras test all read it;
 * ``patches``: what to wrap (:func:`tool_patch`, :func:`prompt_patch`), each a
   module, a qualname and how it runs (``sync``, ``async`` or ``asyncgen``);
@@ -349,17 +349,3 @@ def requirement_of(adapter_class: type[FrameworkAdapter]) -> str:
 
     # Sorted like packaging prints a specifier, so both adapter styles read alike.
     return f"{adapter_class.distribution}{SpecifierSet(adapter_class.version_range or '')}"
-
-
-def requirements() -> dict[str, str]:
-    """Adapter identifier -> tested requirement, for every registered adapter
-    (imports our adapter modules, never a framework)."""
-    from otel_breaker.instrumentation import ADAPTERS, load_adapter_class
-
-    return {name: requirement_of(load_adapter_class(name)) for name in ADAPTERS}
-
-
-def instruments_any() -> list[str]:
-    """What the instrumentor instruments, in the contrib ``_instruments_any``
-    convention: any one of these installed is enough."""
-    return list(dict.fromkeys(requirements().values()))

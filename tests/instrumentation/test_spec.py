@@ -13,15 +13,14 @@ from otel_breaker import State, ToolCall, get_circuit_breaker
 from otel_breaker.config import load_settings, set_settings
 from otel_breaker.degrade import STATUS_HEADER
 from otel_breaker.instrumentation import ADAPTERS, load_adapter_class
+from otel_breaker.instrumentation.instrumentor import instruments_any, requirements
 from otel_breaker.instrumentation.spec import (
     MessageDialect,
     SpecAdapter,
     insert_status_block,
-    instruments_any,
     menu_patch,
     prompt_patch,
     requirement_of,
-    requirements,
     split_requirement,
     status_text,
     tool_patch,
