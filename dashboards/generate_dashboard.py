@@ -50,6 +50,7 @@ STATE = semconv.STATE.prometheus
 TRANSITIONS = semconv.TRANSITIONS.prometheus
 CALLS = semconv.CALLS.prometheus
 REJECTED = semconv.REJECTED.prometheus
+LOOPS = semconv.LOOPS.prometheus
 TOKENS_SAVED = semconv.TOKENS_SAVED.prometheus
 COST_SAVED = semconv.COST_SAVED.prometheus
 DURATION_BUCKET = semconv.DURATION.prometheus + "_bucket"
@@ -62,6 +63,7 @@ BREAKER_STATE = semconv.prometheus_label(semconv.ATTR_STATE)
 TO_STATE = semconv.prometheus_label(semconv.ATTR_TO_STATE)
 OUTCOME = semconv.prometheus_label(semconv.ATTR_OUTCOME)
 MODE = semconv.prometheus_label(semconv.ATTR_MODE)
+REASON = semconv.prometheus_label(semconv.ATTR_REASON)
 SOURCE = semconv.prometheus_label(semconv.ATTR_ESTIMATE_SOURCE)
 UPSTREAM = semconv.prometheus_label(semconv.ATTR_UPSTREAM)
 #: An upstream's own breaker is the series whose tool name is ``upstream:<name>``.
@@ -443,6 +445,30 @@ def build() -> dash.Dashboard:
                     f"sum by ({TOOL}, {MODE}) (rate({REJECTED}{{{SEL}}}[$__rate_interval]))",
                     legend="{{" + TOOL + "}} ({{" + MODE + "}})",
                 )
+            ],
+            unit="reqps",
+        )
+    )
+    # A tool the loop guard never met shows 0 (its calls, times 0), not "no data".
+    no_loops = f"(sum by ({TOOL}) (rate({CALLS}{{{SEL}}}[$__rate_interval])) * 0)"
+    board = board.with_panel(
+        series_panel(
+            ids,
+            "Loop guard per tool",
+            "Identical calls that already failed the same way OTEL_BREAKER_LOOP_LIMIT times: not run "
+            "(reject or stop), or run with a warning (warn). Only the model's repeated mistakes count "
+            "by default (OTEL_BREAKER_LOOP_COUNT); they never count toward a breaker opening.",
+            [
+                query(
+                    f'sum by ({TOOL}) (rate({REJECTED}{{{SEL}, {REASON}="{semconv.REASON_LOOP}"}}'
+                    f"[$__rate_interval])) or {no_loops}",
+                    legend="{{" + TOOL + "}} not run",
+                ),
+                query(
+                    f"sum by ({TOOL}) (rate({LOOPS}{{{SEL}}}[$__rate_interval])) or {no_loops}",
+                    legend="{{" + TOOL + "}} warned, ran",
+                    ref="B",
+                ),
             ],
             unit="reqps",
         )

@@ -24,7 +24,6 @@ Outcomes are plain integers so the hot path compares ints, not enum members.
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import re
 from collections.abc import Callable
@@ -56,8 +55,9 @@ class PermissionDeniedError(Exception):
 
 # Control flow and denials: neither failures nor successes. A denial must not
 # close a half-open breaker, and a cancelled task says nothing about the tool.
+# (``asyncio.CancelledError`` is matched by its class's module and name below:
+# importing ``asyncio`` here would cost a framework's import tens of milliseconds.)
 _NEVER_COUNTED: tuple[type[BaseException], ...] = (
-    asyncio.CancelledError,
     KeyboardInterrupt,
     SystemExit,
     GeneratorExit,
@@ -110,7 +110,10 @@ def is_excluded(exc: BaseException) -> bool:
     known = _name_cache.get(kind)
     if known is None:
         known = any(
-            klass.__name__ in _NEVER_COUNTED_NAMES or _DENIAL_PATTERN.search(klass.__name__) for klass in kind.__mro__
+            klass.__name__ in _NEVER_COUNTED_NAMES
+            or _DENIAL_PATTERN.search(klass.__name__)
+            or (klass.__name__ == "CancelledError" and klass.__module__ == "asyncio.exceptions")
+            for klass in kind.__mro__
         )
         if len(_name_cache) < 4096:
             _name_cache[kind] = known

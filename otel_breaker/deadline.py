@@ -10,11 +10,13 @@ calls finish, so back-to-back calls never touch the loop's timer heap.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import asyncio
 
 logger = logging.getLogger("otel_breaker")
 
@@ -94,6 +96,8 @@ def _watch_of(loop: asyncio.AbstractEventLoop) -> _LoopWatch:
 def start(timeout: float) -> Deadline | None:
     """Watch the current task for ``timeout`` seconds (None outside an asyncio
     task, e.g. under trio: then :func:`foreign_scope` applies the timeout)."""
+    import asyncio  # only timed calls reach this (a framework's import does not pay for asyncio)
+
     try:
         loop = asyncio.get_running_loop()
     except RuntimeError:

@@ -32,7 +32,8 @@ from otel_breaker.semconv import (
     REASON_LOOP,
     UNKNOWN_TOOL,
 )
-from otel_breaker.telemetry import LOOP_SOURCES, SAVINGS_SOURCES, TELEMETRY
+from otel_breaker.telemetry import TELEMETRY
+from otel_breaker.telemetry.metrics import LOOP_SOURCES, SAVINGS_SOURCES
 from otel_breaker.toolcall import ToolCall
 
 logger = logging.getLogger("otel_breaker")

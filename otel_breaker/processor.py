@@ -26,7 +26,8 @@ from opentelemetry.trace import StatusCode
 from otel_breaker.call_path import NO_OUTPUT, CallPath
 from otel_breaker.classify import FAILURE, IGNORED, SUCCESS, is_excluded_name
 from otel_breaker.registry import BreakerRegistry, default_registry
-from otel_breaker.telemetry import ATTR_AGENT, ATTR_GUARDED, TELEMETRY
+from otel_breaker.semconv import ATTR_AGENT, ATTR_GUARDED
+from otel_breaker.telemetry import TELEMETRY
 from otel_breaker.tokens import TokenEstimator
 from otel_breaker.toolcall import ToolCall
 

@@ -21,7 +21,6 @@ import math
 import re
 import time
 from collections.abc import Callable
-from email.utils import parsedate_to_datetime
 from typing import Any
 
 logger = logging.getLogger("otel_breaker")
@@ -176,6 +175,8 @@ def _http_retry_after(text: str | None, wall: Callable[[], float]) -> float | No
     seconds = _number(text)
     if seconds is not None:
         return _valid(seconds)
+    from email.utils import parsedate_to_datetime  # only for a date (``email`` costs a framework's import)
+
     try:
         when = parsedate_to_datetime(text.strip())
     except (TypeError, ValueError, IndexError, OverflowError):

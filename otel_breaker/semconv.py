@@ -182,7 +182,7 @@ LOOPS = Instrument(
     "Identical repeated tool calls the loop guard saw and let run (loop_action=warn).",
 )
 
-INSTRUMENTS = (STATE, TRANSITIONS, CALLS, REJECTED, TOKENS_SAVED, COST_SAVED, STORE_ERRORS, DURATION)
+INSTRUMENTS = (STATE, TRANSITIONS, CALLS, REJECTED, LOOPS, TOKENS_SAVED, COST_SAVED, STORE_ERRORS, DURATION)
 
 
 def prometheus_label(attribute: str) -> str:

@@ -178,12 +178,12 @@ def test_the_global_logger_provider_is_used_and_nothing_without_one():
 
 
 def test_the_private_provider_slots_still_exist_in_the_opentelemetry_api():
-    # The one read of private OpenTelemetry state (telemetry._global_provider_slots):
+    # The one read of private OpenTelemetry state (telemetry.providers.global_provider_slots):
     # should the API rename its globals, this fails here rather than telemetry going quiet.
     script = (
         "from opentelemetry import trace, metrics, _logs\n"
-        "from otel_breaker import telemetry as t\n"
-        "slots = (t._TRACE_GLOBALS, t._METRICS_GLOBALS, t._LOGS_GLOBALS)\n"
+        "from otel_breaker.telemetry import providers as t\n"
+        "slots = (t.TRACE_GLOBALS, t.METRICS_GLOBALS, t.LOGS_GLOBALS)\n"
         "names = ('_TRACER_PROVIDER', '_METER_PROVIDER', '_LOGGER_PROVIDER')\n"
         "assert [s[n] for s, n in zip(slots, names)] == [None, None, None], 'slots not found or not None'\n"
         "from opentelemetry.sdk.trace import TracerProvider\n"

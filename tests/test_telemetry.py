@@ -12,7 +12,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from otel_breaker import CircuitBreakerConfig, Guard, State, ToolCall, get_circuit_breaker, telemetry
 from otel_breaker.config import load_settings
 from otel_breaker.registry import BreakerRegistry
-from otel_breaker.telemetry import DURATION_BUCKETS
+from otel_breaker.semconv import DURATION_BUCKETS
 
 
 class Down(Exception):

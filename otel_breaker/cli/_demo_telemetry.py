@@ -95,7 +95,7 @@ def _add_otlp(exporters: Exporters, readers: list[Any]) -> None:
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    from otel_breaker import sdk_setup
+    from otel_breaker import sdk_exporters, sdk_setup
 
     try:
         plan = sdk_setup.plan_export(force_otlp=True)
@@ -107,7 +107,7 @@ def _add_otlp(exporters: Exporters, readers: list[Any]) -> None:
         raise UsageError(f"--otlp: {plan.problems[0]}")
     if not plan.exporters("traces") or not plan.exporters("metrics"):
         raise UsageError("--otlp needs the OTLP exporter: pip install opentelemetry-exporter-otlp")
-    watch = sdk_setup.CollectorWatch()
+    watch = sdk_exporters.CollectorWatch()
     (traces,) = plan.exporters("traces")
     exporters.tracer_provider.add_span_processor(BatchSpanProcessor(sdk_setup.load_exporter(traces, watch)))
     (metrics,) = plan.exporters("metrics")
@@ -117,7 +117,7 @@ def _add_otlp(exporters: Exporters, readers: list[Any]) -> None:
     )
     for logs_exporter in plan.exporters("logs"):  # log-based events, through the global logger provider
         try:
-            logs = sdk_setup._logs_sdk()
+            logs = sdk_exporters.logs_sdk()
         except ImportError:
             break
         exporters.logger_provider = logs.LoggerProvider(resource=_resource(), shutdown_on_exit=False)

@@ -92,7 +92,7 @@ class Frameworks:
 
     def _when_imported(self, name: str) -> None:
         """Load ``name``'s adapter (and hook its patch modules) once its framework is imported."""
-        import wrapt
+        from otel_breaker.instrumentation.post_import import when_imported
 
         tops = FRAMEWORK_IMPORTS.get(name, ())
         if not any(_findable(top) for top in tops):
@@ -114,7 +114,7 @@ class Frameworks:
                 logger.exception("otel-breaker: enabling %s failed; its tools run unguarded", name)
 
         for top in tops:
-            wrapt.register_post_import_hook(on_import, top)
+            when_imported(top, on_import)
 
     def disable(self) -> None:
         with self._lock:
@@ -169,7 +169,7 @@ class Frameworks:
         )
 
     def _register_hooks(self, name: str, adapter: FrameworkAdapter) -> None:
-        import wrapt
+        from otel_breaker.instrumentation.post_import import when_imported
 
         modules = sorted({target_module for target_module in _target_modules(adapter)})
         for module_name in modules:
@@ -181,7 +181,7 @@ class Frameworks:
             def on_import(module: Any, name: str = name, module_name: str = module_name) -> None:
                 self._on_import(name, module_name)
 
-            wrapt.register_post_import_hook(on_import, module_name)
+            when_imported(module_name, on_import)
 
     def _on_import(self, name: str, module_name: str) -> None:
         with self._lock:

@@ -3,7 +3,7 @@
 An adapter names its patch points, turns a framework call into a
 :class:`~otel_breaker.toolcall.ToolCall`, spots failures the framework
 swallows, and builds the rejection value the framework's loop accepts. The
-base does the rest: version checks, patching with ``wrapt``, restoring exactly
+base does the rest: version checks, patching (:mod:`.patch`), restoring exactly
 what it patched, the re-entrancy guard that counts one logical call once, and
 the hand-off to the one guarded call path.
 """
@@ -16,13 +16,11 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from importlib import metadata
 from typing import Any
-
-import wrapt
 
 from otel_breaker.degrade import Rejection
 from otel_breaker.guard import IGNORED_RESULT, Guard, default_guard
+from otel_breaker.instrumentation.patch import distribution_version, make_wrapper
 from otel_breaker.toolcall import (  # noqa: F401 - adapters import them from here
     GuardedCall,
     ToolCall,
@@ -211,10 +209,7 @@ class FrameworkAdapter:
     # -- version check -----------------------------------------------------------------
 
     def installed_version(self) -> str | None:
-        try:
-            return metadata.version(self.distribution)
-        except metadata.PackageNotFoundError:
-            return None
+        return distribution_version(self.distribution)
 
     def check_version(self) -> str:
         """The installed version; raises :class:`DidNotEnable` when absent or untested."""
@@ -301,10 +296,7 @@ class FrameworkAdapter:
             return target.wrapper(wrapped, instance, args, kwargs)
 
         outer = target.wrapper if target.checks_enabled else passthrough_when_disabled
-        if isinstance(original, staticmethod | classmethod):
-            wrapper = type(original)(wrapt.FunctionWrapper(original.__func__, outer))
-        else:
-            wrapper = wrapt.FunctionWrapper(original, outer)
+        wrapper = make_wrapper(original, outer, on_class=isinstance(owner, type))
         setattr(owner, attribute, wrapper)
         self._patched.append(_Patched(owner, attribute, original, wrapper))
         return None

@@ -15,8 +15,22 @@ from typing import Any
 
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 
-from otel_breaker.instrumentation import FRAMEWORKS
+from otel_breaker.instrumentation import ADAPTERS, FRAMEWORKS, load_adapter_class
 from otel_breaker.instrumentation.base import FrameworkAdapter
+
+
+def requirements() -> dict[str, str]:
+    """Adapter identifier -> tested requirement, for every registered adapter
+    (imports our adapter modules, never a framework)."""
+    from otel_breaker.instrumentation.spec import requirement_of
+
+    return {name: requirement_of(load_adapter_class(name)) for name in ADAPTERS}
+
+
+def instruments_any() -> list[str]:
+    """What the instrumentor instruments, in the contrib ``_instruments_any``
+    convention: any one of these installed is enough."""
+    return list(dict.fromkeys(requirements().values()))
 
 
 class BreakerInstrumentor(BaseInstrumentor):
@@ -33,8 +47,6 @@ class BreakerInstrumentor(BaseInstrumentor):
 
         Any one of them is enough, the contrib ``_instruments_any`` convention:
         see :meth:`_check_dependency_conflicts`."""
-        from otel_breaker.instrumentation.spec import instruments_any
-
         return tuple(instruments_any())
 
     def _check_dependency_conflicts(self) -> Any:

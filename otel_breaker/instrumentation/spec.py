@@ -4,7 +4,7 @@ An adapter built on :class:`SpecAdapter` states
 
 * ``requires``: one PEP 508 requirement (``"strands-agents>=1.62,<2"``), the one
   source of its tested range: the version check, ``otel-breaker doctor``, the
-  instrumentor's dependencies (:func:`instruments_any`) and the pyproject
+  instrumentor's dependencies (``instrumentor.instruments_any``) and the pyproject
   extras test all read it;
 * ``patches``: what to wrap, declared with :mod:`otel_breaker.instrumentation.patches`
   (:func:`tool_patch`, :func:`prompt_patch`, :func:`menu_patch`,
@@ -32,7 +32,6 @@ list of messages in a framework's :class:`MessageDialect`, or
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -274,6 +273,8 @@ class SpecAdapter(FrameworkAdapter):
         breaker ``timeout`` therefore covers the whole stream, including the time
         the consumer spends between events.
         """
+        import asyncio  # streams only: a framework's import does not pay for asyncio
+
         handoff: asyncio.Queue[tuple[Any, asyncio.Event]] = asyncio.Queue(maxsize=1)
         ran = False
 
@@ -362,17 +363,3 @@ def requirement_of(adapter_class: type[FrameworkAdapter]) -> str:
 
     # Sorted like packaging prints a specifier, so both adapter styles read alike.
     return f"{adapter_class.distribution}{SpecifierSet(adapter_class.version_range or '')}"
-
-
-def requirements() -> dict[str, str]:
-    """Adapter identifier -> tested requirement, for every registered adapter
-    (imports our adapter modules, never a framework)."""
-    from otel_breaker.instrumentation import ADAPTERS, load_adapter_class
-
-    return {name: requirement_of(load_adapter_class(name)) for name in ADAPTERS}
-
-
-def instruments_any() -> list[str]:
-    """What the instrumentor instruments, in the contrib ``_instruments_any``
-    convention: any one of these installed is enough."""
-    return list(dict.fromkeys(requirements().values()))

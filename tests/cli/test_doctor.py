@@ -37,7 +37,8 @@ def test_doctor_shows_each_frameworks_tested_range_from_its_adapter():
     """The one source of a tested range (an adapter's requirement) is what doctor prints."""
     from packaging.specifiers import SpecifierSet
 
-    from otel_breaker.instrumentation.spec import requirements, split_requirement
+    from otel_breaker.instrumentation.instrumentor import requirements
+    from otel_breaker.instrumentation.spec import split_requirement
 
     out = run_cli("doctor").stdout.split("Frameworks")[1]
     for name, requirement in requirements().items():

@@ -208,7 +208,7 @@ def test_dependencies_are_the_adapters_requirements_any_one_enough(caplog):
 
     from opentelemetry.instrumentation.dependencies import get_dist_dependency_conflicts
 
-    from otel_breaker.instrumentation.spec import requirements
+    from otel_breaker.instrumentation.instrumentor import requirements
 
     instrumentor = BreakerInstrumentor()
     assert sorted(instrumentor.instrumentation_dependencies()) == sorted(set(requirements().values()))

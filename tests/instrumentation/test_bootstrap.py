@@ -24,7 +24,9 @@ HEAVY = ["otel_breaker", "opentelemetry", "asyncio", "packaging", "importlib.met
 
 def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
     environment = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    environment["PYTHONPATH"] = str(FAKE_FRAMEWORK)
+    # this checkout's otel_breaker (and its start-up hook), not an installed one
+    source_root = pathlib.Path(otel_breaker.__file__).parents[1]
+    environment["PYTHONPATH"] = os.pathsep.join((str(FAKE_FRAMEWORK), str(source_root)))
     environment.update(env)
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=environment, timeout=120

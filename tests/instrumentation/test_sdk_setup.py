@@ -17,7 +17,8 @@ import pytest
 from otel_support import free_port
 
 from otel_breaker import sdk_setup
-from otel_breaker.sdk_setup import CollectorWatch, exit_budget, plan_export
+from otel_breaker.sdk_exporters import CollectorWatch
+from otel_breaker.sdk_setup import exit_budget, plan_export
 
 # -- the rule ---------------------------------------------------------------------------------
 
@@ -96,9 +97,9 @@ def test_the_private_opentelemetry_names_we_rely_on_still_exist():
         """
         from opentelemetry import trace
         from opentelemetry.sdk.trace import TracerProvider
-        from otel_breaker import sdk_setup
+        from otel_breaker import sdk_exporters, sdk_setup
 
-        logs = sdk_setup._logs_sdk()
+        logs = sdk_exporters.logs_sdk()
         assert logs.LoggerProvider and logs.BatchLogRecordProcessor and logs.success != logs.failure
         print(sdk_setup.providers_set_by_program())
         trace.set_tracer_provider(TracerProvider())

@@ -17,6 +17,7 @@ from otel_breaker.config import Settings
 from otel_breaker.registry import BreakerRegistry
 from otel_breaker.store import store_from_url
 from otel_breaker.store.redis import RedisStorage, RedisStore
+from otel_breaker.telemetry.events import REASON_SHARED_STORE
 from otel_breaker.toolcall import ToolCall
 from tests.store.conftest import wait_for, wait_watching
 
@@ -508,7 +509,7 @@ def test_a_followed_change_is_a_log_event_in_the_following_worker(make_store, ot
             data.log_record.attributes
             for data in exporter.get_finished_logs()
             if data.log_record.event_name == semconv.EVENT_STATE_CHANGE
-            and data.log_record.attributes.get(semconv.ATTR_REASON) == telemetry.REASON_SHARED_STORE
+            and data.log_record.attributes.get(semconv.ATTR_REASON) == REASON_SHARED_STORE
         ]
 
     run(a, boom)
@@ -557,7 +558,7 @@ def test_a_change_heard_before_its_own_reply_is_not_a_followed_change(make_store
             1
             for data in exporter.get_finished_logs()
             if data.log_record.event_name == semconv.EVENT_STATE_CHANGE
-            and data.log_record.attributes.get(semconv.ATTR_REASON) == telemetry.REASON_SHARED_STORE
+            and data.log_record.attributes.get(semconv.ATTR_REASON) == REASON_SHARED_STORE
         )
 
     store._feed._apply(f"{ver + 1}|7|1|60000|1|0:{store.origin}|{key}")  # our own opening, heard early

@@ -1,0 +1,288 @@
+"""Metrics: the state gauge, the counters, and the tool duration histogram.
+
+Speed: an SDK ``Counter.add`` costs several microseconds, more than a breaker
+decision. So per-call work is at most one duration record; every count (calls
+by outcome, rejections, transitions, loop detections, tokens saved) lives in
+plain integers and is exported through observable instruments read at
+collection time. Every name, unit and description comes from
+:mod:`otel_breaker.semconv`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry.metrics import CallbackOptions, Observation
+
+from otel_breaker import semconv
+from otel_breaker.breaker import CircuitBreaker, State, all_breakers
+from otel_breaker.registry import BreakerRegistry, counts_key, default_registry
+from otel_breaker.sanitize import bounded
+from otel_breaker.semconv import (
+    ATTR_ERROR_TYPE,
+    ATTR_ESTIMATE_SOURCE,
+    ATTR_FROM_STATE,
+    ATTR_MODE,
+    ATTR_MODEL,
+    ATTR_OUTCOME,
+    ATTR_STATE,
+    ATTR_STORE,
+    ATTR_TO_STATE,
+    ATTR_TOOL,
+    ATTR_TOOL_TYPE,
+    DURATION_BUCKETS,
+)
+from otel_breaker.telemetry.labels import breaker_labels, key_labels
+from otel_breaker.telemetry.providers import RECORDING, __version__
+
+if TYPE_CHECKING:
+    from otel_breaker.breaker import StateChange
+    from otel_breaker.tokens import TokenEstimator
+    from otel_breaker.toolcall import ToolCall
+
+logger = logging.getLogger("otel_breaker")
+
+OUTCOMES = ("success", "failure", "ignored")
+STATES = (State.CLOSED, State.OPEN, State.HALF_OPEN)
+#: The OpenTelemetry SDK's default limit of series (attribute sets) per instrument.
+SDK_CARDINALITY_LIMIT = 2000
+
+_CARDINALITY_WARNED: set[str] = set()
+
+#: Counts of modules above this one, observed with the instruments here:
+#: ``source(rejected)`` yields (value, attributes) for ``otel_breaker.calls.rejected``
+#: (True) or ``otel_breaker.loops`` (False). The loop guard adds itself.
+LOOP_SOURCES: list[Callable[[bool], Iterable[tuple[int, dict[str, Any]]]]] = []
+#: Rejections of modules above this one that save tokens: ``source()`` yields
+#: (key, tool, lifetime count) as :meth:`TokenEstimator.settle` takes them.
+SAVINGS_SOURCES: list[Callable[[], Iterable[tuple[object, str, int]]]] = []
+
+
+def _within_cardinality(name: str, callback: Any) -> Any:
+    """``callback``, warning once when it yields more series than the SDK keeps
+    per instrument by default: the SDK folds the rest into one overflow series."""
+
+    def observe(options: CallbackOptions) -> list[Observation]:
+        observations = list(callback(options))
+        if len(observations) > SDK_CARDINALITY_LIMIT and name not in _CARDINALITY_WARNED:
+            _CARDINALITY_WARNED.add(name)
+            logger.warning(
+                "otel-breaker: %s has %d series, more than the %d the OpenTelemetry SDK keeps per instrument "
+                "by default; the rest are summed into one series with otel.metric.overflow=true. Raise the "
+                "SDK's limit (a View with aggregation_cardinality_limit, or the reader's cardinality_limits) "
+                "or lower OTEL_BREAKER_MAX_BREAKERS (logged once per instrument).",
+                name,
+                len(observations),
+                SDK_CARDINALITY_LIMIT,
+            )
+        return observations
+
+    return observe
+
+
+class Metrics:
+    """The metrics part of :class:`~otel_breaker.telemetry.Telemetry`."""
+
+    _lock: threading.Lock
+    _meter_provider: Any
+    _meter_ready: bool
+    _duration: Any
+    _registry: BreakerRegistry | None
+    duration_metric: bool
+    estimator: TokenEstimator
+    _transitions: dict[tuple[str, str | None, str, str, str | None, str | None], int]
+    _last_state: dict[tuple[str, str | None, str | None, str | None], State]
+    meter_provider: Callable[[Any], Any]
+    _read_settings: Callable[[], None]
+
+    @property
+    def registry(self) -> BreakerRegistry:
+        return self._registry if self._registry is not None else default_registry()
+
+    def _ensure_meter(self) -> bool:
+        if self._meter_ready:
+            return True
+        provider = self.meter_provider(self._meter_provider)
+        if provider is None:
+            return False
+        with self._lock:
+            if self._meter_ready:
+                return True
+            self._read_settings()
+            meter = provider.get_meter(semconv.SCOPE_NAME, __version__, schema_url=semconv.SCHEMA_URL)
+            self._create_instruments(meter)
+            self._meter_ready = True
+        return True
+
+    def _create_instruments(self, meter: Any) -> None:
+        meter.create_observable_gauge(
+            semconv.STATE.name,
+            callbacks=[_within_cardinality(semconv.STATE.name, self._observe_state)],
+            unit=semconv.STATE.unit,
+            description=semconv.STATE.description,
+        )
+        counters = (
+            (semconv.TRANSITIONS, self._observe_transitions),
+            (semconv.CALLS, self._observe_calls),
+            (semconv.REJECTED, self._observe_rejected),
+            (semconv.TOKENS_SAVED, self._observe_tokens),
+            (semconv.COST_SAVED, self._observe_cost),
+            (semconv.STORE_ERRORS, self._observe_store_errors),
+            (semconv.LOOPS, self._observe_loops),
+        )
+        for instrument, callback in counters:
+            meter.create_observable_counter(
+                instrument.name,
+                callbacks=[_within_cardinality(instrument.name, callback)],
+                unit=instrument.unit,
+                description=instrument.description,
+            )
+        if self.duration_metric:
+            self._duration = meter.create_histogram(
+                semconv.DURATION.name,
+                unit=semconv.DURATION.unit,
+                description=semconv.DURATION.description,
+                explicit_bucket_boundaries_advisory=list(DURATION_BUCKETS),
+            )
+
+    def _record_duration(
+        self, duration: Any, call: ToolCall, breaker: CircuitBreaker, elapsed: float, err: str | None
+    ) -> None:
+        """One point of ``gen_ai.execute_tool.duration`` for a call that ran."""
+        cache = breaker.telemetry_cache
+        if cache is None:
+            # The semconv attributes of the duration: tool, agent, tool type, error.type
+            # (and our source and upstream); never a session or call id.
+            labels = breaker_labels(breaker)
+            if call.tool_type:
+                labels[ATTR_TOOL_TYPE] = call.tool_type
+            cache = breaker.telemetry_cache = {None: labels}
+        attributes = cache.get(err)
+        if attributes is None:
+            attributes = cache[err] = {**cache[None], ATTR_ERROR_TYPE: err}
+        try:
+            # Under the lock our fork handlers take: no thread of ours is inside the
+            # SDK's record (holding its aggregation lock) when the process forks.
+            with RECORDING.lock:
+                duration.record(elapsed, attributes)
+        except Exception:
+            logger.debug("otel-breaker: duration record failed", exc_info=True)
+
+    def _count_transition(self, change: StateChange) -> None:
+        breaker = change.breaker
+        key = (
+            breaker.name,
+            breaker.agent_name,
+            change.from_state.value,
+            change.to_state.value,
+            breaker.source,
+            breaker.origin,
+        )
+        with self._lock:
+            self._transitions[key] = self._transitions.get(key, 0) + 1
+            self._last_state[(breaker.name, breaker.agent_name, breaker.source, breaker.origin)] = change.to_state
+
+    # -- what the observable instruments read ----------------------------------------------------
+
+    def live_breakers(self) -> list[CircuitBreaker]:
+        """Breakers whose counts are not yet folded into a registry's totals."""
+        return [b for b in all_breakers() if not b.retired]
+
+    def counts(self) -> dict[tuple[str, str | None, str, str | None, str | None], list[int]]:
+        """Lifetime counts per (tool, agent, mode, source, origin), live and pruned breakers together."""
+        totals = self.registry.retired_counts()
+        for breaker in self.live_breakers():
+            values = totals.setdefault(counts_key(breaker), [0, 0, 0, 0, 0])
+            for index, value in enumerate(breaker.lifetime_counts()):
+                values[index] += value
+        return totals
+
+    def transitions(self) -> dict[tuple[str, str | None, str, str, str | None, str | None], int]:
+        with self._lock:
+            return dict(self._transitions)
+
+    def _retired_series(self) -> set[tuple[str, str | None, str | None, str | None]]:
+        """(tool, agent, source, origin) of breakers the registry pruned (evicted idle at
+        the cap, a session ended, an agent object gone in instance scope): their series
+        stay in every export, the last at exit included, as the counters' do."""
+        return {(tool, agent, source, origin) for tool, agent, _mode, source, origin in self.registry.retired_counts()}
+
+    def _observe_state(self, options: CallbackOptions) -> Iterable[Observation]:
+        states: dict[tuple[str, str | None, str | None, str | None], dict[State, int]] = {}
+        for breaker in self.live_breakers():
+            key = (breaker.name, breaker.agent_name, breaker.source, breaker.origin)
+            per_state = states.setdefault(key, dict.fromkeys(STATES, 0))
+            per_state[breaker.state] += 1
+        for key in self._retired_series():
+            if key not in states:  # no live breaker: the state its last one was left in
+                states[key] = dict.fromkeys(STATES, 0)
+                states[key][self._last_state.get(key, State.CLOSED)] = 1
+        for (tool, agent, source, origin), per_state in states.items():
+            labels = key_labels(tool, agent, source, origin)
+            for state, value in per_state.items():
+                yield Observation(value, {**labels, ATTR_STATE: state.value})
+
+    def _observe_transitions(self, options: CallbackOptions) -> Iterable[Observation]:
+        transitions = self.transitions()
+        # Every breaker reports its "-> open" series from the start, at 0: rate() and
+        # increase() only see growth after a series' first sample, so a first opening
+        # would otherwise never count on dashboards and in alerts.
+        series = {(b.name, b.agent_name, b.source, b.origin) for b in self.live_breakers()} | self._retired_series()
+        for tool, agent, source, origin in series:
+            for from_state in (State.CLOSED.value, State.HALF_OPEN.value):
+                transitions.setdefault((tool, agent, from_state, State.OPEN.value, source, origin), 0)
+        for (tool, agent, from_state, to_state, source, origin), value in transitions.items():
+            labels = key_labels(tool, agent, source, origin)
+            yield Observation(value, {**labels, ATTR_FROM_STATE: from_state, ATTR_TO_STATE: to_state})
+
+    def _observe_calls(self, options: CallbackOptions) -> Iterable[Observation]:
+        per_tool: dict[tuple[str, str | None, str | None, str | None], list[int]] = {}
+        for (tool, agent, _mode, source, origin), values in self.counts().items():
+            totals = per_tool.setdefault((tool, agent, source, origin), [0, 0, 0])
+            for index in range(3):
+                totals[index] += values[index]
+        for (tool, agent, source, origin), totals in per_tool.items():
+            labels = key_labels(tool, agent, source, origin)
+            for outcome, value in zip(OUTCOMES, totals, strict=True):
+                yield Observation(value, {**labels, ATTR_OUTCOME: outcome})
+
+    def _observe_loops(self, options: CallbackOptions) -> Iterable[Observation]:
+        for source in LOOP_SOURCES:
+            for value, labels in source(False):
+                yield Observation(value, labels)
+
+    def _observe_rejected(self, options: CallbackOptions) -> Iterable[Observation]:
+        for source in LOOP_SOURCES:  # calls the loop guard did not run (reason="loop")
+            for value, labels in source(True):
+                yield Observation(value, labels)
+        for (tool, agent, mode, source, origin), values in self.counts().items():
+            labels = {**key_labels(tool, agent, source, origin), ATTR_MODE: mode}
+            if values[3] or not values[4]:
+                yield Observation(values[3], {**labels, ATTR_STATE: State.OPEN.value})
+            if values[4]:
+                yield Observation(values[4], {**labels, ATTR_STATE: State.HALF_OPEN.value})
+
+    def settle_savings(self) -> None:
+        """Apply the current token estimate to rejections since the last settle."""
+        self.estimator.settle(
+            (key, key[0], values[3] + values[4]) for key, values in self.counts().items() if key[2] == "enforce"
+        )
+        for source in SAVINGS_SOURCES:  # calls the loop guard answered: each saved a model turn
+            self.estimator.settle(source())
+
+    def _observe_tokens(self, options: CallbackOptions) -> Iterable[Observation]:
+        self.settle_savings()
+        for (tool, source), value in self.estimator.saved_tokens().items():
+            yield Observation(value, {ATTR_TOOL: bounded(tool), ATTR_ESTIMATE_SOURCE: source})
+
+    def _observe_cost(self, options: CallbackOptions) -> Iterable[Observation]:
+        for (tool, model), value in self.estimator.saved_cost().items():
+            yield Observation(value, {ATTR_TOOL: bounded(tool), ATTR_MODEL: bounded(model)})
+
+    def _observe_store_errors(self, options: CallbackOptions) -> Iterable[Observation]:
+        errors = getattr(self.registry.store, "error_count", None)
+        if errors is not None:
+            yield Observation(int(errors), {ATTR_STORE: getattr(self.registry.store, "name", "store")})

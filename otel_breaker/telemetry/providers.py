@@ -1,0 +1,192 @@
+"""Where breaker telemetry goes: the tracer, meter and logger providers.
+
+Explicit providers (``telemetry.configure``) win; otherwise the global ones,
+once an SDK has set them. Whether any exists is asked on every tool call, so
+it is a dict lookup in the API's provider slots (:func:`global_provider_slots`),
+never a call into the API. Also here: the recording lock that keeps our SDK
+records and span ends out of a fork.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from opentelemetry import _logs as logs_api
+from opentelemetry import context as context_api
+from opentelemetry import metrics as metrics_api
+from opentelemetry import trace as trace_api
+
+from otel_breaker import semconv
+
+logger = logging.getLogger("otel_breaker")
+
+try:
+    from otel_breaker._version import __version__
+except ImportError:  # pragma: no cover
+    __version__ = "0.0.0"
+
+
+def global_provider_slots() -> tuple[Mapping[str, Any], Mapping[str, Any], Mapping[str, Any]]:
+    """The OpenTelemetry API's global tracer, meter and logger provider slots.
+
+    The one place that reads private OpenTelemetry state. The API has no public
+    "has a provider been set?" test that costs nothing: ``get_tracer_provider()``
+    answers with a proxy and reads the environment on every call, too slow for a
+    check made on every tool call. The slots are module globals that stay None
+    until an SDK sets a provider (set once, never unset), so a dict lookup
+    answers. Should a future API rename them, each falls back to "always
+    observe", and ``tests/test_telemetry.py`` fails loudly.
+    """
+    from opentelemetry._logs import _internal as logs_internal
+
+    found = []
+    for module, slot in (
+        (trace_api, "_TRACER_PROVIDER"),
+        (metrics_api._internal, "_METER_PROVIDER"),
+        (logs_internal, "_LOGGER_PROVIDER"),
+    ):
+        names = vars(module)
+        if slot in names:
+            found.append(names)
+        else:  # pragma: no cover - an API that moved its globals
+            logger.debug("otel-breaker: %s.%s not found; assuming a provider is set", module.__name__, slot)
+            found.append({slot: True})
+    return found[0], found[1], found[2]
+
+
+TRACE_GLOBALS, METRICS_GLOBALS, LOGS_GLOBALS = global_provider_slots()
+
+
+def suppression_check() -> Callable[[], bool]:
+    """``is_instrumentation_enabled`` of opentelemetry-instrumentation (the public
+    test every contrib instrumentation honours), imported on first use: it is not
+    installed with the API alone, and importing it costs tens of milliseconds."""
+    try:
+        from opentelemetry.instrumentation.utils import is_instrumentation_enabled
+    except ImportError:  # the API alone: only the API's own key can suppress
+        key = context_api._SUPPRESS_INSTRUMENTATION_KEY
+
+        def is_instrumentation_enabled() -> bool:
+            return not context_api.get_value(key)
+
+    return is_instrumentation_enabled
+
+
+class Providers:
+    """The providers part of :class:`~otel_breaker.telemetry.Telemetry`: its
+    explicit providers, and the tracer and event logger made from them (or from
+    the global ones)."""
+
+    _tracer_provider: Any
+    _tracer: Any
+    _logger_provider: Any
+    _event_logger: Any
+    _explicit: dict[str, Any]
+    _instrumentation_enabled: Callable[[], bool]
+    _read_settings: Callable[[], None]
+
+    def _first_instrumentation_check(self) -> bool:
+        self._instrumentation_enabled = suppression_check()
+        return self._instrumentation_enabled()
+
+    @property
+    def explicit(self) -> bool:
+        """True once explicit providers are configured; with no providers at all
+        (and no global SDK) the call path skips telemetry entirely."""
+        return self._explicit["explicit"] is not None
+
+    @explicit.setter
+    def explicit(self, value: bool) -> None:
+        self._explicit["explicit"] = True if value else None
+
+    def watch_slots(self) -> tuple[tuple[dict[str, Any], str], ...]:
+        """Where a provider appears when one exists: the explicit one, then the global ones."""
+        return (
+            (self._explicit, "explicit"),
+            (TRACE_GLOBALS, "_TRACER_PROVIDER"),
+            (METRICS_GLOBALS, "_METER_PROVIDER"),
+            (LOGS_GLOBALS, "_LOGGER_PROVIDER"),
+        )
+
+    def observing(self) -> bool:
+        """Whether any tracer, meter or logger provider exists (explicit or global)."""
+        return any(slot.get(name) is not None for slot, name in self.watch_slots())
+
+    def tracer(self) -> Any:
+        """The tracer, or None while no tracer provider is configured anywhere."""
+        tracer = self._tracer
+        if tracer is not None:
+            return tracer
+        provider = self._tracer_provider
+        if provider is None:
+            if TRACE_GLOBALS.get("_TRACER_PROVIDER", True) is None:
+                return None
+            provider = trace_api.get_tracer_provider()
+        self._read_settings()
+        self._tracer = provider.get_tracer(semconv.SCOPE_NAME, __version__, schema_url=semconv.SCHEMA_URL)
+        return self._tracer
+
+    def meter_provider(self, explicit: Any) -> Any:
+        """``explicit``, else the global meter provider, or None while none is set."""
+        if explicit is not None:
+            return explicit
+        if METRICS_GLOBALS.get("_METER_PROVIDER", True) is None:
+            return None
+        return metrics_api.get_meter_provider()
+
+    def logs_on(self) -> bool:
+        """Whether log-based events have somewhere to go (cheap: two lookups)."""
+        return self._logger_provider is not None or LOGS_GLOBALS.get("_LOGGER_PROVIDER") is not None
+
+    def event_logger(self) -> Any:
+        """The logger log-based events go to, or None while no logger provider exists."""
+        logger_ = self._event_logger
+        if logger_ is not None:
+            return logger_
+        provider = self._logger_provider
+        if provider is None:
+            if LOGS_GLOBALS.get("_LOGGER_PROVIDER", True) is None:
+                return None
+            provider = logs_api.get_logger_provider()
+        self._event_logger = provider.get_logger(semconv.SCOPE_NAME, __version__, schema_url=semconv.SCHEMA_URL)
+        return self._event_logger
+
+
+class _Recording:
+    """The lock every record into an SDK instrument of ours, and every end of a span of
+    ours (which runs the span processors), is made under.
+
+    The SDK's histogram takes a lock of its own (its aggregation's) on every record,
+    and it does not re-create it in a forked child: a thread of the parent caught
+    inside ``record`` at the fork leaves it held there, and the child's first tool
+    call would wait on it forever. So the process holds this lock while it forks
+    (``before``): no thread of ours is then inside the SDK's record, and the SDK's
+    locks we could have taken are free in the child. Parent and child release it
+    after the fork; the child gets a fresh one (the SDK's own export thread is the
+    SDK's to make safe)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+
+    def before_fork(self) -> None:
+        self.lock.acquire()
+
+    def after_fork_in_parent(self) -> None:
+        self.lock.release()
+
+    def after_fork_in_child(self) -> None:
+        self.lock = threading.Lock()
+
+
+RECORDING = _Recording()
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(
+        before=RECORDING.before_fork,
+        after_in_parent=RECORDING.after_fork_in_parent,
+        after_in_child=RECORDING.after_fork_in_child,
+    )
