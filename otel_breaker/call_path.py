@@ -15,7 +15,6 @@ same steps with nothing to do between them: admit, run, settle.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 from collections.abc import Callable
@@ -215,6 +214,8 @@ async def _await_within(awaitable: Any, timeout: float, tool: str) -> Any:
     an anyio cancel scope. The awaitable is always awaited: a problem in our
     timeout bookkeeping means it runs without a timeout, never un-awaited.
     """
+    import asyncio  # here, not at the top: only timed calls need it, and a framework's import would pay for it
+
     try:
         watch = deadline.start(timeout)
         scope = deadline.foreign_scope(timeout) if watch is None else None
