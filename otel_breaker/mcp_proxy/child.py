@@ -33,9 +33,8 @@ from mcp.client.stdio import (
     get_default_environment,
     stdio_client,
 )
-from mcp.shared.message import SessionMessage
 
-from otel_breaker.mcp_proxy.stdio import parse_message
+from otel_breaker.mcp_proxy.stdio import LineReadStream, LineWriteStream
 
 logger = logging.getLogger("otel_breaker")
 
@@ -44,85 +43,33 @@ MAX_LINE_BYTES = 64 * 1024 * 1024
 _EXIT_POLL = 0.01
 
 
-class _ServerOutput:
+class _ServerOutput(LineReadStream):
     """The server's messages, one per line of its stdout, parsed when the session reads.
 
     A line that is not a JSON-RPC message is handed on as its parse error (the
     session drops it), as with the SDK's transport."""
 
-    def __init__(self, stdout: asyncio.StreamReader) -> None:
-        self._stdout = stdout
-        self._closed = False
+    expected = types.JSONRPCResponse
 
-    async def receive(self) -> SessionMessage | Exception:
-        while True:
-            if self._closed:
-                raise anyio.ClosedResourceError
-            try:
-                line = await self._stdout.readline()
-            except ValueError:  # longer than MAX_LINE_BYTES: dropped
-                logger.warning("otel-breaker: mcp-proxy: dropped a message line over %d bytes", MAX_LINE_BYTES)
-                continue
-            except ConnectionError:
-                raise anyio.EndOfStream from None
-            if not line:
-                raise anyio.EndOfStream
-            if not line.strip():
-                continue
-            return parse_message(line, types.JSONRPCResponse)
+    def _text(self, line: bytes) -> bytes | str:
+        return line
 
-    def __aiter__(self) -> _ServerOutput:
-        return self
-
-    async def __anext__(self) -> SessionMessage | Exception:
-        try:
-            return await self.receive()
-        except anyio.EndOfStream:
-            raise StopAsyncIteration from None
-
-    async def aclose(self) -> None:
-        self._closed = True
-
-    async def __aenter__(self) -> _ServerOutput:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
+    def _overlong(self) -> None:
+        logger.warning("otel-breaker: mcp-proxy: dropped a message line over %d bytes", MAX_LINE_BYTES)
 
 
-class _ServerInput:
+class _ServerInput(LineWriteStream):
     """Messages to the server, each written to its stdin as one JSON line when sent.
 
     When its stdin is gone (the server closed it, or died) the session is told the
     connection ended: its stdout is ended too, as the SDK's transport does."""
 
     def __init__(self, stdin: asyncio.StreamWriter, stdout: asyncio.StreamReader) -> None:
-        self._stdin = stdin
+        super().__init__(stdin)
         self._stdout = stdout
-        self._closed = False
 
-    async def send(self, item: SessionMessage, /) -> None:
-        if self._closed:
-            raise anyio.ClosedResourceError
-        data = item.message.model_dump_json(by_alias=True, exclude_unset=True)
-        stdin = self._stdin
-        try:
-            if stdin.is_closing():
-                raise BrokenPipeError
-            stdin.write(data.encode("utf-8") + b"\n")
-            await stdin.drain()
-        except (ConnectionError, RuntimeError) as exc:
-            self._stdout.feed_eof()
-            raise anyio.BrokenResourceError from exc
-
-    async def aclose(self) -> None:
-        self._closed = True
-
-    async def __aenter__(self) -> _ServerInput:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
+    def _broken(self) -> None:
+        self._stdout.feed_eof()
 
 
 @contextlib.asynccontextmanager

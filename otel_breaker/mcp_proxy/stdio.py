@@ -53,7 +53,10 @@ class LineReadStream:
     """The client's messages, one JSON-RPC message per line, parsed when the session reads.
 
     A line that is not a JSON-RPC message is handed on as its parse error, as the
-    SDK's own stdio transport does (the session logs and drops it)."""
+    SDK's own stdio transport does (the session logs and drops it). The server side
+    (``child.py``) reads the same way, expecting responses instead of requests."""
+
+    expected: Any = types.JSONRPCRequest
 
     def __init__(self, reader: asyncio.StreamReader) -> None:
         self._reader = reader
@@ -66,6 +69,7 @@ class LineReadStream:
             try:
                 line = await self._reader.readline()
             except ValueError:  # longer than MAX_LINE_BYTES: dropped, the rest reads as a bad message
+                self._overlong()
                 continue
             except ConnectionError:
                 raise anyio.EndOfStream from None
@@ -73,7 +77,14 @@ class LineReadStream:
                 raise anyio.EndOfStream
             if not line.strip():
                 continue
-            return parse_message(line.decode("utf-8", "replace"), types.JSONRPCRequest)
+            return parse_message(self._text(line), self.expected)
+
+    def _text(self, line: bytes) -> bytes | str:
+        """The line as the parser gets it."""
+        return line.decode("utf-8", "replace")
+
+    def _overlong(self) -> None:
+        """A line over MAX_LINE_BYTES was dropped."""
 
     def __aiter__(self) -> LineReadStream:
         return self
@@ -117,7 +128,11 @@ class LineWriteStream:
             writer.write(data.encode("utf-8") + b"\n")
             await writer.drain()
         except (ConnectionError, RuntimeError) as exc:
+            self._broken()
             raise anyio.BrokenResourceError from exc
+
+    def _broken(self) -> None:
+        """The pipe is gone (the reader of the other side may need telling)."""
 
     async def aclose(self) -> None:
         self._closed = True
