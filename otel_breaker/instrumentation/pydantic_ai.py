@@ -57,6 +57,8 @@ class PydanticAIAdapter(SpecAdapter):
         tool_patch("pydantic_ai.tool_manager", "ToolManager.execute_tool_call"),
         context_patch(_GRAPH, "ModelRequestNode._prepare_request", _preparing, lambda *_: _preparing_value()),
         prompt_patch(_GRAPH, "_get_instructions", "async", "instructions", after=True),
+        # From 2.78 a request resolves its instructions in this method instead.
+        prompt_patch(_GRAPH, "ModelRequestNode._resolve_step_instructions", "async", "instructions", after=True),
         menu_patch(_GRAPH, "_prepare_request_parameters", "async", "request_parameters", after=True),
     )
 
@@ -75,8 +77,8 @@ class PydanticAIAdapter(SpecAdapter):
 
     def instructions(self, instance: Any, args: tuple, kwargs: dict, parts: Any) -> Any:
         """``_get_instructions(ctx, run_context)``: its ``InstructionPart`` list with the block."""
-        if not _preparing.get():
-            return None
+        if not _preparing.get() or any(STATUS_HEADER in (part.content or "") for part in parts or ()):
+            return None  # not a request, or a nested resolution already added the block
         block = status_text(None, getattr(argument(args, kwargs, 1, "run_context"), "agent", None))
         if not block:
             # None would let the model fall back to the history's instructions (an earlier
