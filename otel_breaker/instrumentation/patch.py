@@ -179,3 +179,38 @@ def distribution_version(distribution: str) -> str | None:
         return metadata.version(distribution)
     except metadata.PackageNotFoundError:
         return None
+
+
+_RELEASE = re.compile(r"\d+(?:\.\d+)*")
+_CLAUSE = re.compile(r"(>=|<=|==|!=|<|>)(\d+(?:\.\d+)*)")
+_COMPARE = {
+    ">=": lambda a, b: a >= b,
+    "<=": lambda a, b: a <= b,
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+    "<": lambda a, b: a < b,
+    ">": lambda a, b: a > b,
+}
+
+
+def _release(text: str, width: int) -> tuple[int, ...]:
+    parts = [int(part) for part in text.split(".")]
+    return tuple(parts + [0] * (width - len(parts)))
+
+
+def version_in_range(version: str, specifiers: str) -> bool:
+    """Whether ``version`` satisfies the PEP 440 ``specifiers`` (``">=1.2,<2"``).
+
+    A plain release (``1.15.2``) against clauses of plain releases, the shape of every
+    tested range, is compared as numbers: ``packaging`` costs a framework's import
+    milliseconds. Anything else (a pre-release, ``~=``, a wildcard) asks ``packaging``.
+    """
+    clauses = [_CLAUSE.fullmatch(part.replace(" ", "")) for part in specifiers.split(",") if part.strip()]
+    if _RELEASE.fullmatch(version) and clauses and all(clauses):
+        width = max(version.count("."), *(c.group(2).count(".") for c in clauses)) + 1  # type: ignore[union-attr]
+        have = _release(version, width)
+        return all(_COMPARE[c.group(1)](have, _release(c.group(2), width)) for c in clauses)  # type: ignore[union-attr]
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    return Version(version) in SpecifierSet(specifiers)
