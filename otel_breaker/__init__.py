@@ -5,15 +5,13 @@ later calls are rejected at once, without running the tool, with a message the
 agent loop understands; after a cooldown one probe tests recovery.
 """
 
+import sys
+import types
 from typing import TYPE_CHECKING, Any
 
+from otel_breaker import listeners as _listeners
 from otel_breaker import loglines as _loglines
 from otel_breaker._version import __version__
-from otel_breaker.breaker import add_global_listener as _add_global_listener
-
-# Bound here, not lazily: the submodule ``otel_breaker.guard`` would otherwise shadow
-# the decorator of the same name once anything imports it.
-from otel_breaker.guard import Guard, ToolTimeoutError, guard
 
 if TYPE_CHECKING:
     from otel_breaker.breaker import (
@@ -28,6 +26,7 @@ if TYPE_CHECKING:
     from otel_breaker.classify import ApprovalDeniedError, PermissionDeniedError
     from otel_breaker.config import ConfigError, load_settings
     from otel_breaker.degrade import Rejection, set_escalation
+    from otel_breaker.guard import Guard, ToolTimeoutError, guard
     from otel_breaker.identity import ToolKey, code_origin
     from otel_breaker.loops import ToolLoopError
     from otel_breaker.registry import (
@@ -44,6 +43,7 @@ if TYPE_CHECKING:
 # imports this package when a framework is imported, and a framework's import must
 # not pay for what no tool call needs (health checks, rejection texts, fallbacks).
 _LAZY = {
+    **dict.fromkeys(("Guard", "ToolTimeoutError", "guard"), "otel_breaker.guard"),
     **dict.fromkeys(
         ("PRESETS", "BreakerStats", "CircuitBreaker", "CircuitBreakerConfig", "CircuitOpenError", "State"),
         "otel_breaker.breaker",
@@ -79,6 +79,20 @@ def __getattr__(name: str) -> Any:
     return value
 
 
+class _Package(types.ModuleType):
+    """The package, whose ``guard`` stays the decorator: importing the submodule
+    ``otel_breaker.guard`` sets the package's attribute of that name to the module, and
+    here that assignment binds the decorator the module defines instead."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "guard" and isinstance(value, types.ModuleType):
+            value = value.guard
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
@@ -87,14 +101,13 @@ def _health_checks(change: Any) -> None:
     """A breaker that opens gets its configured health check. The health module
     (asyncio, threads) is loaded on the first transition, not at import."""
     from otel_breaker import health
-    from otel_breaker.breaker import remove_global_listener
 
-    remove_global_listener(_health_checks)
+    _listeners.remove_global_listener(_health_checks)
     health.install()  # from now on the monitor hears every transition itself
     health.MONITOR.on_transition(change)
 
 
-_add_global_listener(_health_checks)
+_listeners.add_global_listener(_health_checks)
 _loglines.install()  # every line of our log bounded, whatever a message quotes
 
 __all__ = [

@@ -14,6 +14,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
+from otel_breaker.listeners import (  # noqa: F401 - importable from here, as from the state machine
+    FOLLOW_LISTENERS,
+    GLOBAL_LISTENERS,
+    add_follow_listener,
+    add_global_listener,
+    remove_global_listener,
+)
+
 logger = logging.getLogger("otel_breaker")
 
 Clock = Callable[[], float]
@@ -120,41 +128,22 @@ class FailureWindow:
 
 StateListener = Callable[[StateChange], None]
 
-# Listeners for every breaker (telemetry, health checks, shared stores).
-_GLOBAL_LISTENERS: list[StateListener] = []
+# Listeners for every breaker (telemetry, health checks, shared stores): kept in
+# :mod:`otel_breaker.listeners`, which the package subscribes to without loading this module.
+_GLOBAL_LISTENERS = GLOBAL_LISTENERS
 # Every live breaker, so ``reset_all`` reaches breakers held outside a registry.
 _ALL_BREAKERS: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
-def add_global_listener(listener: StateListener) -> None:
-    """Subscribe to the transitions of every breaker in the process."""
-    if listener not in _GLOBAL_LISTENERS:
-        _GLOBAL_LISTENERS.append(listener)
-
-
-def remove_global_listener(listener: StateListener) -> None:
-    if listener in _GLOBAL_LISTENERS:
-        _GLOBAL_LISTENERS.remove(listener)
-
-
-#: Called as ``listener(breaker, from_state, to_state)`` when a breaker follows a
-#: change another process made in a shared store. That process counted the
-#: transition; these listeners only tell this process's log where the breaker lives.
+#: See :data:`otel_breaker.listeners.FOLLOW_LISTENERS`.
 FollowListener = Callable[[Any, State, State], None]
-_FOLLOW_LISTENERS: list[FollowListener] = []
-
-
-def add_follow_listener(listener: FollowListener) -> None:
-    """Subscribe to changes breakers follow from a shared store (telemetry does)."""
-    if listener not in _FOLLOW_LISTENERS:
-        _FOLLOW_LISTENERS.append(listener)
 
 
 def notify_followed(breaker: Any, from_state: State, to_state: State) -> None:
     """Tell the follow listeners a shared store moved ``breaker``; a failing listener is logged."""
     if from_state is to_state:
         return
-    for listener in _FOLLOW_LISTENERS:
+    for listener in FOLLOW_LISTENERS:
         try:
             listener(breaker, from_state, to_state)
         except Exception:

@@ -27,7 +27,15 @@ from otel_breaker import rejection
 from otel_breaker import retry_hint as _retry_hints
 from otel_breaker import upstream_gate as _upstream_gate
 from otel_breaker.breaker import REJECTED, SHADOW, CircuitBreaker
-from otel_breaker.classify import FAILURE, IGNORED, SUCCESS, classify_exception, error_type, result_failed
+from otel_breaker.classify import (
+    FAILURE,
+    IGNORED,
+    IGNORED_RESULT,
+    SUCCESS,
+    classify_exception,
+    error_type,
+    result_failed,
+)
 from otel_breaker.telemetry import TELEMETRY
 from otel_breaker.toolcall import ToolCall
 
@@ -35,9 +43,6 @@ logger = logging.getLogger("otel_breaker")
 
 TIMEOUT_ERROR_TYPE = "timeout"
 INVALID_RESULT_ERROR_TYPE = "invalid_result"
-#: What an adapter's ``result_error`` returns for a value that is neither a
-#: success nor a failure of the tool (a denial, a policy block, a pause for input).
-IGNORED_RESULT = "otel_breaker.ignored"
 
 #: What :func:`steps` asks of a driver: ``(ADMIT, breaker)`` -> send the permit
 #: (None when admission failed); ``(SETTLE, breaker, permit, outcome)`` -> send None;

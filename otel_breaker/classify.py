@@ -29,6 +29,8 @@ import re
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from otel_breaker.patterns import LazyPattern
+
 SUCCESS = 0
 FAILURE = 1
 IGNORED = 2
@@ -42,6 +44,9 @@ RETRY_REQUEST = "retry_request"
 """The tool asked the model to try again (``ModelRetry``): a mistake unless
 the breaker's ``count_model_retry`` option counts it."""
 CONTROL = "control"
+#: What an adapter's ``result_error`` returns for a value that is neither a
+#: success nor a failure of the tool (a denial, a policy block, a pause for input).
+IGNORED_RESULT = "otel_breaker.ignored"
 """Control flow or authorization: approvals, denials, interrupts, cancellation."""
 
 
@@ -83,7 +88,7 @@ _NEVER_COUNTED_NAMES = frozenset(
         "UrlElicitationRequiredError",
     }
 )
-_DENIAL_PATTERN = re.compile(r"(Approval|Permission|Consent)\w*(Denied|Rejected|Refused|Required)")
+_DENIAL_PATTERN = LazyPattern(r"(Approval|Permission|Consent)\w*(Denied|Rejected|Refused|Required)")
 
 _name_cache: dict[type, bool] = {}
 
@@ -269,7 +274,7 @@ def unregister_transport_error(rule: type[BaseException] | TransportRule) -> Non
 
 
 #: What frameworks that turn a tool's exception into text keep of a transport failure.
-_TRANSPORT_TEXT = re.compile(
+_TRANSPORT_TEXT = LazyPattern(
     r"connection ?(refused|reset|aborted)|broken pipe|connect(ion)? ?(error|timeout)|"
     r"name or service not known|nodename nor servname|temporary failure in name resolution|"
     r"getaddrinfo failed|no route to host|network is unreachable|host is unreachable|"

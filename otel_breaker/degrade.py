@@ -17,8 +17,6 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from otel_breaker.breaker import State
-from otel_breaker.fallback import acall_with_fallback, call_with_fallback
 from otel_breaker.rejection import (
     EscalationHook,
     Rejection,
@@ -40,7 +38,8 @@ from otel_breaker.toolcall import agent_display_name
 from otel_breaker.upstream import upstream_name
 
 if TYPE_CHECKING:
-    from otel_breaker.breaker import CircuitBreaker
+    from otel_breaker.breaker import CircuitBreaker, State
+    from otel_breaker.fallback import acall_with_fallback, call_with_fallback
     from otel_breaker.registry import BreakerRegistry
 
 logger = logging.getLogger("otel_breaker")
@@ -133,7 +132,7 @@ def unavailable_tools(agent: Any = None, registry: BreakerRegistry | None = None
     found: dict[tuple[str, str], ToolStatus] = {}
     for breaker in _breakers_for(registry, agent):
         state = breaker.state
-        if state is State.CLOSED:
+        if state.value == "closed":
             continue
         retry = _whole_seconds(breaker.retry_after)
         source = breaker.source
@@ -157,7 +156,7 @@ def _status_line(status: ToolStatus) -> str:
     if status.retry_after is None:
         when = "unavailable until an operator restores it"
     elif status.retry_after <= 0:
-        when = "one trial call may be made now" if status.state is State.HALF_OPEN else "may be retried now, once"
+        when = "one trial call may be made now" if status.state.value == "half_open" else "may be retried now, once"
     else:
         when = f"may be retried in about {status.retry_after}s"
     if status.alternatives:
@@ -218,3 +217,13 @@ def augment_instructions(text: str | None, agent: Any = None, registry: BreakerR
     except Exception:
         logger.debug("otel-breaker: building the tool-status block failed", exc_info=True)
         return text
+
+
+def __getattr__(name: str) -> Any:
+    """Fallback routing, importable from here, loaded with its first use: adapters
+    import this module when a framework is imported, before any call."""
+    if name in ("call_with_fallback", "acall_with_fallback"):
+        from otel_breaker import fallback
+
+        return getattr(fallback, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

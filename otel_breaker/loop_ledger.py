@@ -20,6 +20,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from otel_breaker.loop_signature import MAX_ERROR_CHARS
 from otel_breaker.registry import session_of_context
 from otel_breaker.sanitize import bounded
 from otel_breaker.semconv import (
@@ -42,8 +43,6 @@ logger = logging.getLogger("otel_breaker")
 MAX_ENTRIES = 4096
 #: An entry without a repeat for this long is forgotten.
 IDLE_SECONDS = 3600.0
-#: Characters of the last error kept (for :class:`~otel_breaker.loops.ToolLoopError`).
-MAX_ERROR_CHARS = 500
 
 
 class _Entry:

@@ -21,6 +21,8 @@ from otel_breaker.toolcall import ToolCall
 MAX_SIGNATURE_CHARS = 16_384
 MAX_DEPTH = 8
 MAX_ITEMS = 256
+#: Characters of the last error kept (for :class:`~otel_breaker.loops.ToolLoopError`).
+MAX_ERROR_CHARS = 500
 
 # Keyword arguments that are a framework's plumbing, not the model's arguments: they
 # differ per call (ids, callbacks) and would hide a repeat.

@@ -35,21 +35,19 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from otel_breaker import rejection
-from otel_breaker.breaker import CircuitBreaker, CircuitBreakerConfig, CircuitOpenError, State
-from otel_breaker.classify import FAILURE, MISTAKE, RETRY_REQUEST, classify_exception, error_type
-from otel_breaker.loop_ledger import LOOPS, MAX_ERROR_CHARS, reset
-from otel_breaker.loop_signature import arguments_of, signature
+from otel_breaker.classify import FAILURE, IGNORED_RESULT, MISTAKE, RETRY_REQUEST, classify_exception, error_type
+from otel_breaker.loop_signature import MAX_ERROR_CHARS, arguments_of, signature
 from otel_breaker.sanitize import bounded, safe_name, sanitize
 from otel_breaker.toolcall import ToolCall
 
-logger = logging.getLogger("otel_breaker")
+if TYPE_CHECKING:
+    from otel_breaker.breaker import CircuitBreaker, CircuitBreakerConfig, CircuitOpenError
+    from otel_breaker.loop_ledger import LoopGuard
 
-# What an adapter's ``result_error`` returns for a neutral value (guard.IGNORED_RESULT:
-# the guard sits above this module, so the value is repeated here).
-_IGNORED_RESULT = "otel_breaker.ignored"
+logger = logging.getLogger("otel_breaker")
 
 # The outcome kinds of ``loop_count``.
 MISTAKES = "mistakes"
@@ -96,6 +94,8 @@ class LoopRejection(rejection.Rejection):
         # No breaker for a name no tool has: the rejection needs none of its state.
         self.breaker = breaker  # type: ignore[assignment]
         self.call = call
+        from otel_breaker.breaker import State
+
         self.state = State.CLOSED
         self._retry_after = None
         self._alternatives = ()
@@ -133,6 +133,8 @@ class LoopRejection(rejection.Rejection):
 
     @property
     def error(self) -> Callable[[], CircuitOpenError]:
+        from otel_breaker.breaker import CircuitOpenError, State
+
         return lambda: CircuitOpenError(self.call.tool, State.CLOSED, None, self.message)
 
     def as_dict(self) -> dict[str, Any]:
@@ -141,6 +143,28 @@ class LoopRejection(rejection.Rejection):
             {"circuit_open": False, "loop": True, "count": self.count, "retry_after_s": None, "alternatives": []}
         )
         return result
+
+
+_LEDGER: list[LoopGuard] = []
+
+
+def _ledger() -> LoopGuard:
+    """The process's loop ledger, loaded with the first call the loop guard sees (its
+    telemetry comes with it): adapters import this module when a framework is imported."""
+    if not _LEDGER:
+        from otel_breaker.loop_ledger import LOOPS
+
+        _LEDGER.append(LOOPS)
+    return _LEDGER[0]
+
+
+def __getattr__(name: str) -> Any:
+    """``LOOPS`` and ``reset`` of :mod:`otel_breaker.loop_ledger`, importable from here."""
+    if name in ("LOOPS", "reset"):
+        from otel_breaker import loop_ledger
+
+        return getattr(loop_ledger, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # -- the call path's questions ---------------------------------------------------------------
@@ -184,7 +208,7 @@ def _kind_of_result(call: ToolCall, adapter: Any, result: Any) -> tuple[str | No
         return None, None
     if err is None:
         return "success", None
-    if err == _IGNORED_RESULT or not isinstance(err, str):
+    if err == IGNORED_RESULT or not isinstance(err, str):
         return None, None
     return FAILURES, _text(result) or err
 
@@ -239,10 +263,10 @@ class Watch:
     def ended(self, kind: str | None, error: str | None) -> None:
         try:
             if kind == "success":
-                if LOOPS.might_repeat(self.scope, self.call.tool):
-                    LOOPS.succeeded(self.scope, self.signature())
+                if _ledger().might_repeat(self.scope, self.call.tool):
+                    _ledger().succeeded(self.scope, self.signature())
             elif kind is not None and kind in self.kinds:
-                LOOPS.counted(self.scope, self.call.tool, self.signature(), error)
+                _ledger().counted(self.scope, self.call.tool, self.signature(), error)
         except Exception:
             logger.debug("otel-breaker: loop bookkeeping failed", exc_info=True)
 
@@ -290,15 +314,16 @@ def enter(call: ToolCall, breaker: CircuitBreaker, adapter: Any, args: tuple, kw
     stop: tuple[str, int, str | None] | None = None
     try:
         config: CircuitBreakerConfig = breaker.config
-        scope = LOOPS.scope(call)
+        ledger = _ledger()
+        scope = ledger.scope(call)
         sig = None
-        if LOOPS.might_repeat(scope, call.tool):
+        if ledger.might_repeat(scope, call.tool):
             arguments = arguments_of(call, args, kwargs)
             sig = signature(call.tool, arguments)
-            count, last_error = LOOPS.count(scope, sig)
+            count, last_error = ledger.count(scope, sig)
             if count >= config.loop_limit:
                 action = config.loop_action
-                LOOPS.detected(call, action, count)
+                ledger.detected(call, action, count)
                 if action != "warn":
                     stop = (action, count, last_error)
         else:
@@ -369,7 +394,7 @@ _UNKNOWN_PREFIX = "\0unknown:"
 
 
 def _unknown_key(call: ToolCall) -> tuple[str, str]:
-    return LOOPS.scope(call), _UNKNOWN_PREFIX + bounded(call.tool)
+    return _ledger().scope(call), _UNKNOWN_PREFIX + bounded(call.tool)
 
 
 def check_unknown(call: ToolCall, adapter: Any) -> Any:
@@ -381,11 +406,11 @@ def check_unknown(call: ToolCall, adapter: Any) -> Any:
 
         config = get_settings().defaults
         scope, name = _unknown_key(call)
-        if not LOOPS.might_repeat(scope, name):
+        if not _ledger().might_repeat(scope, name):
             return RUN
-        count, last_error = LOOPS.count(scope, signature(name, None))
+        count, last_error = _ledger().count(scope, signature(name, None))
         if count >= config.loop_limit:
-            LOOPS.detected(call, config.loop_action, count, unknown=True)
+            _ledger().detected(call, config.loop_action, count, unknown=True)
             if config.loop_action != "warn":
                 stop = (config.loop_action, count, last_error)
     except Exception:
@@ -407,14 +432,13 @@ def unknown_tool_called(call: ToolCall, error: str | None) -> None:
         if MISTAKES not in get_settings().defaults.loop_count:
             return
         scope, name = _unknown_key(call)
-        LOOPS.counted(scope, name, signature(name, None), error)
+        _ledger().counted(scope, name, signature(name, None), error)
     except Exception:
         logger.debug("otel-breaker: loop bookkeeping failed", exc_info=True)
 
 
 __all__ = [
     "FAILURES",
-    "LOOPS",
     "MISTAKES",
     "RETRIES",
     "RUN",
@@ -427,7 +451,6 @@ __all__ = [
     "check_unknown",
     "enter",
     "loop_message",
-    "reset",
     "signature",
     "unknown_tool_called",
 ]

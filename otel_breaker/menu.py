@@ -25,7 +25,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
-from otel_breaker.breaker import State
 from otel_breaker.degrade import _breakers_for
 from otel_breaker.upstream import upstream_name, upstream_of
 
@@ -76,7 +75,7 @@ def open_tools(agent: Any = None, registry: Any = None) -> frozenset[tuple[str, 
     found: set[tuple[str, str | None]] = set()
     upstreams: set[str] = set()
     for breaker in _breakers_for(registry, agent):
-        if breaker.state is State.OPEN:
+        if breaker.state.value == "open":
             name = upstream_name(breaker)
             if name is not None:
                 upstreams.add(name)

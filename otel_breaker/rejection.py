@@ -13,18 +13,15 @@ import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from otel_breaker.breaker import (
-    CircuitOpenError,
-    State,
-    StateChange,
-    add_follow_listener,
-    add_global_listener,
-)
+from otel_breaker.listeners import add_follow_listener, add_global_listener
 from otel_breaker.sanitize import MAX_ALTERNATIVES, optional_name, safe_name, sanitize
 from otel_breaker.toolcall import ToolCall
 
 if TYPE_CHECKING:
-    from otel_breaker.breaker import CircuitBreaker
+    from otel_breaker.breaker import CircuitBreaker, CircuitOpenError, State, StateChange
+
+# The state machine is loaded with the first breaker, not with this module: adapters
+# import the rejection's type when a framework is imported, before any call.
 
 logger = logging.getLogger("otel_breaker")
 
@@ -81,6 +78,8 @@ class Rejection:
 
     @property
     def error(self) -> Callable[[], CircuitOpenError]:
+        from otel_breaker.breaker import CircuitOpenError
+
         return lambda: CircuitOpenError(self.call.tool, self.state, self.retry_after, self.message)
 
     @property
@@ -147,7 +146,7 @@ def rejection_result(breaker: CircuitBreaker, call: ToolCall | None) -> dict[str
     generation = breaker.generation
     remaining = breaker.peek_retry_after()
     seconds = _whole_seconds(remaining)
-    if breaker.state is State.OPEN and seconds is not None:
+    if breaker.state.value == "open" and seconds is not None:
         # ceil(open_until - t) == seconds  <=>  open_until - seconds <= t < open_until - seconds + 1
         open_until = now + remaining
         valid = (open_until - seconds, open_until - seconds + 1)
@@ -188,6 +187,8 @@ def _on_transition(change: StateChange) -> None:
 
 def _on_followed(breaker: CircuitBreaker, from_state: State, to_state: State) -> None:
     """A shared store moved a fallback's breaker (another process's transition): the same."""
+    from otel_breaker.breaker import StateChange
+
     _on_transition(StateChange(breaker, from_state, to_state, "followed", 0.0))
 
 
@@ -205,7 +206,7 @@ def healthy_alternatives(names: tuple[str, ...]) -> tuple[str, ...]:
     healthy = []
     for name in names:
         breakers = registry.find(name)
-        if not any(b.state is State.OPEN for b in breakers):
+        if not any(b.state.value == "open" for b in breakers):
             healthy.append(name)
     return tuple(healthy)
 

@@ -26,6 +26,8 @@ import re
 import traceback
 from typing import Any
 
+from otel_breaker.patterns import LazyPattern
+
 #: A tool, agent or fallback name, or a session id, in anything a model reads.
 MAX_NAME_CHARS = 64
 #: A sentence a model reads (a rejection's error, remediation, message).
@@ -46,28 +48,28 @@ MAX_ALTERNATIVES = 5
 ELLIPSIS = "…"
 
 # ANSI/VT escape sequences (CSI, OSC, and two-character escapes), removed whole.
-_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])|\x9b[0-?]*[ -/]*[@-~]")
+_ANSI = LazyPattern(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])|\x9b[0-?]*[ -/]*[@-~]")
 # C0/C1 controls, DEL, zero-width and bidirectional format characters.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
-_MARKUP = re.compile(r"<\|?/?[A-Za-z_][\w\-|]*\|?>|\[/?(INST|SYS)\]|```|<<\s*/?SYS\s*>>", re.IGNORECASE)
-_SPACES = re.compile(r"\s+")
-_NOT_NAME = re.compile(r"[^\w.:/@+\-]")
+_CONTROL = LazyPattern(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u2069\ufeff]")
+_MARKUP = LazyPattern(r"<\|?/?[A-Za-z_][\w\-|]*\|?>|\[/?(INST|SYS)\]|```|<<\s*/?SYS\s*>>", re.IGNORECASE)
+_SPACES = LazyPattern(r"\s+")
+_NOT_NAME = LazyPattern(r"[^\w.:/@+\-]")
 
 # Obvious secrets in exception text: key=value pairs with secret-like keys,
 # bearer tokens, credentials in URLs, and well-known key formats.
 _SECRETS = (
     (
-        re.compile(
+        LazyPattern(
             r"(?i)\b((?:api[_-]?key|access[_-]?key|secret|password|passwd|pwd|token|auth|authorization|"
             r"credentials?|private[_-]?key|session[_-]?key|client[_-]?secret)[\w\-]*[\"']?\s*[:=]\s*[\"']?)"
             r"(?:bearer\s+|basic\s+)?[^\s\"',;&}]+"
         ),
         r"\1***",
     ),
-    (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=\-]{8,}"), r"\1 ***"),
-    (re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^\s/@:]+:[^\s/@]+@"), r"\1***@"),
+    (LazyPattern(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=\-]{8,}"), r"\1 ***"),
+    (LazyPattern(r"(?i)\b([a-z][a-z0-9+.\-]*://)[^\s/@:]+:[^\s/@]+@"), r"\1***@"),
     (
-        re.compile(
+        LazyPattern(
             r"\b(?:sk|pk|rk)-[A-Za-z0-9_\-]{16,}|\bAKIA[0-9A-Z]{16}\b|\bgh[pousr]_[A-Za-z0-9]{20,}\b"
             r"|\bxox[abposr]-[A-Za-z0-9\-]{10,}|\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]+"
         ),

@@ -26,10 +26,11 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from otel_breaker.breaker import CircuitBreaker
-from otel_breaker.config import Settings
+if TYPE_CHECKING:
+    from otel_breaker.breaker import CircuitBreaker
+    from otel_breaker.config import Settings
 
 #: Registry name of an upstream's breaker: ``upstream:<name>``.
 UPSTREAM_PREFIX = "upstream:"

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import sys
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from otel_breaker.catalogue import CATALOGUE
-from otel_breaker.config import normalize_framework
 
 if TYPE_CHECKING:
     from otel_breaker.instrumentation.base import FrameworkAdapter
@@ -41,6 +41,24 @@ ADAPTERS: dict[str, str] = {framework.id: framework.adapter for framework in CAT
 #: its catalogue's ``imports`` is imported: importing LangChain does not load the
 #: fifteen other adapters.
 FRAMEWORK_IMPORTS: dict[str, tuple[str, ...]] = {framework.id: framework.imports for framework in CATALOGUE}
+
+
+def settings_needed_now(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether starting needs the settings: a framework list or a status address asked
+    for, or settings made in code. Otherwise they are read at the first tool call (and a
+    bad value logged then), so importing a framework loads no configuration machinery:
+    the defaults patch every framework and start no server."""
+    env = os.environ if environ is None else environ
+    asked = any(env.get(f"OTEL_BREAKER_{name}", "").strip() for name in ("FRAMEWORKS", "STATUS_ADDR"))
+    return asked or "otel_breaker.config" in sys.modules
+
+
+def normalize_framework(name: str) -> str:
+    """The framework identifier for a user-written name (see :mod:`otel_breaker.config`),
+    loading the settings only when a name is given: a framework's import does not."""
+    from otel_breaker.config import normalize_framework as normalize
+
+    return normalize(name)
 
 
 def load_adapter_class(identifier: str) -> type[FrameworkAdapter]:
@@ -67,11 +85,12 @@ class Frameworks:
     def enable(self, requested: Iterable[str] | None, *, lazy: bool, lenient: bool) -> None:
         """Patch (or, ``lazy``, hook the import of) the frameworks named, or every one
         installed; asking by name for one that is missing raises unless ``lenient``."""
-        from otel_breaker.config import get_settings
         from otel_breaker.instrumentation.base import DidNotEnable
 
         explicit = requested is not None
-        if requested is None:
+        if requested is None and settings_needed_now():
+            from otel_breaker.config import get_settings
+
             requested = get_settings().frameworks
             explicit = requested is not None
         names = [normalize_framework(n) for n in requested] if requested is not None else list(ADAPTERS)

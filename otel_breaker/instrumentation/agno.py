@@ -16,9 +16,8 @@ import contextvars
 import re
 from typing import Any
 
-from otel_breaker.classify import MISTAKE
+from otel_breaker.classify import IGNORED_RESULT, MISTAKE
 from otel_breaker.degrade import Rejection
-from otel_breaker.guard import IGNORED_RESULT
 from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation.base import PatchTarget, agent_display_name
 from otel_breaker.instrumentation.current_call import HoldsCurrentCall

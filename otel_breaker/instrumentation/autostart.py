@@ -36,16 +36,20 @@ def autostart() -> None:
     if _started:
         return
     _started = True
-    from otel_breaker.config import get_settings
+    from otel_breaker.instrumentation import settings_needed_now
 
-    settings = get_settings()  # logs each bad OTEL_BREAKER_* value once, in one line
-    if not settings.enabled:
-        return
+    settings = None
+    if settings_needed_now():
+        from otel_breaker.config import get_settings
+
+        settings = get_settings()  # logs each bad OTEL_BREAKER_* value once, in one line
+        if not settings.enabled:
+            return
     if "otel_breaker" in {n.strip() for n in os.environ.get("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "").split(",")}:
         return
     from otel_breaker.instrumentation import FRAMEWORKS
 
-    if settings.status_addr:  # the status server (http.server, threads) only when asked for
+    if settings is not None and settings.status_addr:  # the status server (http.server, threads) only when asked for
         from otel_breaker import status_server
 
         status_server.start_from_settings(settings)

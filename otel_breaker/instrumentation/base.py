@@ -11,16 +11,20 @@ the hand-off to the one guarded call path.
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from otel_breaker.degrade import Rejection
-from otel_breaker.guard import IGNORED_RESULT, Guard, default_guard
-from otel_breaker.instrumentation.patch import distribution_version, make_wrapper
+from otel_breaker.classify import IGNORED_RESULT
+from otel_breaker.instrumentation.patch import distribution_version, make_wrapper, version_in_range
+
+if TYPE_CHECKING:
+    from otel_breaker.degrade import Rejection
+    from otel_breaker.guard import Guard
+
 from otel_breaker.toolcall import (  # noqa: F401 - adapters import them from here
     GuardedCall,
     ToolCall,
@@ -136,8 +140,7 @@ def same_logical_call(active: ToolCall | None, call: ToolCall) -> bool:
     return active.tool == call.tool or (active.source is not None and active.source == call.source)
 
 
-@dataclass(frozen=True)
-class PatchTarget:
+class PatchTarget(NamedTuple):
     """``module:qualname`` to wrap with ``wrapper(wrapped, instance, args, kwargs)``."""
 
     module: str
@@ -148,8 +151,7 @@ class PatchTarget:
     checks_enabled: bool = False
 
 
-@dataclass
-class _Patched:
+class _Patched(NamedTuple):
     owner: Any
     attribute: str
     original: Any
@@ -178,9 +180,18 @@ class FrameworkAdapter:
     error_results_are_answers: bool = False
 
     def __init__(self, guard: Guard | None = None) -> None:
-        self.guard = guard or default_guard()
+        if guard is not None:
+            self.guard = guard
         self._patched: list[_Patched] = []
         self._enabled = False
+
+    @functools.cached_property
+    def guard(self) -> Guard:
+        """The process's guard, loaded at the first tool call: patching at a framework's
+        import loads none of the call path."""
+        from otel_breaker.guard import default_guard
+
+        return default_guard()
 
     # -- what subclasses provide ---------------------------------------------------
 
@@ -216,14 +227,10 @@ class FrameworkAdapter:
         version = self.installed_version()
         if version is None:
             raise DidNotEnable(f"{self.distribution} is not installed")
-        if self.version_range:
-            from packaging.specifiers import SpecifierSet
-            from packaging.version import Version
-
-            if Version(version) not in SpecifierSet(self.version_range):
-                raise DidNotEnable(
-                    f"{self.distribution} {version} is outside the tested range {self.version_range}; not patched"
-                )
+        if self.version_range and not version_in_range(version, self.version_range):
+            raise DidNotEnable(
+                f"{self.distribution} {version} is outside the tested range {self.version_range}; not patched"
+            )
         return version
 
     # -- patching ---------------------------------------------------------------------------

@@ -18,8 +18,16 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from otel_breaker.classify import CONTROL, FAILURE, IGNORED, MISTAKE, SUCCESS, classify_exception, error_type
-from otel_breaker.guard import IGNORED_RESULT
+from otel_breaker.classify import (
+    CONTROL,
+    FAILURE,
+    IGNORED,
+    IGNORED_RESULT,
+    MISTAKE,
+    SUCCESS,
+    classify_exception,
+    error_type,
+)
 from otel_breaker.semconv import ERROR_TOOL
 
 # JSON-RPC codes that mean the caller got it wrong, and MCP's auth gate.

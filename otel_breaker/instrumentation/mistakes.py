@@ -22,9 +22,8 @@ from collections.abc import Callable
 from typing import Any
 
 from otel_breaker import loops
-from otel_breaker.classify import CONTROL, MISTAKE
+from otel_breaker.classify import CONTROL, IGNORED_RESULT, MISTAKE
 from otel_breaker.degrade import Rejection
-from otel_breaker.guard import IGNORED_RESULT
 from otel_breaker.toolcall import ToolCall
 
 

@@ -29,8 +29,7 @@ from __future__ import annotations
 
 import contextvars
 from collections.abc import AsyncGenerator, Callable
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 Kind = Literal["sync", "async", "asyncgen"]
 Role = Literal["tool", "prompt", "menu", "context"]
@@ -39,8 +38,7 @@ Role = Literal["tool", "prompt", "menu", "context"]
 SKIP: Any = object()
 
 
-@dataclass(frozen=True)
-class Patch:
+class Patch(NamedTuple):
     """One method or function to wrap: ``module:qualname``.
 
     ``kind`` says how the wrapped callable runs (``sync``, ``async`` or

@@ -35,8 +35,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import AsyncIterator, Callable, Iterable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from otel_breaker.catalogue import BY_ID
 from otel_breaker.classify import CONTROL
@@ -62,8 +61,7 @@ logger = logging.getLogger("otel_breaker")
 # -- the one status-block inserter -----------------------------------------------------
 
 
-@dataclass(frozen=True)
-class MessageDialect:
+class MessageDialect(NamedTuple):
     """How a framework spells a message list, for :func:`insert_status_block`.
 
     ``text`` returns a message's text, or None when its content is not plain

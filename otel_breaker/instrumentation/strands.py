@@ -21,9 +21,8 @@ from __future__ import annotations
 from typing import Any
 
 from otel_breaker import loops
-from otel_breaker.classify import MISTAKE
+from otel_breaker.classify import IGNORED_RESULT, MISTAKE
 from otel_breaker.degrade import STATUS_HEADER, Rejection
-from otel_breaker.guard import IGNORED_RESULT
 from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation.base import PatchTarget
 from otel_breaker.instrumentation.held_stop import hold, raising_held

@@ -16,7 +16,7 @@ from typing import Any
 import mcp.types as types
 from mcp.types.methods import serialize_server_result
 
-from otel_breaker.guard import IGNORED_RESULT
+from otel_breaker.classify import IGNORED_RESULT
 from otel_breaker.instrumentation.mcp import MCPAdapter
 from otel_breaker.toolcall import ToolCall
 
