@@ -28,6 +28,16 @@ from otel_breaker.guard import IGNORED_RESULT
 from otel_breaker.toolcall import ToolCall
 
 
+def wrong_arguments(exc: BaseException, path: str) -> bool:
+    """A ``TypeError`` whose innermost frame is in the framework's file ``path`` (``/``
+    separated, ``"smolagents/tools.py"``), where it hands the model's arguments to the
+    tool: arguments the tool does not take, refused before its body ran."""
+    tb = exc.__traceback__ if isinstance(exc, TypeError) else None
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and tb.tb_frame.f_code.co_filename.replace("\\", "/").endswith(path)
+
+
 class Refusals:
     """An adapter as the loop guard sees a call the framework may refuse: what
     ``raised`` or ``returned`` recognise is the model's mistake, everything else

@@ -92,6 +92,16 @@ def count(guard: Any, call: ToolCall, error: str | None, unknown: bool = False) 
         logger.debug("otel-breaker: loop bookkeeping failed", exc_info=True)
 
 
+def raising(error: Callable[..., BaseException], *args: Any) -> Callable[[str], Any]:
+    """A ``reject`` for a framework that shows the model the error it raises: raises
+    ``error(text, *args)``, the framework's own error, answered as it always is."""
+
+    def reject(text: str) -> Any:
+        raise error(text, *args) from None
+
+    return reject
+
+
 def refused(guard: Any, call: ToolCall, error: str | None, reject: Callable[[str], Any], unknown: bool = False) -> Any:
     """The framework refused ``call`` with ``error``: RUN (counted; the framework's own
     answer stands), or the loop guard's answer (see :func:`check`)."""
