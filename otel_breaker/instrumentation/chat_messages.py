@@ -7,6 +7,9 @@ of parts (``[{"type": "text", "text": ...}]``), tool schemas
 holding ``messages`` and ``tools``. What an adapter does with them is the same
 everywhere: put the tool-status block into the system message and leave the open
 tools off the menu, on a copy, so the framework's own conversation is never edited.
+Where a system message is a list of parts, the block goes into the last text part
+(:func:`content_text`), or into a part of its own (:func:`part_text`) where the
+other parts must stay exactly as written (a provider's cache marks on them).
 """
 
 from __future__ import annotations

@@ -17,7 +17,9 @@ The identity is, in this order of preference:
 
 Every identity is printable and at most :data:`MAX_SOURCE_CHARS` long
 (:func:`bounded_source`). :class:`ToolSources` remembers the server of tools a
-framework made from MCP tools, for frameworks whose tool objects forget it.
+framework made from MCP tools, for frameworks whose tool objects forget it
+(:meth:`ToolSources.remembering` wraps the function that makes them), and
+:func:`noting_initialize` keeps ``serverInfo`` for sessions that drop it.
 """
 
 from __future__ import annotations

@@ -14,6 +14,9 @@ such calls here:
   by the name. ``answered`` reads the framework's own answer (the error text when
   it refused the name as unknown, else None); past the limit the call gets ``reject`` (the adapter's
   rejection form for a name, built from the loop guard's text) or ``ToolLoopError``.
+
+:func:`wrong_arguments` tells an adapter's ``exception_hint`` that a ``TypeError``
+came from the framework handing the model's arguments to a tool that does not take them.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ Where a framework hands the model its tools by reading one property on every mod
 call (and nowhere else), that property is replaced by one that leaves the open tools
 out while ``OTEL_BREAKER_HIDE_OPEN_TOOLS`` is on, and restored by ``uninstrument``
 like any other patch. The framework keeps its tools: a call to a hidden one still
-reaches the guard and gets the rejection.
+reaches the guard and gets the rejection. An adapter declares it with
+:class:`MenuProperty`.
 """
 
 from __future__ import annotations

@@ -15,7 +15,8 @@ decides and before its answer reaches the model:
 
 A refusal the adapter only learns after the framework answered can be counted
 with :func:`count`; :func:`check` then answers the next identical call before the
-framework judges it.
+framework judges it. :func:`raising` is the ``reject`` of a framework that shows
+the model the error it raises.
 """
 
 from __future__ import annotations
