@@ -7,6 +7,9 @@ of parts (``[{"type": "text", "text": ...}]``), tool schemas
 holding ``messages`` and ``tools``. What an adapter does with them is the same
 everywhere: put the tool-status block into the system message and leave the open
 tools off the menu, on a copy, so the framework's own conversation is never edited.
+Where a system message is a list of parts, the block goes into the last text part
+(:func:`content_text`), or into a part of its own (:func:`part_text`) where the
+other parts must stay exactly as written (a provider's cache marks on them).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from otel_breaker.degrade import STATUS_HEADER
 from otel_breaker.instrumentation.spec import MessageDialect, insert_status_block
 from otel_breaker.menu import visible_tools
 
@@ -33,6 +37,16 @@ DICT_MESSAGES = MessageDialect(
 def schema_name(tool: Any) -> str | None:
     """The name of one Chat Completions tool schema."""
     return (tool.get("function") or {}).get("name") if isinstance(tool, dict) else None
+
+
+def tool_name(definition: Any) -> str | None:
+    """The name of a tool a model call carries, in a provider's form: a Chat Completions
+    schema (``{"function": {"name"}}``), a flat dict (``{"name"}``) or a tool object."""
+    if isinstance(definition, dict):
+        name = (f if isinstance(f := definition.get("function"), dict) else definition).get("name")
+    else:
+        name = getattr(definition, "name", None)
+    return name if isinstance(name, str) else None
 
 
 def text_part(content: Any) -> int | None:
@@ -63,6 +77,27 @@ def with_content_text(content: Any, text: str) -> Any:
     if index is not None:
         parts[index]["text"] = text
     return parts
+
+
+def part_text(content: Any) -> str | None:
+    """For a dialect keeping the status block in a content part of its own (so the other
+    parts, and a provider's cache marks on them, stay as written): a string content is
+    the text; of a list of parts, the status part's text is ("" while there is none)."""
+    if isinstance(content, list):
+        return next((str(part["text"]) for part in content if _status_part(part)), "")
+    return content if isinstance(content, str) else None
+
+
+def with_part_text(content: Any, text: str) -> Any:
+    """``content`` with new text (see :func:`part_text`): a list of parts loses its status
+    part and gets ``text`` as a new last one (none when ``text`` is empty)."""
+    if not isinstance(content, list):
+        return text
+    return [p for p in content if not _status_part(p)] + ([{"type": "text", "text": text}] if text else [])
+
+
+def _status_part(part: Any) -> bool:
+    return isinstance(part, dict) and str(part.get("text", "")).startswith(STATUS_HEADER)
 
 
 def amended_request(params: Any, agent: Any) -> Any:

@@ -17,18 +17,23 @@ The identity is, in this order of preference:
 
 Every identity is printable and at most :data:`MAX_SOURCE_CHARS` long
 (:func:`bounded_source`). :class:`ToolSources` remembers the server of tools a
-framework made from MCP tools, for frameworks whose tool objects forget it.
+framework made from MCP tools, for frameworks whose tool objects forget it
+(:meth:`ToolSources.remembering` wraps the function that makes them), and
+:func:`noting_initialize` keeps ``serverInfo`` for sessions that drop it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from otel_breaker.toolcall import ToolCall, active_call
+
+logger = logging.getLogger("otel_breaker")
 
 #: The longest identity kept (past it: head, tail and a digest of the whole).
 MAX_SOURCE_CHARS = 128
@@ -96,6 +101,14 @@ def note_initialized(session: Any, result: Any) -> None:
             _initialized[session] = info
         except TypeError:  # not weak-referenceable: the identity is simply unknown
             pass
+
+
+async def noting_initialize(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    """Patch wrapper for ``mcp.ClientSession.initialize``, for an adapter whose framework
+    binds tools to sessions: the answer is noted (:func:`note_initialized`)."""
+    result = await wrapped(*args, **kwargs)
+    note_initialized(instance, result)
+    return result
 
 
 def implementation_identity(info: Any) -> str | None:
@@ -171,6 +184,22 @@ class ToolSources:
 
         with self._lock:
             self.sources[key] = (weakref.ref(tool, forget), source)
+
+    def remembering(self, server_of: Callable[[tuple, dict], str | None]) -> Callable[..., Any]:
+        """Patch wrapper for the framework function that makes a tool from an MCP tool:
+        the tool it returns is remembered with ``server_of(args, kwargs)``, the server
+        its arguments name (one it cannot tell is logged at debug level)."""
+
+        def made(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+            tool = wrapped(*args, **kwargs)
+            try:
+                if (source := server_of(args, kwargs)) is not None:
+                    self.remember(tool, source)
+            except Exception:
+                logger.debug("otel-breaker: could not tell an MCP tool's server", exc_info=True)
+            return tool
+
+        return made
 
     def source_of(self, tool: Any) -> str | None:
         """The server identity of a tool made from an MCP tool, else None."""

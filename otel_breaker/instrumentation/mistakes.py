@@ -14,6 +14,9 @@ such calls here:
   by the name. ``answered`` reads the framework's own answer (the error text when
   it refused the name as unknown, else None); past the limit the call gets ``reject`` (the adapter's
   rejection form for a name, built from the loop guard's text) or ``ToolLoopError``.
+
+:func:`wrong_arguments` tells an adapter's ``exception_hint`` that a ``TypeError``
+came from the framework handing the model's arguments to a tool that does not take them.
 """
 
 from __future__ import annotations
@@ -25,6 +28,16 @@ from otel_breaker import loops
 from otel_breaker.classify import CONTROL, IGNORED_RESULT, MISTAKE
 from otel_breaker.degrade import Rejection
 from otel_breaker.toolcall import ToolCall
+
+
+def wrong_arguments(exc: BaseException, path: str) -> bool:
+    """A ``TypeError`` whose innermost frame is in the framework's file ``path`` (``/``
+    separated, ``"smolagents/tools.py"``), where it hands the model's arguments to the
+    tool: arguments the tool does not take, refused before its body ran."""
+    tb = exc.__traceback__ if isinstance(exc, TypeError) else None
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and tb.tb_frame.f_code.co_filename.replace("\\", "/").endswith(path)
 
 
 class Refusals:

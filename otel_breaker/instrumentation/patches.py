@@ -22,7 +22,8 @@ returns None to leave the call alone, and is called only while its setting is
 on; when it raises, the call goes on unchanged (logged at debug level).
 
 This module holds the declarations and the context wrappers, which need no
-adapter; it imports nothing of ours, so any adapter module may use it.
+adapter; it imports nothing of ours but :mod:`.sync_context` (which imports
+nothing), so any adapter module may use it.
 """
 
 from __future__ import annotations
@@ -31,7 +32,9 @@ import contextvars
 from collections.abc import AsyncGenerator, Callable
 from typing import Any, Literal, NamedTuple
 
-Kind = Literal["sync", "async", "asyncgen"]
+from otel_breaker.instrumentation.sync_context import scoped_generator
+
+Kind = Literal["sync", "async", "asyncgen", "gen"]
 Role = Literal["tool", "prompt", "menu", "context"]
 
 #: Returned by a :func:`context_patch` value function: leave the variable as it is.
@@ -42,8 +45,9 @@ class Patch(NamedTuple):
     """One method or function to wrap: ``module:qualname``.
 
     ``kind`` says how the wrapped callable runs (``sync``, ``async`` or
-    ``asyncgen``: a call returning an async iterator), so the right wrapper is
-    built without inspecting it. ``role`` is which of the four shapes it is;
+    ``asyncgen``: a call returning an async iterator; for a context patch also
+    ``gen``, a call returning a generator), so the right wrapper is built without
+    inspecting it. ``role`` is which of the four shapes it is;
     ``hook``, ``after``, ``var`` and ``value`` are that shape's details (see the
     factory functions, which are the way to make one).
     """
@@ -103,8 +107,8 @@ def context_patch(
     This is how a fact the framework knows at one call (the agent whose turn runs,
     the tool call id of a workflow step) reaches the tool wrapper or hook deeper
     down that cannot see it. The variable is reset when the call ends; for an
-    ``asyncgen`` call it is set only while the generator runs a step (tasks it
-    creates copy it), so the consumer's context never sees it. ``value`` returns
+    ``asyncgen`` or ``gen`` call it is set only while the generator runs a step
+    (tasks it creates copy it), so the consumer's context never sees it. ``value`` returns
     :data:`SKIP` (or raises) to run the call without touching the variable.
     ``var`` is the adapter's own module-level ``ContextVar``.
     """
@@ -164,6 +168,17 @@ def context_wrapper(patch: Patch) -> Callable[..., Any]:
                 var.reset(token)
 
         return run_async
+
+    if patch.kind == "gen":
+
+        def steps(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+            current = read(instance, args, kwargs)
+            gen = wrapped(*args, **kwargs)
+            if current is SKIP or not hasattr(gen, "send"):
+                return gen
+            return scoped_generator(gen, var, current)
+
+        return steps
 
     def stream(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         current = read(instance, args, kwargs)

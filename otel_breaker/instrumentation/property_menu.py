@@ -4,7 +4,8 @@ Where a framework hands the model its tools by reading one property on every mod
 call (and nowhere else), that property is replaced by one that leaves the open tools
 out while ``OTEL_BREAKER_HIDE_OPEN_TOOLS`` is on, and restored by ``uninstrument``
 like any other patch. The framework keeps its tools: a call to a hidden one still
-reaches the guard and gets the rejection.
+reaches the guard and gets the rejection. An adapter declares it with
+:class:`MenuProperty`.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 import importlib
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, ClassVar
 
 from otel_breaker.instrumentation.base import FrameworkAdapter, _Patched
 from otel_breaker.menu import visible_tools
@@ -66,3 +67,26 @@ def patched_with_menu(
     except (ImportError, AttributeError) as exc:
         reason = f"cannot import ({exc})"
     return [*skipped, f"{module}:{name}: {reason}"] if reason else skipped
+
+
+class MenuProperty:
+    """Mixin for a :class:`~otel_breaker.instrumentation.base.FrameworkAdapter` (before it
+    in the bases) whose framework reads its menu from a property: ``menu_property``
+    (``(module, class, property)``) leaves the open tools out once its module is patched;
+    ``menu_tool_name(obj)`` gives the guarded name of an entry of ``obj``'s menu."""
+
+    menu_property: ClassVar[tuple[str, str, str]]
+
+    def menu_tool_name(self, obj: Any) -> Callable[[Any], str | None]:
+        raise NotImplementedError
+
+    def patch(self) -> list[str]:
+        skipped = super().patch()  # type: ignore[misc]
+        return self._with_menu(skipped, self.menu_property[0])
+
+    def patch_module(self, module_name: str) -> list[str]:
+        return self._with_menu(super().patch_module(module_name), module_name)  # type: ignore[misc]
+
+    def _with_menu(self, skipped: list[str], module_name: str) -> list[str]:
+        adapter: Any = self  # a FrameworkAdapter: the mixin comes before it in the bases
+        return patched_with_menu(adapter, skipped, module_name, self.menu_property, self.menu_tool_name)

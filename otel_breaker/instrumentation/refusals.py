@@ -15,7 +15,8 @@ decides and before its answer reaches the model:
 
 A refusal the adapter only learns after the framework answered can be counted
 with :func:`count`; :func:`check` then answers the next identical call before the
-framework judges it.
+framework judges it. :func:`raising` is the ``reject`` of a framework that shows
+the model the error it raises.
 """
 
 from __future__ import annotations
@@ -90,6 +91,16 @@ def count(guard: Any, call: ToolCall, error: str | None, unknown: bool = False) 
             loops.LOOPS.counted(loops.LOOPS.scope(call), call.tool, _signature(call), error)
     except Exception:
         logger.debug("otel-breaker: loop bookkeeping failed", exc_info=True)
+
+
+def raising(error: Callable[..., BaseException], *args: Any) -> Callable[[str], Any]:
+    """A ``reject`` for a framework that shows the model the error it raises: raises
+    ``error(text, *args)``, the framework's own error, answered as it always is."""
+
+    def reject(text: str) -> Any:
+        raise error(text, *args) from None
+
+    return reject
 
 
 def refused(guard: Any, call: ToolCall, error: str | None, reject: Callable[[str], Any], unknown: bool = False) -> Any:

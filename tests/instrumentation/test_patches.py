@@ -34,6 +34,11 @@ class Agent:
         for i in range(n):
             yield self.tool.run(i)
 
+    def sync_steps(self, n):
+        for i in range(n):
+            yield self.tool.run(i)
+        return "done"
+
 
 class Tool:
     def __init__(self, name, body):
@@ -75,6 +80,9 @@ class Toy(SpecAdapter):
         context_patch("patchframework", "Agent.aturn", _agent, lambda agent, a, k: agent),
         context_patch(
             "patchframework", "Agent.steps", _agent, lambda ag, a, k: SKIP if ag.name == "x" else ag, "asyncgen"
+        ),
+        context_patch(
+            "patchframework", "Agent.sync_steps", _agent, lambda ag, a, k: SKIP if ag.name == "x" else ag, "gen"
         ),
         menu_patch("patchframework", "Workbench.listing", "sync", "visible", after=True),
         menu_patch("patchframework", "Workbench.alisting", "async", "visible", after=True),
@@ -136,6 +144,21 @@ def test_context_patch_on_an_async_generator_holds_for_its_steps_only(framework)
     assert adapter.seen == ["a2", "a2"]
     adapter.seen.clear()
     asyncio.run(consume(module.Agent("x", module.Tool("t", lambda x: x))))  # SKIP: left alone
+    assert adapter.seen == [None, None]
+
+
+def test_context_patch_on_a_generator_holds_for_its_steps_only(framework):
+    module, adapter = framework
+    steps = module.Agent("g1", module.Tool("t", lambda x: x)).sync_steps(2)
+    seen_outside = []
+    for _ in steps:
+        seen_outside.append(_agent.get())
+    assert seen_outside == [None, None] and adapter.seen == ["g1", "g1"]
+    adapter.seen.clear()
+    with pytest.raises(StopIteration) as stop:  # the generator's return value comes through
+        next(module.Agent("g2", module.Tool("t", lambda x: x)).sync_steps(0))
+    assert stop.value.value == "done"
+    assert list(module.Agent("x", module.Tool("t", lambda x: x)).sync_steps(2)) == [0, 1]  # SKIP: left alone
     assert adapter.seen == [None, None]
 
 

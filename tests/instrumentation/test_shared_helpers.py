@@ -1,9 +1,12 @@
-"""Helpers adapters share: refusals for the loop guard, Chat Completions shapes, and
-context variables through sync generators and worker threads (no framework needed)."""
+"""Helpers adapters share: refusals for the loop guard, Chat Completions shapes, the
+servers of MCP-made tools, arguments a tool does not take, and context variables
+through sync generators and worker threads (no framework needed)."""
 
 from __future__ import annotations
 
 import contextvars
+import json
+import logging
 import threading
 
 import pytest
@@ -17,9 +20,15 @@ from otel_breaker.instrumentation.chat_messages import (
     DICT_MESSAGES,
     amended_request,
     content_text,
+    part_text,
     status_during,
+    tool_name,
     with_content_text,
+    with_part_text,
 )
+from otel_breaker.instrumentation.mcp_identity import ToolSources
+from otel_breaker.instrumentation.mistakes import wrong_arguments
+from otel_breaker.instrumentation.spec import MessageDialect, insert_status_block
 from otel_breaker.instrumentation.sync_context import decorator_in_caller_context, scoped_generator
 from otel_breaker.registry import default_registry
 
@@ -50,6 +59,82 @@ def test_refusals_stop_raises_tool_loop_error():
     with pytest.raises(ToolLoopError) as raised:
         refusals.refused(guard, call, "bad x", _rejected)
     assert (raised.value.tool, raised.value.count, raised.value.last_error) == ("echo", 3, "bad x")
+
+
+def test_refusals_raising_answers_in_the_frameworks_own_error():
+    class StepError(Exception):
+        def __init__(self, text: str, logger: object) -> None:
+            super().__init__(text)
+            self.logger = logger
+
+    try:
+        raise KeyError("the framework's own refusal")
+    except KeyError:
+        with pytest.raises(StepError, match="loop text") as raised:
+            refusals.raising(StepError, "the logger")("loop text")
+    assert raised.value.logger == "the logger" and raised.value.__suppress_context__
+
+
+# Dict messages whose content may be a list of parts: the block goes in a part of its own.
+PARTS = MessageDialect(
+    is_system=lambda m: m["role"] == "system",
+    text=lambda m: part_text(m["content"]),
+    with_text=lambda m, text: {**m, "content": with_part_text(m["content"], text)},
+    system=lambda text: {"role": "system", "content": text},
+)
+
+
+def test_status_block_in_a_part_of_its_own_leaves_the_other_parts_alone():
+    set_settings(load_settings({"OTEL_BREAKER_STATUS_IN_PROMPT": "true"}))
+    cached = {"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}}
+    messages = [{"role": "system", "content": [cached]}, {"role": "user", "content": "hi"}]
+    assert insert_status_block(messages, PARTS, "p") is None  # nothing open: unchanged
+    breaker = default_registry().breaker_for(ToolCall("search", agent_name="p"))
+    breaker.force_open()
+    amended = insert_status_block(messages, PARTS, "p")
+    content = amended[0]["content"]
+    assert len(content) == 2 and content[0] is cached and content[1]["text"].startswith(STATUS_HEADER)
+    assert messages[0]["content"] == [cached]  # the framework's own list is left as it was
+    assert insert_status_block(amended, PARTS, "p") is None  # the same block again: unchanged
+    breaker.force_close()
+    assert insert_status_block(amended, PARTS, "p")[0]["content"] == [cached]  # all healthy: the part goes
+    assert part_text("plain") == "plain" and part_text(None) is None and with_part_text("old", "new") == "new"
+
+
+def test_tool_name_of_each_providers_form():
+    class Tool:
+        name = "object"
+
+    forms = [{"type": "function", "function": {"name": "schema"}}, {"name": "flat"}, Tool(), {"function": "x"}, 3]
+    assert [tool_name(t) for t in forms] == ["schema", "flat", "object", None, None]
+
+
+def test_wrong_arguments_is_a_type_error_raised_in_the_frameworks_file():
+    def hand_on(tool):  # this file stands in for the framework's
+        return tool(unexpected=1)
+
+    with pytest.raises(TypeError) as handed:
+        hand_on(lambda: None)
+    with pytest.raises(TypeError) as inside:
+        hand_on(lambda **_: json.loads(5))
+    assert wrong_arguments(handed.value, "instrumentation/test_shared_helpers.py")
+    assert not wrong_arguments(handed.value, "framework/tools.py")
+    assert not wrong_arguments(inside.value, "instrumentation/test_shared_helpers.py")  # raised in the tool's body
+    assert not wrong_arguments(ValueError("x"), "instrumentation/test_shared_helpers.py")
+
+
+def test_tool_sources_remembering_keeps_the_server_a_made_tool_came_from(caplog):
+    class Made:
+        pass
+
+    sources = ToolSources()
+    make = sources.remembering(lambda args, kwargs: kwargs.get("server"))
+    tool, other = make(lambda **k: Made(), None, (), {"server": "srv@1"}), make(lambda **k: Made(), None, (), {})
+    assert sources.source_of(tool) == "srv@1" and sources.source_of(other) is None
+    broken = sources.remembering(lambda args, kwargs: 1 / 0)
+    with caplog.at_level(logging.DEBUG, logger="otel_breaker"):
+        assert isinstance(broken(lambda: Made(), None, (), {}), Made)  # the tool is made either way
+    assert "could not tell an MCP tool's server" in caplog.text
 
 
 def test_content_text_of_strings_and_parts():
