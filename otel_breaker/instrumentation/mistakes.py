@@ -14,6 +14,9 @@ such calls here:
   by the name. ``answered`` reads the framework's own answer (the error text when
   it refused the name as unknown, else None); past the limit the call gets ``reject`` (the adapter's
   rejection form for a name, built from the loop guard's text) or ``ToolLoopError``.
+
+:func:`raised_handing_on` tells a ``TypeError`` the framework's own code raised handing the
+model's arguments to a function that does not take them (no body ran) from one the body raised.
 """
 
 from __future__ import annotations
@@ -137,3 +140,12 @@ def _answered(call: ToolCall, answered: Callable[[Any], str | None], result: Any
         return
     if error is not None:
         loops.unknown_tool_called(call, str(error))
+
+
+def raised_handing_on(exc: BaseException, path: str) -> bool:
+    """Whether ``exc`` is a ``TypeError`` whose innermost frame is the framework file ending
+    in ``path`` (the call handing the model's arguments on), not the tool's body."""
+    tb = exc.__traceback__ if isinstance(exc, TypeError) else None
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    return tb is not None and tb.tb_frame.f_code.co_filename.replace("\\", "/").endswith(path)

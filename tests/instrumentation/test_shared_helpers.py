@@ -20,6 +20,7 @@ from otel_breaker.instrumentation.chat_messages import (
     status_during,
     with_content_text,
 )
+from otel_breaker.instrumentation.mistakes import raised_handing_on
 from otel_breaker.instrumentation.sync_context import decorator_in_caller_context, scoped_generator
 from otel_breaker.registry import default_registry
 
@@ -113,3 +114,20 @@ def test_decorator_in_caller_context_carries_the_context_to_the_worker():
     finally:
         var.reset(token)
     assert (plain, carried) == (None, "caller")
+
+
+def test_raised_handing_on_tells_the_call_from_the_body():
+    """A TypeError raised handing arguments to a function that does not take them has
+    the calling file as its innermost frame; one the body raised has the body's."""
+    namespace: dict = {}
+    exec(compile("def body(x):\n    raise TypeError('inside')\n", "tool_body.py", "exec"), namespace)
+    raised = []
+    for arguments in ((1,), (1, 2)):
+        try:
+            namespace["body"](*arguments)
+        except TypeError as exc:
+            raised.append(exc)
+    here = "tests/instrumentation/test_shared_helpers.py"
+    assert [raised_handing_on(exc, here) for exc in raised] == [False, True]
+    assert raised_handing_on(raised[0], "tool_body.py")
+    assert not raised_handing_on(ValueError("not a TypeError"), here)
