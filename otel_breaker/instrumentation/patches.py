@@ -109,7 +109,9 @@ def context_patch(
     down that cannot see it. The variable is reset when the call ends; for an
     ``asyncgen`` or ``gen`` call it is set only while the generator runs a step
     (tasks it creates copy it), so the consumer's context never sees it. ``value`` returns
-    :data:`SKIP` (or raises) to run the call without touching the variable.
+    :data:`SKIP` (or raises) to run the call without touching the variable. For
+    an ``async`` call ``value`` may be a coroutine function: a fact the framework
+    only hands out awaited (a workflow's state store) is read before the call.
     ``var`` is the adapter's own module-level ``ContextVar``.
     """
     return Patch(module, qualname, kind, "context", var=var, value=value)
@@ -159,6 +161,11 @@ def context_wrapper(patch: Patch) -> Callable[..., Any]:
 
         async def run_async(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
             current = read(instance, args, kwargs)
+            if hasattr(current, "__await__"):
+                try:
+                    current = await current
+                except Exception:
+                    current = SKIP
             if current is SKIP:
                 return await wrapped(*args, **kwargs)
             token = var.set(current)

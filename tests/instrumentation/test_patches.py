@@ -13,7 +13,15 @@ import pytest
 from otel_breaker import ToolCall
 from otel_breaker.config import load_settings, set_settings
 from otel_breaker.degrade import STATUS_HEADER
-from otel_breaker.instrumentation.patches import SKIP, argument, context_patch, menu_patch, prompt_patch, tool_patch
+from otel_breaker.instrumentation.patches import (
+    SKIP,
+    argument,
+    context_patch,
+    context_wrapper,
+    menu_patch,
+    prompt_patch,
+    tool_patch,
+)
 from otel_breaker.instrumentation.spec import SpecAdapter, status_text
 from otel_breaker.menu import visible_tools
 from otel_breaker.registry import default_registry
@@ -188,3 +196,25 @@ def test_prompt_patch_on_a_result_adds_the_block_only_when_asked(framework):
     set_settings(load_settings({"OTEL_BREAKER_STATUS_IN_PROMPT": "true"}))
     text = module.instructions("a1")
     assert text.startswith("Be brief.") and STATUS_HEADER in text
+
+
+def test_context_patch_value_may_be_awaited():
+    """A fact the framework hands out only awaited (a workflow's state store) is read before the call;
+    a value that fails to come leaves the variable alone."""
+
+    async def named(instance, args, kwargs):
+        await asyncio.sleep(0)
+        return instance
+
+    async def failing(instance, args, kwargs):
+        raise RuntimeError("store gone")
+
+    seen = []
+
+    async def call(x):
+        seen.append(_agent.get())
+        return x
+
+    assert asyncio.run(context_wrapper(context_patch("m", "f", _agent, named))(call, "a4", (1,), {})) == 1
+    assert asyncio.run(context_wrapper(context_patch("m", "f", _agent, failing))(call, "a5", (2,), {})) == 2
+    assert seen == ["a4", None] and _agent.get() is None

@@ -198,3 +198,20 @@ def test_decorator_in_caller_context_carries_the_context_to_the_worker():
     finally:
         var.reset(token)
     assert (plain, carried) == (None, "caller")
+
+
+def test_wrong_arguments_tells_the_framework_handing_on_from_the_body():
+    """A TypeError raised handing arguments to a function that does not take them has
+    the calling file as its innermost frame; one the body raised has the body's."""
+    namespace: dict = {}
+    exec(compile("def body(x):\n    raise TypeError('inside')\n", "tool_body.py", "exec"), namespace)
+    raised = []
+    for arguments in ((1,), (1, 2)):
+        try:
+            namespace["body"](*arguments)
+        except TypeError as exc:
+            raised.append(exc)
+    here = "tests/instrumentation/test_shared_helpers.py"
+    assert [wrong_arguments(exc, here) for exc in raised] == [False, True]
+    assert wrong_arguments(raised[0], "tool_body.py")
+    assert not wrong_arguments(ValueError("not a TypeError"), here)
