@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import contextvars
 import logging
+from contextlib import suppress
 from functools import partial
 from traceback import walk_tb
 from types import SimpleNamespace
 from typing import Any
 
 from otel_breaker.classify import MISTAKE
-from otel_breaker.degrade import Rejection, status_in_prompt_enabled
+from otel_breaker.degrade import Rejection
 from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation import refusals
 from otel_breaker.instrumentation.base import PatchTarget, agent_display_name, not_a_tool_call
@@ -28,9 +29,7 @@ from otel_breaker.menu import hide_open_tools_enabled, visible_tools
 from otel_breaker.toolcall import ToolCall
 
 logger = logging.getLogger("otel_breaker")
-
 _AGENT = "semantic_kernel.agents.chat_completion.chat_completion_agent"
-_METHOD = "semantic_kernel.functions.kernel_function_from_method"
 _CHOICE = "semantic_kernel.connectors.ai.function_choice_behavior"
 _FILTERS = "semantic_kernel.filters.kernel_filters_extension"
 # The agent whose run step is executing, the chat history that run built, and how its
@@ -43,15 +42,12 @@ def _new_run(agent: Any, *_: Any) -> SimpleNamespace:
     return SimpleNamespace(agent=agent, history=None, configure=None)
 
 
-def _agent_of_run() -> Any:
-    run = _run.get()
-    return run.agent if run is not None else None
-
-
 class SemanticKernelAdapter(SpecAdapter):
     name = "semantic_kernel"
     patches = (
-        tool_patch(_METHOD, "KernelFunctionFromMethod._invoke_internal", "async"),
+        tool_patch(
+            "semantic_kernel.functions.kernel_function_from_method", "KernelFunctionFromMethod._invoke_internal"
+        ),
         context_patch(_AGENT, "ChatCompletionAgent._inner_invoke", _run, _new_run, "asyncgen"),
         context_patch(_AGENT, "ChatCompletionAgent.invoke_stream", _run, _new_run, "asyncgen"),
         prompt_patch("semantic_kernel.agents.agent", "Agent.format_instructions", hook="instructions", after=True),
@@ -73,15 +69,11 @@ class SemanticKernelAdapter(SpecAdapter):
         return self._call(instance.fully_qualified_name, argument(args, kwargs, 0, "context").arguments, instance)
 
     def _call(self, name: str, arguments: Any, function: Any = None) -> ToolCall:
-        agent = _agent_of_run()
+        """A plugin function's call; without ``function``, one the kernel may refuse (no id, no code)."""
+        agent, call_id = _agent_of_run(), _call_id.get() if function is not None else None
+        origin = origin_of(function, "semantic_kernel") if function is not None else None
         return ToolCall(
-            name,
-            framework=self.name,
-            agent=agent,
-            agent_name=agent_display_name(agent) if agent is not None else None,
-            call_id=_call_id.get() if function is not None else None,
-            arguments=arguments,
-            origin=origin_of(function, "semantic_kernel") if function is not None else None,
+            name, self.name, agent, agent_display_name(agent), None, call_id, arguments=arguments, origin=origin
         )
 
     async def run_async(self, call: ToolCall, wrapped: Any, args: tuple, kwargs: dict) -> Any:
@@ -91,7 +83,6 @@ class SemanticKernelAdapter(SpecAdapter):
 
             context = argument(args, kwargs, 0, "context")
             context.result = FunctionResult(function=wrapped.__self__.metadata, value=result)
-        return None
 
     def is_neutral(self, exc: BaseException) -> bool:
         return type(exc).__name__ == "OperationCancelledException"
@@ -106,7 +97,9 @@ class SemanticKernelAdapter(SpecAdapter):
         return info.message  # run_async makes it the FunctionResult the kernel reads
 
     async def _invoke(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        if getattr(instance, "is_prompt", False):  # a model call: its execute_tool span is not a tool's
+        """A prompt function is a model call (its ``execute_tool`` span is not a tool's); a
+        plugin function's call id comes in the invocation's metadata."""
+        if getattr(instance, "is_prompt", False):
             with not_a_tool_call(instance.fully_qualified_name, self.name):
                 return await wrapped(*args, **kwargs)
         metadata = argument(args, kwargs, 2, "metadata")
@@ -118,10 +111,8 @@ class SemanticKernelAdapter(SpecAdapter):
             _call_id.reset(token)
 
     async def _function_call(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """Through the loop guard, a call the kernel may refuse; then the run's menu and status."""
         function_call, history = argument(args, kwargs, 0, "function_call"), argument(args, kwargs, 1, "chat_history")
-        refusal = self.safe_tool_call(lambda: self._refusable(instance, function_call))
-        if refusal is None:
-            return self._after_call(history, await wrapped(*args, **kwargs))
 
         def reject(text: str) -> None:
             from semantic_kernel.contents import FunctionResultContent
@@ -129,27 +120,26 @@ class SemanticKernelAdapter(SpecAdapter):
             answer = FunctionResultContent.from_function_call_content_and_result(function_call, text)
             history.add_message(message=answer.to_chat_message_content())
 
+        if (refusal := self.safe_tool_call(lambda: self._refusable(instance, function_call))) is None:
+            return self._after_call(history, await wrapped(*args, **kwargs))
         answered = partial(_last_result, history)
-        result = await refusals.arun(self.guard, *refusal, reject, answered, wrapped, args, kwargs)
-        return self._after_call(history, result)
+        return self._after_call(
+            history, await refusals.arun(self.guard, *refusal, reject, answered, wrapped, args, kwargs)
+        )
 
     def _refusable(self, kernel: Any, function_call: Any) -> tuple[ToolCall, bool]:
         """The call as the loop guard keys it, and whether no function has its name."""
-        try:
+        unknown, arguments = True, function_call.arguments
+        with suppress(Exception):
             kernel.get_function(function_call.plugin_name, function_call.function_name)
             unknown = False
-        except Exception:
-            unknown = True
-        try:
-            arguments: Any = function_call.to_kernel_arguments()
-        except Exception:
-            arguments = function_call.arguments
+        with suppress(Exception):
+            arguments = function_call.to_kernel_arguments()
         return self._call(function_call.name, arguments), unknown
 
     async def _history(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         history = await wrapped(*args, **kwargs)
-        run = _run.get()
-        if run is not None and run.agent is instance:
+        if (run := _run.get()) is not None and run.agent is instance:
             run.history = history  # built for this run: its system message may be refreshed
         return history
 
@@ -163,25 +153,27 @@ class SemanticKernelAdapter(SpecAdapter):
         return None if kept is offered else type(config)(available_functions=list(kept))
 
     def _configure(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        run = _run.get()
-        if run is not None:  # remembered, to offer the functions afresh after each function call
+        if (run := _run.get()) is not None:  # remembered, to offer the functions afresh after each call
             run.configure = lambda: wrapped(*args, **kwargs)
         return wrapped(*args, **kwargs)
 
     def _after_call(self, history: Any, result: Any) -> Any:
-        run = _run.get()
+        if (run := _run.get()) is None:
+            return result
         try:
-            if run is not None and run.configure is not None and hide_open_tools_enabled():
+            if run.configure is not None and hide_open_tools_enabled():
                 run.configure()
-            if run is not None and history is run.history and history.messages and status_in_prompt_enabled():
-                first = history.messages[0]
-                system = getattr(first.role, "value", first.role) == "system"
-                new = status_text(first.content, run.agent) if system else None
-                if new:
-                    first.content = new
+            first = history.messages[0] if history is run.history and history.messages else None
+            system = first is not None and getattr(first.role, "value", first.role) == "system"
+            if system and (new := status_text(first.content, run.agent)):
+                first.content = new
         except Exception:
             logger.debug("otel-breaker: semantic_kernel: menu or status block not refreshed", exc_info=True)
         return result
+
+
+def _agent_of_run() -> Any:
+    return run.agent if (run := _run.get()) is not None else None
 
 
 def _last_result(history: Any) -> str | None:
