@@ -1,12 +1,11 @@
 """Breakers for the OpenAI Agents SDK (``openai-agents``; private names, so the range is pinned).
 
-Every function tool call (Runner and realtime) goes through ``_invoke_function_tool_with_metadata``,
-defined in ``agents.tool`` and imported by name into ``run_internal.tool_execution``: guarded in
-both, once per call. The SDK turns a tool's exception into text inside it, so its failure formatter
-notes the failure on the guarded call. Rejection: the SDK's own "SDK-generated error" result.
-Status block: what ``Agent.get_system_prompt`` returns. Menu: the ``all_tools`` a turn's model
-request closes over; the turn still resolves calls against every tool, so a hidden tool's call is
-rejected.
+Every function tool call (Runner and realtime) goes through ``_invoke_function_tool_with_metadata``, defined in
+``agents.tool`` and imported by name into ``run_internal.tool_execution``: guarded in both, once per call. The SDK
+turns a tool's exception into text inside it, so its failure formatter notes the failure on the guarded call.
+Rejection: the SDK's own "SDK-generated error" result. Status block: what ``Agent.get_system_prompt`` returns.
+Menu: the ``all_tools`` a turn's model request closes over; the turn still resolves calls against every tool, so
+a hidden tool's call is rejected.
 """
 
 from __future__ import annotations
@@ -15,6 +14,7 @@ import contextvars
 import logging
 import types
 import weakref
+from contextlib import suppress
 from typing import Any
 
 from otel_breaker.classify import MISTAKE
@@ -56,10 +56,8 @@ class OpenAIAgentsAdapter(SpecAdapter):
 
     def targets(self) -> list[PatchTarget]:
         return [
-            *super().targets(),
-            # Looked up in agents.tool by the tool's own failure-handling invoker.
+            *super().targets(),  # + the failure formatter (looked up in agents.tool), and where MCP tools are made
             PatchTarget("agents.tool", "maybe_invoke_function_tool_failure_error_function", self._failure_hook),
-            # Which MCP server each MCP function tool calls (its breaker key's source).
             PatchTarget(_MCP_UTIL, "MCPUtil.to_function_tool", self._mcp_tool),
         ]
 
@@ -70,7 +68,9 @@ class OpenAIAgentsAdapter(SpecAdapter):
         if (fn := kwargs.get(key)) is None or (agent := _turn_agent.get()) is None:
             return None
         closure, index = list(fn.__closure__), fn.__code__.co_freevars.index("all_tools")
-        if (kept := _visible(tools := closure[index].cell_contents, agent)) is tools:
+        name_of = lambda t: t.name if type(t).__name__ == "FunctionTool" and isinstance(t.name, str) else None  # noqa: E731
+        tools = closure[index].cell_contents  # only function tools are guarded, so only they leave
+        if (kept := visible_tools(tools, name_of, lambda tool: mcp_source(tool, agent), agent=agent)) is tools:
             return None
         closure[index] = types.CellType(list(kept))
         fn = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, tuple(closure))
@@ -95,16 +95,12 @@ class OpenAIAgentsAdapter(SpecAdapter):
     async def _failure_hook(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         """Note the exception the SDK is about to turn into text on the guarded call it ends (a
         mutable frame, seen from the task the SDK may run the tool in too); bad arguments: neither outcome."""
-        try:
-            error, call_id = kwargs.get("error"), getattr(kwargs.get("context"), "tool_call_id", None)
-            call = frame.call if (frame := guarded_call()) is not None else ToolCall("")
-            if (call.framework, call.tool) == (self.name, getattr(kwargs.get("function_tool"), "name", None)) and (
-                call.call_id in (None, call_id) and _noted() is None
-            ):
+        with suppress(Exception):  # bookkeeping must never disturb the SDK's error handling
+            call, error = (frame := guarded_call()).call, kwargs.get("error")  # type: ignore[union-attr]
+            ours = (call.framework, call.tool) == (self.name, kwargs["function_tool"].name) and _noted() is None
+            if ours and call.call_id in (None, getattr(kwargs.get("context"), "tool_call_id", None)):
                 failure = IGNORED_RESULT if _invalid_arguments(error) else type(error).__name__
-                frame.notes.append((_NOTE, failure if isinstance(error, Exception) else None))  # type: ignore[union-attr]
-        except Exception:  # bookkeeping must never disturb the SDK's error handling
-            pass
+                frame.notes.append((_NOTE, failure if isinstance(error, Exception) else None))
         return await wrapped(*args, **kwargs)
 
     def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
@@ -146,12 +142,6 @@ def _invalid_arguments(error: Any) -> bool:
     return text.startswith("Invalid JSON input for tool")
 
 
-def _visible(tools: Any, agent: Any) -> Any:
-    """``tools`` without the open function tools (only those are guarded)."""
-    name_of = lambda t: t.name if type(t).__name__ == "FunctionTool" and isinstance(t.name, str) else None  # noqa: E731
-    return visible_tools(tools, name_of, lambda tool: mcp_source(tool, agent), agent=agent)
-
-
 def mcp_source(function_tool: Any, agent: Any = None) -> str | None:
     """The MCP server an MCP function tool calls (``name@version`` from its ``initialize``), None
     for other tools: the server the SDK built it for, else the agent's one its binding names."""
@@ -162,9 +152,9 @@ def mcp_source(function_tool: Any, agent: Any = None) -> str | None:
         from agents.mcp.util import get_mcp_server_log_name as log_name
 
         named = [s for s in getattr(agent, "mcp_servers", None) or () if log_name(s.name) == binding[0]]
-        server = named[0] if len(named) == 1 else None
-    if server is None:
-        return None
+        if len(named) != 1:
+            return None
+        server = named[0]
     info = getattr(getattr(server, "server_initialize_result", None), "server_info", None)
     identity = server_identity(getattr(server, "session", None)) or implementation_identity(info)
     return identity if identity is not None else bounded_source(f"mcp:{binding[0]}")
