@@ -61,23 +61,24 @@ class SemanticKernelAdapter(SpecAdapter):
     def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
         return self._call(instance.fully_qualified_name, argument(args, kwargs, 0, "context").arguments, instance)
 
-    def _call(self, name: str, values: Any, function: Any = None) -> ToolCall:
+    def _call(self, name: str, arguments: Any, function: Any = None) -> ToolCall:
         """A plugin function's call; without ``function``, one the kernel may refuse (no id, no code)."""
         agent, known = getattr(_run.get(), "agent", None), function is not None
         call_id, origin = (_call_id.get(), origin_of(function, "semantic_kernel")) if known else (None, None)
         return ToolCall(
-            name, self.name, agent, agent_display_name(agent), None, call_id, "function", None, values, origin
+            name, self.name, agent, agent_display_name(agent), None, call_id, "function", None, arguments, origin
         )
 
     async def run_async(self, call: ToolCall, wrapped: Any, args: tuple, kwargs: dict) -> Any:
-        if isinstance(result := await super().run_async(call, wrapped, args, kwargs), str):  # rejected: the
-            from semantic_kernel.functions.function_result import FunctionResult  # text is the method's result
+        if isinstance(result := await super().run_async(call, wrapped, args, kwargs), str):
+            from semantic_kernel.functions.function_result import FunctionResult  # rejected: the text is the result
 
             context = argument(args, kwargs, 0, "context")
             context.result = FunctionResult(function=wrapped.__self__.metadata, value=result)
 
     def exception_hint(self, call: ToolCall, exc: BaseException) -> str | None:
-        """Arguments the method cannot take (``gather_function_parameters`` raised): a mistake."""
+        """Arguments the method cannot take (``gather_function_parameters`` raised): a mistake; a cancellation:
+        control flow."""
         if any(frame.f_code.co_name == "gather_function_parameters" for frame, _ in walk_tb(exc.__traceback__)):
             return MISTAKE
         return CONTROL if type(exc).__name__ == "OperationCancelledException" else None
