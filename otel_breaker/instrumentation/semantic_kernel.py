@@ -1,57 +1,46 @@
-"""Microsoft Semantic Kernel: a breaker where a plugin function's method runs,
-``KernelFunctionFromMethod._invoke_internal``, inside the kernel's own ``execute_tool``
-span (auto function calling, ``Kernel.invoke``, ``await function(kernel)``). The tool is
-``Plugin-function``; a rejection is the method's ``FunctionResult`` holding the text.
-Arguments the method cannot take, and the unknown names and missing or unexpected
-arguments ``Kernel.invoke_function_call`` answers itself, are the model's mistakes (for
-the loop guard); prompt functions are model calls, left unguarded. In a
-``ChatCompletionAgent`` run the status block and the menu are refreshed after each call.
+"""Microsoft Semantic Kernel: a plugin function's method runs in ``KernelFunctionFromMethod._invoke_internal``,
+inside the kernel's own ``execute_tool`` span (auto function calling, ``Kernel.invoke``, ``await function(kernel)``):
+guarded there as ``Plugin-function``; a rejection is the method's ``FunctionResult`` holding the text. Arguments
+the method cannot take, and the unknown names and missing or unexpected arguments ``Kernel.invoke_function_call``
+answers itself, are the model's mistakes (for the loop guard); prompt functions are model calls, left unguarded.
+In a ``ChatCompletionAgent`` run the status block and the menu are refreshed after each call.
 """
 
 from __future__ import annotations
 
 import contextvars
 import logging
+from contextlib import suppress
 from functools import partial
 from traceback import walk_tb
 from types import SimpleNamespace
 from typing import Any
 
-from otel_breaker.classify import MISTAKE
-from otel_breaker.degrade import Rejection, status_in_prompt_enabled
+from otel_breaker.classify import CONTROL, MISTAKE
+from otel_breaker.degrade import Rejection
 from otel_breaker.identity import origin_of
-from otel_breaker.instrumentation import refusals
 from otel_breaker.instrumentation.base import PatchTarget, agent_display_name, not_a_tool_call
 from otel_breaker.instrumentation.patches import argument, context_patch, menu_patch, prompt_patch, tool_patch
+from otel_breaker.instrumentation.refusals import arun, mark_reached
 from otel_breaker.instrumentation.spec import SpecAdapter, status_text
 from otel_breaker.menu import hide_open_tools_enabled, visible_tools
 from otel_breaker.toolcall import ToolCall
 
 logger = logging.getLogger("otel_breaker")
-
-_AGENT = "semantic_kernel.agents.chat_completion.chat_completion_agent"
-_METHOD = "semantic_kernel.functions.kernel_function_from_method"
+_SK, _AGENT = "semantic_kernel.", "semantic_kernel.agents.chat_completion.chat_completion_agent"
 _CHOICE = "semantic_kernel.connectors.ai.function_choice_behavior"
 _FILTERS = "semantic_kernel.filters.kernel_filters_extension"
 # The agent whose run step is executing, the chat history that run built, and how its
 # model calls' function choice was configured (to configure it again after each call).
 _run: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_breaker_sk_run", default=None)
+_new_run = lambda agent, *_: SimpleNamespace(agent=agent, history=None, configure=None)  # noqa: E731
 _call_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("otel_breaker_sk_call_id", default=None)
-
-
-def _new_run(agent: Any, *_: Any) -> SimpleNamespace:
-    return SimpleNamespace(agent=agent, history=None, configure=None)
-
-
-def _agent_of_run() -> Any:
-    run = _run.get()
-    return run.agent if run is not None else None
 
 
 class SemanticKernelAdapter(SpecAdapter):
     name = "semantic_kernel"
     patches = (
-        tool_patch(_METHOD, "KernelFunctionFromMethod._invoke_internal", "async"),
+        tool_patch(_SK + "functions.kernel_function_from_method", "KernelFunctionFromMethod._invoke_internal"),
         context_patch(_AGENT, "ChatCompletionAgent._inner_invoke", _run, _new_run, "asyncgen"),
         context_patch(_AGENT, "ChatCompletionAgent.invoke_stream", _run, _new_run, "asyncgen"),
         prompt_patch("semantic_kernel.agents.agent", "Agent.format_instructions", hook="instructions", after=True),
@@ -61,11 +50,11 @@ class SemanticKernelAdapter(SpecAdapter):
     def targets(self) -> list[PatchTarget]:
         return [
             *super().targets(),
-            PatchTarget("semantic_kernel.functions.kernel_function", "KernelFunction.invoke", self._invoke),
+            PatchTarget(_SK + "functions.kernel_function", "KernelFunction.invoke", self._invoke),
             PatchTarget(_AGENT, "ChatCompletionAgent._prepare_agent_chat_history", self._history),
-            PatchTarget("semantic_kernel.kernel", "Kernel.invoke_function_call", self._function_call),
+            PatchTarget(_SK + "kernel", "Kernel.invoke_function_call", self._function_call),
             # Built once the kernel accepted a function call: one it never built was refused.
-            PatchTarget(_FILTERS, "KernelFilterExtension.construct_call_stack", refusals.mark_reached),
+            PatchTarget(_FILTERS, "KernelFilterExtension.construct_call_stack", mark_reached),
             PatchTarget(_CHOICE, "FunctionChoiceBehavior.configure", self._configure),
         ]
 
@@ -73,40 +62,34 @@ class SemanticKernelAdapter(SpecAdapter):
         return self._call(instance.fully_qualified_name, argument(args, kwargs, 0, "context").arguments, instance)
 
     def _call(self, name: str, arguments: Any, function: Any = None) -> ToolCall:
-        agent = _agent_of_run()
+        """A plugin function's call; without ``function``, one the kernel may refuse (no id, no code)."""
+        agent, known = getattr(_run.get(), "agent", None), function is not None
+        call_id, origin = (_call_id.get(), origin_of(function, "semantic_kernel")) if known else (None, None)
         return ToolCall(
-            name,
-            framework=self.name,
-            agent=agent,
-            agent_name=agent_display_name(agent) if agent is not None else None,
-            call_id=_call_id.get() if function is not None else None,
-            arguments=arguments,
-            origin=origin_of(function, "semantic_kernel") if function is not None else None,
+            name, self.name, agent, agent_display_name(agent), None, call_id, "function", None, arguments, origin
         )
 
     async def run_async(self, call: ToolCall, wrapped: Any, args: tuple, kwargs: dict) -> Any:
-        result = await super().run_async(call, wrapped, args, kwargs)
-        if isinstance(result, str):  # rejected: the text is the method's result, as the kernel reads it
-            from semantic_kernel.functions.function_result import FunctionResult
+        if isinstance(result := await super().run_async(call, wrapped, args, kwargs), str):
+            from semantic_kernel.functions.function_result import FunctionResult  # rejected: the text is the result
 
             context = argument(args, kwargs, 0, "context")
             context.result = FunctionResult(function=wrapped.__self__.metadata, value=result)
-        return None
-
-    def is_neutral(self, exc: BaseException) -> bool:
-        return type(exc).__name__ == "OperationCancelledException"
 
     def exception_hint(self, call: ToolCall, exc: BaseException) -> str | None:
-        """Arguments the method cannot take (``gather_function_parameters`` raised): a mistake."""
+        """Arguments the method cannot take (``gather_function_parameters`` raised): a mistake; a cancellation:
+        control flow."""
         if any(frame.f_code.co_name == "gather_function_parameters" for frame, _ in walk_tb(exc.__traceback__)):
             return MISTAKE
-        return super().exception_hint(call, exc)
+        return CONTROL if type(exc).__name__ == "OperationCancelledException" else None
 
     def rejection(self, call: ToolCall, info: Rejection) -> Any:
         return info.message  # run_async makes it the FunctionResult the kernel reads
 
     async def _invoke(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        if getattr(instance, "is_prompt", False):  # a model call: its execute_tool span is not a tool's
+        """A prompt function is a model call (its ``execute_tool`` span is not a tool's); a
+        plugin function's call id comes in the invocation's metadata."""
+        if getattr(instance, "is_prompt", False):
             with not_a_tool_call(instance.fully_qualified_name, self.name):
                 return await wrapped(*args, **kwargs)
         metadata = argument(args, kwargs, 2, "metadata")
@@ -118,10 +101,8 @@ class SemanticKernelAdapter(SpecAdapter):
             _call_id.reset(token)
 
     async def _function_call(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """Through the loop guard, a call the kernel may refuse; then the run's menu and status refreshed."""
         function_call, history = argument(args, kwargs, 0, "function_call"), argument(args, kwargs, 1, "chat_history")
-        refusal = self.safe_tool_call(lambda: self._refusable(instance, function_call))
-        if refusal is None:
-            return self._after_call(history, await wrapped(*args, **kwargs))
 
         def reject(text: str) -> None:
             from semantic_kernel.contents import FunctionResultContent
@@ -129,27 +110,24 @@ class SemanticKernelAdapter(SpecAdapter):
             answer = FunctionResultContent.from_function_call_content_and_result(function_call, text)
             history.add_message(message=answer.to_chat_message_content())
 
+        if (refusal := self.safe_tool_call(lambda: self._refusable(instance, function_call))) is None:
+            return self._after_call(history, await wrapped(*args, **kwargs))
         answered = partial(_last_result, history)
-        result = await refusals.arun(self.guard, *refusal, reject, answered, wrapped, args, kwargs)
-        return self._after_call(history, result)
+        return self._after_call(history, await arun(self.guard, *refusal, reject, answered, wrapped, args, kwargs))
 
     def _refusable(self, kernel: Any, function_call: Any) -> tuple[ToolCall, bool]:
         """The call as the loop guard keys it, and whether no function has its name."""
-        try:
+        unknown, arguments = True, function_call.arguments
+        with suppress(Exception):
             kernel.get_function(function_call.plugin_name, function_call.function_name)
             unknown = False
-        except Exception:
-            unknown = True
-        try:
-            arguments: Any = function_call.to_kernel_arguments()
-        except Exception:
-            arguments = function_call.arguments
+        with suppress(Exception):
+            arguments = function_call.to_kernel_arguments()
         return self._call(function_call.name, arguments), unknown
 
     async def _history(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         history = await wrapped(*args, **kwargs)
-        run = _run.get()
-        if run is not None and run.agent is instance:
+        if (run := _run.get()) is not None and run.agent is instance:
             run.history = history  # built for this run: its system message may be refreshed
         return history
 
@@ -159,26 +137,24 @@ class SemanticKernelAdapter(SpecAdapter):
     def offered(self, instance: Any, args: tuple, kwargs: dict, config: Any) -> Any:
         """The function-choice configuration without the open functions."""
         offered = config.available_functions
-        kept = visible_tools(offered, lambda f: f.fully_qualified_name, agent=_agent_of_run())
+        kept = visible_tools(offered, lambda f: f.fully_qualified_name, agent=getattr(_run.get(), "agent", None))
         return None if kept is offered else type(config)(available_functions=list(kept))
 
     def _configure(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        run = _run.get()
-        if run is not None:  # remembered, to offer the functions afresh after each function call
+        if (run := _run.get()) is not None:  # remembered, to offer the functions afresh after each call
             run.configure = lambda: wrapped(*args, **kwargs)
         return wrapped(*args, **kwargs)
 
     def _after_call(self, history: Any, result: Any) -> Any:
-        run = _run.get()
+        if (run := _run.get()) is None:
+            return result
         try:
-            if run is not None and run.configure is not None and hide_open_tools_enabled():
+            if run.configure is not None and hide_open_tools_enabled():
                 run.configure()
-            if run is not None and history is run.history and history.messages and status_in_prompt_enabled():
-                first = history.messages[0]
-                system = getattr(first.role, "value", first.role) == "system"
-                new = status_text(first.content, run.agent) if system else None
-                if new:
-                    first.content = new
+            first = history.messages[0] if history is run.history and history.messages else None
+            system = first is not None and getattr(first.role, "value", first.role) == "system"
+            if system and (new := status_text(first.content, run.agent)):
+                first.content = new
         except Exception:
             logger.debug("otel-breaker: semantic_kernel: menu or status block not refreshed", exc_info=True)
         return result
