@@ -4,7 +4,8 @@
 routing and every framework adapter come through :class:`CallPath` (or its
 drivers, :func:`run` and :func:`arun`, for a breaker already found). Outcomes
 learned after the fact (the span processor, MCP's first call) come through
-:meth:`CallPath.observe`, which counts the admission and the outcome together.
+:meth:`CallPath.observe`, which counts the admission and the outcome together
+(and, for an adapter's call, gives the tool's upstream its share first).
 
 The steps are written once, without I/O, in ``call_steps.py``; :func:`run` and
 :func:`arun` only carry them out, one with plain calls, the other awaiting (a
@@ -23,6 +24,7 @@ from typing import Any
 from otel_breaker import call_steps, deadline
 from otel_breaker import loops as _loops
 from otel_breaker import upstream as _upstream
+from otel_breaker import upstream_gate as _upstream_gate
 from otel_breaker.breaker import REJECTED, SHADOW, CircuitBreaker, CircuitBreakerConfig, bind_entrance
 from otel_breaker.call_steps import (
     ADMIT,
@@ -34,7 +36,7 @@ from otel_breaker.call_steps import (
     reject,
     steps,
 )
-from otel_breaker.classify import FAILURE, SUCCESS
+from otel_breaker.classify import FAILURE, IGNORED, SUCCESS, UPSTREAM_MARK
 from otel_breaker.registry import BreakerRegistry, default_registry
 from otel_breaker.telemetry import TELEMETRY
 from otel_breaker.toolcall import ToolCall
@@ -341,15 +343,29 @@ class CallPath:
         breaker, fn, upstream = entered
         return await arun(breaker, fn, args, kwargs, call, adapter, upstream)
 
-    def observe(self, call: ToolCall, outcome: int, output: Any = NO_OUTPUT) -> CircuitBreaker | None:
+    def observe(
+        self,
+        call: ToolCall,
+        outcome: int,
+        output: Any = NO_OUTPUT,
+        exc: BaseException | None = None,
+        adapter: Any = None,
+    ) -> CircuitBreaker | None:
         """A call that already ran, learned after the fact (a foreign tool span, MCP's
         first call): its admission and outcome are counted together on the tool's
         breaker. A success with an ``output`` is judged by the breaker's result
         validator (``is_failure_result``) first. Returns the breaker (None when none
-        could be found)."""
+        could be found).
+
+        With an ``adapter``, whose call ended in ``exc`` (or returned ``output``), the
+        tool's upstream takes its share first, as on the call path (``upstream_gate``):
+        a transport failure counts for the upstream only, an answer is its success. A
+        span's status alone (no adapter) cannot tell a transport failure: no share."""
         breaker = self.breaker_for(call)
         if breaker is None:
             return None
+        if adapter is not None and self._upstream_observes(call, output, exc, adapter):
+            outcome = IGNORED  # the upstream counted it: the tool is not to blame
         try:
             validator = breaker.config.is_failure_result
             if outcome == SUCCESS and output is not NO_OUTPUT and validator is not None:
@@ -361,3 +377,19 @@ class CallPath:
         except Exception:
             bookkeeping_failed("recording an outcome")
         return breaker
+
+    def _upstream_observes(self, call: ToolCall, output: Any, exc: BaseException | None, adapter: Any) -> bool:
+        """The upstream's share of an observed call; True when it took a transport failure.
+        A failure of this bookkeeping leaves the call as if it had no upstream."""
+        upstream = self.upstream_for(call)
+        if upstream is None:
+            return False
+        try:
+            if exc is None:
+                upstream.observe(_upstream_gate.outcome_of_answer(adapter, call, output))
+                return False
+            upstream.observe(_upstream_gate.outcome_of_exception(upstream, exc))
+            return getattr(exc, UPSTREAM_MARK, None) is not None
+        except Exception:
+            bookkeeping_failed("recording an upstream's outcome")
+            return False

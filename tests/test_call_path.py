@@ -96,6 +96,25 @@ def test_observe_counts_admission_and_outcome_together():
     assert breaker.is_idle()
 
 
+def test_observe_gives_an_adapters_call_to_its_upstream_first():
+    """As on the call path: a transport failure an adapter saw counts for the tool's
+    upstream only (the tool is not to blame), an answer is the upstream's success, and
+    an outcome without an adapter (a foreign span's status) leaves the upstream alone."""
+    set_settings(load_settings({"OTEL_BREAKER_UPSTREAMS": "serp=tool", "OTEL_BREAKER_FAILURE_THRESHOLD": "2"}))
+    registry = BreakerRegistry(clock=lambda: 1000.0)
+    path, call, adapter = CallPath(registry), ToolCall("tool"), Adapter()
+    upstream = registry.get(UPSTREAM_PREFIX + "serp")
+    for _ in range(2):
+        breaker = path.observe(call, FAILURE, exc=Transport(111, "Connection refused"), adapter=adapter)
+    assert upstream.state is State.OPEN
+    assert (breaker.stats.failure_count, breaker.state) == (0, State.CLOSED)
+    path.observe(call, FAILURE, exc=RuntimeError("the tool's own bug"), adapter=adapter)  # not the upstream's
+    path.observe(call, FAILURE)  # a span's status: the tool's alone
+    assert (breaker.stats.failure_count, upstream.stats.failure_count) == (2, 2)
+    path.observe(call, SUCCESS, "error: bad", adapter=adapter)  # the server answered
+    assert (upstream.stats.success_count, upstream.stats.total_requests) == (1, 4)
+
+
 # -- the sync and async drivers answer alike ---------------------------------------------
 
 

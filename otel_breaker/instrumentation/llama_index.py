@@ -14,9 +14,8 @@ import contextlib
 import contextvars
 from typing import Any
 
-from otel_breaker.classify import MISTAKE
+from otel_breaker.classify import IGNORED_RESULT, MISTAKE
 from otel_breaker.degrade import STATUS_HEADER, Rejection
-from otel_breaker.guard import IGNORED_RESULT
 from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation.mistakes import wrong_arguments
 from otel_breaker.instrumentation.patches import SKIP, argument, context_patch, menu_patch, prompt_patch, tool_patch

@@ -2,16 +2,17 @@
 
 Every MCP client stack (the SDK's ``Client``, agent frameworks' MCP toolsets,
 hand-written loops) ends in the session's ``call_tool``. ``Client.call_tool`` is
-wrapped too, as the one *logical* call: it may send ``tools/call`` more than once
-(input-required rounds, a resend after a header mismatch), and those inner sends
-pass through. A tool is keyed by its server (:mod:`.mcp_identity`) and the name
-the server reports; outcomes and the rejection are MCP's (:mod:`.mcp_results`).
+guarded too, as the one *logical* call: it may send ``tools/call`` more than once
+(input-required rounds, a resend after a header mismatch), and those sends pass
+through. A tool is keyed by its server (:mod:`.mcp_identity`) and the name the
+server reports; outcomes and the rejection are MCP's (:mod:`.mcp_results`).
 
-An unknown tool name gets no breaker and no metric series: the first call of a name
-neither listed nor answered as a real tool runs as without us and, if the server
-knew it, is counted after the fact (``CircuitBreaker.observe``, with its span).
-Menu: ``ClientSession.list_tools`` and ``Client.list_tools`` return a copy without
-this server's open tools; the session's state and the client's cache keep it all.
+A name neither listed nor answered as a real tool gets no breaker and no metric
+series: its first call runs as without us and, once the server has shown it is a
+real tool, is counted after the fact through the call path's ``observe`` (the
+upstream's share included) and given its span. Menu: ``ClientSession.list_tools``
+and ``Client.list_tools`` return a copy without this server's open tools; the
+session's state and the client's cache keep it all.
 """
 
 from __future__ import annotations
@@ -23,13 +24,15 @@ import time
 from typing import Any
 
 from otel_breaker import loops
+from otel_breaker.call_path import NO_OUTPUT
 from otel_breaker.classify import is_excluded
-from otel_breaker.degrade import Rejection
 from otel_breaker.instrumentation import mcp_results
-from otel_breaker.instrumentation.base import GuardedCall, PatchTarget, _active_call, active_call, same_logical_call
+from otel_breaker.instrumentation.base import GuardedCall, _active_call, active_call, same_logical_call
 from otel_breaker.instrumentation.mcp_identity import mcp_call, server_identity
-from otel_breaker.instrumentation.spec import SpecAdapter, argument, menu_patch, tool_patch
-from otel_breaker.menu import hide_open_tools_enabled, visible_tools
+from otel_breaker.instrumentation.mcp_results import MCPAnswers
+from otel_breaker.instrumentation.patches import argument, context_patch, menu_patch, tool_patch
+from otel_breaker.instrumentation.spec import SpecAdapter
+from otel_breaker.menu import visible_tools
 from otel_breaker.telemetry import TELEMETRY
 from otel_breaker.toolcall import ToolCall
 
@@ -42,24 +45,22 @@ _MAX_CONFIRMED = 4096
 _client_listing: contextvars.ContextVar[bool] = contextvars.ContextVar("otel_breaker_mcp_listing", default=False)
 
 
-class MCPAdapter(SpecAdapter):
+class MCPAdapter(MCPAnswers, SpecAdapter):
     """Guards the tool calls an MCP client session sends."""
 
     name = "mcp"
-    error_results_are_answers = True  # an isError result: the server answered
     patches = (
         tool_patch(_CLIENT, "Client.call_tool"),
         tool_patch(_SESSION, "ClientSession.call_tool"),
         menu_patch(_SESSION, "ClientSession.list_tools", "async", "visible", after=True),
+        context_patch(_CLIENT, "Client.list_tools", _client_listing, lambda *_: True),
+        menu_patch(_CLIENT, "Client.list_tools", "async", "visible", after=True),
     )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._confirmed: set[tuple[str | None, str]] = set()  # (server, name) answered as a real tool
         self._confirmed_lock = threading.Lock()
-
-    def targets(self) -> list[PatchTarget]:
-        return [*super().targets(), PatchTarget(_CLIENT, "Client.list_tools", self._client_list_tools)]
 
     def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
         name = argument(args, kwargs, 0, "name")
@@ -79,20 +80,6 @@ class MCPAdapter(SpecAdapter):
             answer = loops.check_unknown(call, self)  # a name that already failed as unknown
             return answer if answer is not loops.RUN else await self._first_call(call, wrapped, args, kwargs)
         return await self.run_async(call, wrapped, args, kwargs)
-
-    async def _client_list_tools(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        token = _client_listing.set(True)
-        try:
-            result = await wrapped(*args, **kwargs)
-        finally:
-            _client_listing.reset(token)
-        if not hide_open_tools_enabled():
-            return result
-        try:
-            return self.visible(instance, args, kwargs, result) or result
-        except Exception:
-            logger.debug("otel-breaker: mcp: could not hide open tools", exc_info=True)
-            return result
 
     def visible(self, instance: Any, args: tuple, kwargs: dict, result: Any) -> Any:
         """A ``ListToolsResult`` copy without this server's open tools; None when nothing is hidden."""
@@ -123,18 +110,19 @@ class MCPAdapter(SpecAdapter):
             result = await wrapped(*args, **kwargs)
         except BaseException as exc:
             if self.exception_hint(call, exc) is None and not is_excluded(exc):
-                self._observe(call, start_ns, exc=exc)
+                self._observe(call, start_ns, NO_OUTPUT, exc)
             raise
         finally:
             _active_call.reset(token)
         if mcp_results.is_unknown_tool_result(result):
             loops.unknown_tool_called(call, mcp_results.result_text(result))
         else:
-            self._observe(call, start_ns, err=self.result_error(call, result))
+            self._observe(call, start_ns, result, None)
         return result
 
-    def _observe(self, call: ToolCall, start_ns: int, err: str | None = None, exc: BaseException | None = None) -> None:
-        """Count a first call that turned out to be a real tool's, through ``observe``."""
+    def _observe(self, call: ToolCall, start_ns: int, result: Any, exc: BaseException | None) -> None:
+        """Count a first call that turned out to be a real tool's through the call path's
+        ``observe``, judged as the call path judges one (and so is its span)."""
         end_ns = time.time_ns()
         try:
             with self._confirmed_lock:
@@ -144,22 +132,11 @@ class MCPAdapter(SpecAdapter):
             breaker = self.guard.breaker_for(call)
             if breaker is None:
                 return
+            # Before the upstream's share, which leaves a transport failure neutral for the
+            # tool: its span still shows the failure, as on the call path.
+            err = None if exc is not None else self.result_error(call, result)
             outcome, err = mcp_results.past_outcome(breaker.config, err, exc)
-            breaker.observe(outcome)
+            self.guard.observe(call, outcome, result, exc, self)
             TELEMETRY.past_call(call, breaker, start_ns, end_ns, err, exc, None)
         except Exception:
             logger.debug("otel-breaker: mcp: could not count a first call", exc_info=True)
-
-    # -- outcomes (MCP's own: mcp_results) -----------------------------------------------------
-
-    def exception_hint(self, call: ToolCall, exc: BaseException) -> str | None:
-        return mcp_results.exception_hint(exc)
-
-    def result_error(self, call: ToolCall, result: Any) -> str | None:
-        return mcp_results.result_error(result)
-
-    def result_hint(self, call: ToolCall, result: Any) -> str | None:
-        return mcp_results.result_hint(result)
-
-    def rejection(self, call: ToolCall, info: Rejection) -> Any:
-        return mcp_results.rejection(info.message)

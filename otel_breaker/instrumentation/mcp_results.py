@@ -28,7 +28,9 @@ from otel_breaker.classify import (
     classify_exception,
     error_type,
 )
+from otel_breaker.degrade import Rejection
 from otel_breaker.semconv import ERROR_TOOL
+from otel_breaker.toolcall import ToolCall
 
 # JSON-RPC codes that mean the caller got it wrong, and MCP's auth gate.
 _INVALID_PARAMS = -32602
@@ -103,6 +105,25 @@ def rejection(message: str) -> Any:
     from mcp.types import CallToolResult, TextContent
 
     return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
+
+
+class MCPAnswers:
+    """What an MCP answer means, as adapter methods: mixed in (before the adapter base)
+    by every adapter that judges MCP's own results."""
+
+    error_results_are_answers = True  # an isError result: the server answered
+
+    def exception_hint(self, call: ToolCall, exc: BaseException) -> str | None:
+        return exception_hint(exc)
+
+    def result_error(self, call: ToolCall, result: Any) -> str | None:
+        return result_error(result)
+
+    def result_hint(self, call: ToolCall, result: Any) -> str | None:
+        return result_hint(result)
+
+    def rejection(self, call: ToolCall, info: Rejection) -> Any:
+        return rejection(info.message)
 
 
 def past_outcome(config: Any, err: str | None, exc: BaseException | None) -> tuple[int, str | None]:

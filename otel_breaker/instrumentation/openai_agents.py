@@ -17,9 +17,8 @@ import weakref
 from contextlib import suppress
 from typing import Any
 
-from otel_breaker.classify import MISTAKE
+from otel_breaker.classify import IGNORED_RESULT, MISTAKE
 from otel_breaker.degrade import Rejection
-from otel_breaker.guard import IGNORED_RESULT
 from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation.base import PatchTarget, agent_display_name, guarded_call
 from otel_breaker.instrumentation.mcp_identity import bounded_source, implementation_identity, server_identity

@@ -172,9 +172,16 @@ class SpecAdapter(FrameworkAdapter):
     # -- wrappers built from the declaration ----------------------------------------------
 
     def targets(self) -> list[PatchTarget]:
-        return [
-            PatchTarget(p.module, p.qualname, self._wrapper(p), checks_enabled=p.role == "tool") for p in self.patches
-        ]
+        """One target per patched method. Patches declared on the same method nest, the
+        first innermost (a context patch scoping the call, a menu patch on its result)."""
+        targets: dict[tuple[str, str], PatchTarget] = {}
+        for p in self.patches:
+            wrapper, inner = self._wrapper(p), targets.get((p.module, p.qualname))
+            if inner is not None:
+                wrapper = _around(wrapper, inner.wrapper)
+            checks = p.role == "tool" and (inner is None or inner.checks_enabled)
+            targets[(p.module, p.qualname)] = PatchTarget(p.module, p.qualname, wrapper, checks_enabled=checks)
+        return list(targets.values())
 
     def _wrapper(self, patch: Patch) -> Callable[..., Any]:
         if patch.role == "context":
@@ -332,6 +339,15 @@ class SpecAdapter(FrameworkAdapter):
             amended = None
             logger.debug("otel-breaker: %s: could not %s", self.name, what, exc_info=True)
         return (args, kwargs) if amended is None else amended
+
+
+def _around(outer: Callable[..., Any], inner: Callable[..., Any]) -> Callable[..., Any]:
+    """The wrapper ``outer`` around the wrapper ``inner`` of the same call."""
+
+    def nested(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        return outer(lambda *a, **k: inner(wrapped, instance, a, k), instance, args, kwargs)
+
+    return nested
 
 
 # -- version requirements: one source -----------------------------------------------------

@@ -155,7 +155,7 @@ class Forwarder:
         self.watch_interval = watch_interval
         self.clients = Clients()
         self._guard = guard or default_guard()
-        self._adapter = WireAdapter(self._guard)
+        self._adapter = WireAdapter()
         self._single = len(links) == 1
         # Per link: the tool names it listed (the whole listing, before hiding).
         self._tools: dict[UpstreamLink, set[str]] = {link: set() for link in links}

@@ -6,7 +6,7 @@ parsing it into the SDK's models and writing it out again on both sides was
 most of the proxy's cost per call, and a result that is passed on untouched is
 exactly the server's. What the breakers need from it is one flag (``isError``)
 and, for a flagged result only, its text: :class:`WireAdapter` reads those off
-the dict, with the MCP adapter's own rules.
+the dict, with MCP's own rules (the MCP adapter's too).
 """
 
 from __future__ import annotations
@@ -17,12 +17,13 @@ import mcp.types as types
 from mcp.types.methods import serialize_server_result
 
 from otel_breaker.classify import IGNORED_RESULT
-from otel_breaker.instrumentation.mcp import MCPAdapter
+from otel_breaker.instrumentation.mcp_results import MCPAnswers
 from otel_breaker.toolcall import ToolCall
 
 
-class WireAdapter(MCPAdapter):
-    """The MCP adapter's three outcomes, for results that are still the wire's dicts.
+class WireAdapter(MCPAnswers):
+    """MCP's three outcomes (:mod:`~otel_breaker.instrumentation.mcp_results`, as the
+    MCP adapter reads them), for results that are still the wire's dicts.
 
     A result without the ``isError`` flag is the tool's success, as it is for the
     adapter; a flagged one is read as the SDK's model (it is rare, and the adapter's

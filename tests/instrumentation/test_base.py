@@ -268,8 +268,12 @@ def test_the_instrumentor_is_an_opentelemetry_entry_point():
     assert entry.load() is BreakerInstrumentor
 
 
-@pytest.mark.parametrize("specifiers", [">=2.68,<3", ">=0.24,<0.25", "==1.2", "!=1.2.0,>=1", ">1.2,<=1.4", "~=1.2", ">=1.0a1"])
-@pytest.mark.parametrize("version", ["2.68", "2.78.0", "3.0.0", "2.67.9", "0.24.1", "0.25", "1.2", "1.2.1", "1.4.1", "1.2rc1"])
+@pytest.mark.parametrize(
+    "specifiers", [">=2.68,<3", ">=0.24,<0.25", "==1.2", "!=1.2.0,>=1", ">1.2,<=1.4", "~=1.2", ">=1.0a1"]
+)
+@pytest.mark.parametrize(
+    "version", ["2.68", "2.78.0", "3.0.0", "2.67.9", "0.24.1", "0.25", "1.2", "1.2.1", "1.4.1", "1.2rc1"]
+)
 def test_version_ranges_read_as_packaging_reads_them(version, specifiers):
     """The numeric fast path (no ``packaging`` at a framework's import) agrees with PEP 440."""
     from packaging.specifiers import SpecifierSet

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import importlib
 import pathlib
 import sys
@@ -15,6 +16,7 @@ from otel_breaker.degrade import STATUS_HEADER
 from otel_breaker.instrumentation.spec import (
     MessageDialect,
     SpecAdapter,
+    context_patch,
     insert_status_block,
     menu_patch,
     prompt_patch,
@@ -232,6 +234,35 @@ def test_uninstrument_restores_the_spec_targets(specframework):
     assert all(specframework.Tool.__dict__[n] is not o for n, o in originals.items())
     adapter.unpatch()
     assert all(specframework.Tool.__dict__[n] is o for n, o in originals.items())
+
+
+_offering: contextvars.ContextVar[bool] = contextvars.ContextVar("spec_offering", default=False)
+
+
+class NestingToy(SpecToy):
+    """A context patch and a menu patch on one method (the menu reads the variable)."""
+
+    name = "nestingtoy"
+    patches = (
+        context_patch("specframework", "Menu.offer", _offering, lambda *_: True, "sync"),
+        menu_patch("specframework", "Menu.offer", "sync", "offered", after=True),
+    )
+
+    def offered(self, instance, args, kwargs, result):
+        return [*result, f"hook saw {_offering.get()}"]
+
+
+def test_patches_on_one_method_nest_the_first_innermost(specframework):
+    set_settings(load_settings({"OTEL_BREAKER_HIDE_OPEN_TOOLS": "true"}))
+    original = specframework.Menu.__dict__["offer"]
+    adapter = NestingToy()
+    assert adapter.patch() == [] and len(adapter.targets()) == 1
+    try:
+        during = (f"call saw {_offering.get()}" for _ in range(1))  # read while the framework iterates it
+        assert specframework.Menu().offer(during) == ["call saw True", "hook saw False"]
+    finally:
+        adapter.unpatch()
+    assert specframework.Menu.__dict__["offer"] is original
 
 
 # -- is_neutral, the menu seam, not_a_tool_call --------------------------------------------

@@ -98,6 +98,24 @@ async def test_dead_twenty_tool_server_costs_threshold_calls(instrument, thresho
         print(f"\n[upstream] 20-tool MCP server died: {reached} calls reached it (threshold {THRESHOLD})")
 
 
+async def test_first_calls_to_a_dead_server_count_for_its_upstream_as_on_the_call_path(instrument, threshold):
+    """Names never listed run their first call as without us and are counted after the
+    fact, as the call path counts a call: the dead server's transport failures open its
+    upstream breaker and leave the tools unblamed, also while the upstream is open."""
+    instrument("mcp")
+    async with Client(params()) as client:  # nothing listed or answered: every name is new to the client
+        first = await agent_loop(client, ["crash", *TOOLS[:THRESHOLD]])
+        again = await agent_loop(client, TOOLS[:1])
+    assert all(m["raised"] for m in first), "a first call goes out, the upstream open or not"
+    breaker = upstream.breaker_of(default_registry(), SERVER_ID)
+    assert breaker.state is State.OPEN
+    tools = [b for b in default_registry().breakers() if b.name in TOOLS]
+    assert len(tools) == THRESHOLD
+    assert all(b.state is State.CLOSED and b.stats.failure_count == 0 for b in tools)
+    # A name counted once is guarded from then on: the open upstream answers for it.
+    assert not again[0]["raised"] and f"upstream '{SERVER_ID}'" in again[0]["text"]
+
+
 async def test_without_upstream_grouping_each_tool_pays_the_threshold(instrument, threshold, monkeypatch, capsys):
     """The comparison: breakers per tool only (upstream lookup switched off)."""
     monkeypatch.setattr(upstream, "upstream_of", lambda *a, **k: None)

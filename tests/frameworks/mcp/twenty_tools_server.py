@@ -2,7 +2,7 @@
 
 ``tool_00`` .. ``tool_19`` answer ``ok``; ``broken`` always returns an error
 result (``isError``); ``pid`` tells the client which process to kill to make
-the server die.
+the server die, and ``crash`` ends it without any call answered first.
 """
 
 import logging
@@ -34,6 +34,12 @@ def broken(x: int) -> str:
 def pid() -> str:
     """The server's process id."""
     return str(os.getpid())
+
+
+@server.tool()
+def crash() -> str:
+    """Ends the server at once: the call in flight, and every later one, meets a closed connection."""
+    os._exit(1)
 
 
 if __name__ == "__main__":
