@@ -107,7 +107,14 @@ def _health_checks(change: Any) -> None:
     health.MONITOR.on_transition(change)
 
 
+def _load_call_path() -> None:
+    import importlib
+
+    importlib.import_module("otel_breaker.call_path")
+
+
 _listeners.add_global_listener(_health_checks)
+_listeners.CALL_PATH_LOADER.append(_load_call_path)
 _loglines.install()  # every line of our log bounded, whatever a message quotes
 
 __all__ = [

@@ -50,6 +50,7 @@ from otel_breaker.breaker_state import (  # noqa: F401 - importable from here
     remove_global_listener,
 )
 from otel_breaker.classify import FAILURE, IGNORED, SUCCESS  # noqa: F401 - importable from here
+from otel_breaker.listeners import CALL_PATH_LOADER
 
 _CLOSED = State.CLOSED
 _OPEN = State.OPEN
@@ -256,15 +257,26 @@ def _counter_value(counter: itertools.count) -> int:
     return int(repr(counter)[6:-1])
 
 
-def _not_loaded(*args: Any) -> Any:  # pragma: no cover - bound when the call path loads
-    raise RuntimeError("otel_breaker.call_path is not loaded")
+def _loading(slot: str) -> Callable[..., Any]:
+    """What ``slot`` holds until the call path is loaded: load it (it binds itself through
+    :func:`bind_entrance`), then hand the call over."""
+
+    def first(*args: Any) -> Any:
+        for load in CALL_PATH_LOADER:
+            load()
+        entrance = globals()[slot]
+        if entrance is first:
+            raise RuntimeError("otel_breaker.call_path is not loaded")
+        return entrance(*args)
+
+    return first
 
 
 # The one entrance (``call_path.py``) binds itself here when it loads: this layer
 # knows nothing above it, and a breaker running a call hands it over.
-_run: Callable[..., Any] = _not_loaded
-_arun: Callable[..., Any] = _not_loaded
-_decorate: Callable[..., Any] = _not_loaded
+_run: Callable[..., Any] = _loading("_run")
+_arun: Callable[..., Any] = _loading("_arun")
+_decorate: Callable[..., Any] = _loading("_decorate")
 
 
 def bind_entrance(run: Callable[..., Any], arun: Callable[..., Any], decorate: Callable[..., Any]) -> None:

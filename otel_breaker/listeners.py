@@ -1,4 +1,5 @@
-"""The listeners every breaker's transitions reach, kept apart from the state machine.
+"""The listeners every breaker's transitions reach, and the call path's loader, kept
+apart from the state machine.
 
 A module with no imports of its own, so the package can subscribe its health checks
 at import without loading the state machine: a framework imported with
@@ -30,6 +31,12 @@ def add_follow_listener(listener: Callable[[Any, Any, Any], None]) -> None:
     """Subscribe to changes breakers follow from a shared store (telemetry does)."""
     if listener not in FOLLOW_LISTENERS:
         FOLLOW_LISTENERS.append(listener)
+
+
+#: Loads the call path; the package's ``__init__`` puts it here. A breaker whose program
+#: never imported the call path (``get_circuit_breaker`` then ``breaker.call``) binds its
+#: entrance through it at its first call, so the package's import need not load it.
+CALL_PATH_LOADER: list[Callable[[], Any]] = []
 
 
 def remove_global_listener(listener: Callable[[Any], None]) -> None:
