@@ -24,7 +24,6 @@ import time
 from typing import Any
 
 from otel_breaker import loops
-from otel_breaker.call_path import NO_OUTPUT
 from otel_breaker.classify import is_excluded
 from otel_breaker.instrumentation import mcp_results
 from otel_breaker.instrumentation.base import GuardedCall, _active_call, active_call, same_logical_call
@@ -33,7 +32,6 @@ from otel_breaker.instrumentation.mcp_results import MCPAnswers
 from otel_breaker.instrumentation.patches import argument, context_patch, menu_patch, tool_patch
 from otel_breaker.instrumentation.spec import SpecAdapter
 from otel_breaker.menu import visible_tools
-from otel_breaker.telemetry import TELEMETRY
 from otel_breaker.toolcall import ToolCall
 
 logger = logging.getLogger("otel_breaker")
@@ -110,7 +108,7 @@ class MCPAdapter(MCPAnswers, SpecAdapter):
             result = await wrapped(*args, **kwargs)
         except BaseException as exc:
             if self.exception_hint(call, exc) is None and not is_excluded(exc):
-                self._observe(call, start_ns, NO_OUTPUT, exc)
+                self._observe(call, start_ns, None, exc)
             raise
         finally:
             _active_call.reset(token)
@@ -123,6 +121,9 @@ class MCPAdapter(MCPAnswers, SpecAdapter):
     def _observe(self, call: ToolCall, start_ns: int, result: Any, exc: BaseException | None) -> None:
         """Count a first call that turned out to be a real tool's through the call path's
         ``observe``, judged as the call path judges one (and so is its span)."""
+        from otel_breaker.call_path import NO_OUTPUT  # loaded with the first call, not the import
+        from otel_breaker.telemetry import TELEMETRY
+
         end_ns = time.time_ns()
         try:
             with self._confirmed_lock:
@@ -136,7 +137,7 @@ class MCPAdapter(MCPAnswers, SpecAdapter):
             # tool: its span still shows the failure, as on the call path.
             err = None if exc is not None else self.result_error(call, result)
             outcome, err = mcp_results.past_outcome(breaker.config, err, exc)
-            self.guard.observe(call, outcome, result, exc, self)
+            self.guard.observe(call, outcome, NO_OUTPUT if exc is not None else result, exc, self)
             TELEMETRY.past_call(call, breaker, start_ns, end_ns, err, exc, None)
         except Exception:
             logger.debug("otel-breaker: mcp: could not count a first call", exc_info=True)

@@ -1,5 +1,6 @@
-"""What the switch loads when a framework is imported: that framework's adapter and
-the call path, nothing a tool call does not need (the import-cost budget)."""
+"""What the switch loads when a framework is imported: that framework's adapter and the
+patches, nothing of the call path, which loads with the first tool call (the import-cost
+budget)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,17 @@ never = [
     "otel_breaker.instrumentation.strands",  # another framework's adapter
     "otel_breaker.instrumentation.crewai",
     "packaging.requirements",
+    "packaging.version",  # tested ranges are compared as numbers
+    # The call path, its state machine, settings, registry and telemetry: the first call's.
+    "otel_breaker.guard",
+    "otel_breaker.call_path",
+    "otel_breaker.breaker",
+    "otel_breaker.config",
+    "otel_breaker.registry",
+    "otel_breaker.telemetry",
+    "otel_breaker.loop_ledger",
+    "opentelemetry.trace",
+    "opentelemetry.metrics",
     "opentelemetry.sdk",  # no export asked for
     # Loaded by wrapt 2.x, importlib.metadata and the like, but by no tool call: a
     # framework that does not load them itself (LangChain's core) pays for them.
@@ -62,3 +74,26 @@ def test_requirements_read_without_packaging_agree_with_packaging():
         if requires:
             parsed = Requirement(requires)
             assert split_requirement(requires) == (parsed.name, str(parsed.specifier)), name
+
+
+def test_a_breaker_used_before_the_call_path_loads_it_at_its_first_call():
+    """Importing the package loads no call path; a breaker made directly still runs its
+    calls (sync, async and decorated) through it: the first one loads it."""
+    program = """
+import asyncio, sys
+from otel_breaker.breaker import CircuitBreaker
+before = "otel_breaker.call_path" in sys.modules
+breaker = CircuitBreaker("lookup")
+async def fetch():
+    return 2
+@CircuitBreaker("decorated")
+def tripled(x):
+    return 3 * x
+after = "otel_breaker.call_path" in sys.modules
+print(before, breaker.call(lambda: 1), asyncio.run(breaker.acall(fetch)), tripled(2), after)
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.update(PYTHONPATH=str(SOURCE_ROOT))
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["False", "1", "2", "6", "True"]
