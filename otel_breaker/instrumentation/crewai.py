@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import inspect
 from typing import Any
 
 from otel_breaker.classify import MISTAKE
@@ -146,38 +145,39 @@ class CrewAIAdapter(HoldsCurrentCall, SpecAdapter):
                 frame["argument_error"] = True
             raise
 
-    def _action(self, wrapped: Any, usage: Any, args: tuple, kwargs: dict) -> dict[str, Any] | None:
-        """A new ReAct action's frame; None for CrewAI's own retry, or a repeat it refuses unrun."""
+    def _action(self, usage: Any, args: tuple, kwargs: dict) -> dict[str, Any] | None:
+        """A new ReAct action; None for CrewAI's own retry, or a repeat it refuses unrun."""
         tool, calling = argument(args, kwargs, 1, "tool"), argument(args, kwargs, 2, "calling")
         if _react.get() is not None or usage._check_tool_repeated_usage(calling=calling):
             return None
         call = _call(tool.name, usage, arguments=calling.arguments, origin=origin_of(tool, "crewai"))
-        rerun = lambda: wrapped(*args, **kwargs)  # noqa: E731
-        return {
-            "call": call,
-            "usage": usage,
-            "tool": tool,
-            "before": usage.last_failure,
-            "reject": None,
-            "rerun": rerun,
-        }
+        return {"call": call, "usage": usage, "tool": tool, "before": usage.last_failure, "reject": None}
 
     def _use(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        if (frame := self.safe_tool_call(lambda: self._action(wrapped, instance, args, kwargs))) is None:
+        if (frame := self.safe_tool_call(lambda: self._action(instance, args, kwargs))) is None:
             return wrapped(*args, **kwargs)
         token = _react.set(frame)  # type: ignore[arg-type]
         try:
-            return self.run_sync(frame["call"], wrapped, args, kwargs)  # type: ignore[index]
+            result = self.run_sync(frame["call"], wrapped, args, kwargs)  # type: ignore[index]
+            if frame["reject"] is None or result is not frame["reject"]:  # type: ignore[index]
+                return result
+            with contextlib.suppress(Exception):  # rejected: CrewAI's _use with it as the tool's result
+                return wrapped(*args, **kwargs)
+            return result.message
         finally:
             _react.reset(token)
 
     async def _ause(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        if (frame := self.safe_tool_call(lambda: self._action(wrapped, instance, args, kwargs))) is None:
+        if (frame := self.safe_tool_call(lambda: self._action(instance, args, kwargs))) is None:
             return await wrapped(*args, **kwargs)
         token = _react.set(frame)  # type: ignore[arg-type]
         try:
             result = await self.run_async(frame["call"], wrapped, args, kwargs)  # type: ignore[index]
-            return await result if inspect.iscoroutine(result) else result  # a rejection, through _ause
+            if frame["reject"] is None or result is not frame["reject"]:  # type: ignore[index]
+                return result
+            with contextlib.suppress(Exception):
+                return await wrapped(*args, **kwargs)
+            return result.message
         finally:
             _react.reset(token)
 
@@ -227,16 +227,5 @@ class CrewAIAdapter(HoldsCurrentCall, SpecAdapter):
         failure = ToolFailure(message=info.message, code="circuit_open", retryable=True)
         if frame is None:
             return failure
-        frame["reject"] = failure  # CrewAI's _use again, the rejection as the tool's result
-        try:
-            answer = frame["rerun"]()
-        except Exception:
-            return info.message
-        return _or_text(answer, info.message) if inspect.iscoroutine(answer) else answer
-
-
-async def _or_text(answer: Any, text: str) -> Any:
-    try:
-        return await answer
-    except Exception:
-        return text
+        frame["reject"] = failure  # the action runs again with it (see _use)
+        return failure
