@@ -59,13 +59,6 @@ def _structured(tool: Any) -> bool:
     return isinstance(tool, CrewStructuredTool)
 
 
-def _in_action(tool: Any) -> dict[str, Any] | None:
-    """The ReAct action a tool call belongs to: CrewAI's own invocation (the outer ``_use``
-    counts it), or any call once the action was rejected (the rejection answers)."""
-    frame = _react.get()
-    return frame if frame and (frame["reject"] is not None or _structured(tool)) else None
-
-
 def _failure_type(failure: Any) -> str | None:
     """``error.type`` of a ``ToolFailure``; None for a usage limit and for our own rejection."""
     reason, code = getattr(failure, "reason", None), getattr(failure, "code", None)
@@ -105,15 +98,21 @@ class CrewAIAdapter(HoldsCurrentCall, SpecAdapter):
         arguments = argument(args, kwargs, 0, "input") if _structured(instance) else kwargs or args
         return _call(name, owner, call_id, arguments=arguments, origin=origin_of(instance, "crewai"))
 
+    # CrewAI's own invocations inside a ReAct action are its inner layers (the same tool name), so
+    # they pass through; once the action is rejected, the rejection answers them.
     def _tool_sync(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        if (frame := _in_action(instance)) is None:
-            return super()._tool_sync(wrapped, instance, args, kwargs)
-        return wrapped(*args, **kwargs) if frame["reject"] is None else frame["reject"]
+        frame = _react.get()
+        return (
+            super()._tool_sync(wrapped, instance, args, kwargs) if not frame or not frame["reject"] else frame["reject"]
+        )
 
     async def _tool_async(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        if (frame := _in_action(instance)) is None:
-            return await super()._tool_async(wrapped, instance, args, kwargs)
-        return await wrapped(*args, **kwargs) if frame["reject"] is None else frame["reject"]
+        frame = _react.get()
+        return (
+            await super()._tool_async(wrapped, instance, args, kwargs)
+            if not frame or not frame["reject"]
+            else frame["reject"]
+        )
 
     def _native_call(self, wrapped: Any, executor: Any, args: tuple, kwargs: dict) -> Any:
         """A native call, its caller known below; a name no tool has the executor answers
