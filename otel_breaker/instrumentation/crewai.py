@@ -1,17 +1,15 @@
 """CrewAI (1.15): every tool call of a crew, on both of its tool paths.
 
-Native function calling runs the tool's ``run``/``arun`` (``BaseTool``, ``Tool``),
-guarded; ``_execute_single_native_tool_call`` (and the planner's
-``_execute_native_tool_calls``) tell who calls, and answer a name no tool has (the
-loop guard counts it). ReAct text: ``ToolUsage._use``/``_ause`` invokes
-``CrewStructuredTool.invoke`` and retries through ``use``, up to six invocations: the
-outermost is one logical call, judged by CrewAI's own ``last_failure``. Arguments the
-schema rejects (``_validate_kwargs``, ``_parse_args``) are the model's mistake. A
-rejection is a ``ToolFailure(code="circuit_open")`` (on the ReAct path ``_use`` runs
-again with it as the tool's result, so CrewAI records it), plain text under
-``tool_failure_policy="raise"``: a breaker never ends a crew. Each model call has the
-status block in its system message (``_prepare_llm_call``); the native menu
-(``get_llm_response``) loses the agent's open tools. Breakers are per agent role.
+Native function calling: the tool's ``run``/``arun``, guarded; the executor's
+``_execute_single_native_tool_call`` (the planner's ``_execute_native_tool_calls``) tells
+who calls, and answers a name no tool has (the loop guard counts it). ReAct text: an
+action (``ToolUsage.use``) invokes ``CrewStructuredTool.invoke`` in ``_use``, retrying up
+to six times: one logical call, judged by CrewAI's ``last_failure``. Arguments the schema
+rejects (``_validate_kwargs``, ``_parse_args``) are the model's mistake. A rejection is a
+``ToolFailure(code="circuit_open")`` (a rejected action runs again with it as the tool's
+result, so CrewAI records it), plain text under ``tool_failure_policy="raise"``: a breaker
+never ends a crew. Model calls get the status block (``_prepare_llm_call``); the native
+menu (``get_llm_response``) loses the agent's open tools. Breakers are per agent role.
 """
 
 from __future__ import annotations
@@ -24,23 +22,20 @@ from otel_breaker.classify import MISTAKE
 from otel_breaker.degrade import Rejection
 from otel_breaker.guard import IGNORED_RESULT
 from otel_breaker.identity import origin_of
-from otel_breaker.instrumentation.base import PatchTarget, agent_display_name
+from otel_breaker.instrumentation.base import PatchTarget
 from otel_breaker.instrumentation.chat_messages import DICT_MESSAGES, schema_name, status_during
 from otel_breaker.instrumentation.current_call import HoldsCurrentCall
 from otel_breaker.instrumentation.mistakes import run_unknown
-from otel_breaker.instrumentation.spec import SpecAdapter, argument, context_patch, menu_patch, prompt_patch, tool_patch
+from otel_breaker.instrumentation.patches import SKIP, argument, context_patch, menu_patch, prompt_patch, tool_patch
+from otel_breaker.instrumentation.spec import SpecAdapter
 from otel_breaker.menu import visible_tools
-from otel_breaker.toolcall import ToolCall
+from otel_breaker.toolcall import ToolCall, agent_display_name
 
 _BASE, _STRUCTURED, _USAGE = "crewai.tools.base_tool", "crewai.tools.structured_tool", "crewai.tools.tool_usage"
-_EXECUTOR, _STEPS, _UTILS = (
-    "crewai.agents.agent_executor",
-    "crewai.agents.step_executor",
-    "crewai.utilities.agent_utils",
-)
+_EXECUTOR, _STEPS = "crewai.agents.agent_executor", "crewai.agents.step_executor"
 _Var = contextvars.ContextVar
-# A native call's (executor, tool call id); the ReAct action (an outermost ``_use``) in progress; the
-# error CrewAI's argument validation last raised (the model's mistake); the tool object being guarded.
+# A native call's (executor, tool call id); the ReAct action in progress; the error CrewAI's argument
+# validation last raised (the model's mistake); the tool object being guarded (its failure policy).
 _native: _Var[tuple[Any, str | None] | None] = _Var("otel_breaker_crewai_native", default=None)
 _react: _Var[dict[str, Any] | None] = _Var("otel_breaker_crewai_react", default=None)
 _argument_error: _Var[BaseException | None] = _Var("otel_breaker_crewai_argument_error", default=None)
@@ -59,25 +54,32 @@ def _structured(tool: Any) -> bool:
     return isinstance(tool, CrewStructuredTool)
 
 
-def _failure_type(failure: Any) -> str | None:
-    """``error.type`` of a ``ToolFailure``; None for a usage limit and for our own rejection."""
-    reason, code = getattr(failure, "reason", None), getattr(failure, "code", None)
-    if failure is None or getattr(reason, "value", reason) == "usage_limit" or code == "circuit_open":
-        return None
-    return str(code) if code else "tool_error"
+def _action(usage: Any, args: tuple, kwargs: dict) -> Any:
+    """A ReAct action: its ``ToolUsage``, its last failure before, the rejection once rejected
+    (CrewAI's own retries, and any action inside one, are part of the outermost)."""
+    return SKIP if _react.get() is not None else {"usage": usage, "before": usage.last_failure, "reject": None}
+
+
+def _inside(tool: Any) -> dict[str, Any] | None:
+    """The guarded ReAct action a call of ``tool`` is part of: CrewAI's own invocation (the
+    action counts it), or any tool call once the action is rejected (the rejection answers)."""
+    frame = _react.get()
+    return frame if frame and "call" in frame and (frame["reject"] or _structured(tool)) else None
 
 
 class CrewAIAdapter(HoldsCurrentCall, SpecAdapter):
     name, current = "crewai", _tool
-    modules = (_BASE, _STRUCTURED, _USAGE, _EXECUTOR, _STEPS, _UTILS)
+    modules = (_BASE, _STRUCTURED, _USAGE, _EXECUTOR, _STEPS, "crewai.utilities.agent_utils")
     patches = (
         *(tool_patch(_BASE, f"{owner}.run", "sync") for owner in ("BaseTool", "Tool")),
         *(tool_patch(_BASE, f"{owner}.arun", "async") for owner in ("BaseTool", "Tool")),
         tool_patch(_STRUCTURED, "CrewStructuredTool.invoke", "sync"),
         tool_patch(_STRUCTURED, "CrewStructuredTool.ainvoke", "async"),
-        menu_patch(_EXECUTOR, "get_llm_response"),
+        context_patch(_USAGE, "ToolUsage.use", _react, _action, "sync"),
+        context_patch(_USAGE, "ToolUsage.ause", _react, _action),
         context_patch(_STEPS, "StepExecutor._execute_native_tool_calls", _native, lambda ex, a, k: (ex, None), "sync"),
-        prompt_patch(_UTILS, "_prepare_llm_call", "sync", "_status_during", after=True),
+        menu_patch(_EXECUTOR, "get_llm_response"),
+        prompt_patch("crewai.utilities.agent_utils", "_prepare_llm_call", "sync", "_status_during", after=True),
     )
 
     def targets(self) -> list[PatchTarget]:
@@ -98,24 +100,18 @@ class CrewAIAdapter(HoldsCurrentCall, SpecAdapter):
         arguments = argument(args, kwargs, 0, "input") if _structured(instance) else kwargs or args
         return _call(name, owner, call_id, arguments=arguments, origin=origin_of(instance, "crewai"))
 
-    # CrewAI's own invocations inside a ReAct action are its inner layers (the same tool name), so
-    # they pass through; once the action is rejected, the rejection answers them.
     def _tool_sync(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        frame = _react.get()
-        return (
-            super()._tool_sync(wrapped, instance, args, kwargs) if not frame or not frame["reject"] else frame["reject"]
-        )
+        if (frame := _inside(instance)) is None:
+            return super()._tool_sync(wrapped, instance, args, kwargs)
+        return frame["reject"] or wrapped(*args, **kwargs)
 
     async def _tool_async(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        frame = _react.get()
-        return (
-            await super()._tool_async(wrapped, instance, args, kwargs)
-            if not frame or not frame["reject"]
-            else frame["reject"]
-        )
+        if (frame := _inside(instance)) is None:
+            return await super()._tool_async(wrapped, instance, args, kwargs)
+        return frame["reject"] or await wrapped(*args, **kwargs)
 
     def _native_call(self, wrapped: Any, executor: Any, args: tuple, kwargs: dict) -> Any:
-        """A native call, its caller known below; a name no tool has the executor answers
+        """A native call, who makes it known below; a name no tool has the executor answers
         itself (``Tool not found``), through the loop guard."""
         from crewai.utilities.agent_utils import extract_tool_call_info
 
@@ -144,41 +140,35 @@ class CrewAIAdapter(HoldsCurrentCall, SpecAdapter):
                 frame["argument_error"] = True
             raise
 
-    def _action(self, usage: Any, args: tuple, kwargs: dict) -> dict[str, Any] | None:
-        """A new ReAct action; None for CrewAI's own retry, or a repeat it refuses unrun."""
-        tool, calling = argument(args, kwargs, 1, "tool"), argument(args, kwargs, 2, "calling")
-        if _react.get() is not None or usage._check_tool_repeated_usage(calling=calling):
+    def _action_call(self, usage: Any, args: tuple, kwargs: dict) -> ToolCall | None:
+        """The call of the ReAct action in progress, at its first ``_use`` (not on CrewAI's own
+        retries, nor for a repeat it refuses unrun)."""
+        frame, tool, calling = _react.get(), argument(args, kwargs, 1, "tool"), argument(args, kwargs, 2, "calling")
+        if frame is None or "call" in frame or usage._check_tool_repeated_usage(calling=calling):
             return None
         call = _call(tool.name, usage, arguments=calling.arguments, origin=origin_of(tool, "crewai"))
-        return {"call": call, "usage": usage, "tool": tool, "before": usage.last_failure, "reject": None}
+        frame.update(call=call, tool=tool)
+        return call
 
     def _use(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        if (frame := self.safe_tool_call(lambda: self._action(instance, args, kwargs))) is None:
+        if (call := self.safe_tool_call(lambda: self._action_call(instance, args, kwargs))) is None:
             return wrapped(*args, **kwargs)
-        token = _react.set(frame)  # type: ignore[arg-type]
-        try:
-            result = self.run_sync(frame["call"], wrapped, args, kwargs)  # type: ignore[index]
-            if frame["reject"] is None or result is not frame["reject"]:  # type: ignore[index]
-                return result
-            with contextlib.suppress(Exception):  # rejected: CrewAI's _use with it as the tool's result
-                return wrapped(*args, **kwargs)
-            return result.message
-        finally:
-            _react.reset(token)
+        result = self.run_sync(call, wrapped, args, kwargs)
+        if result is None or result is not _react.get()["reject"]:  # type: ignore[index]
+            return result
+        with contextlib.suppress(Exception):  # rejected: CrewAI's _use again, the rejection as the tool's result
+            return wrapped(*args, **kwargs)
+        return result.message
 
     async def _ause(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        if (frame := self.safe_tool_call(lambda: self._action(instance, args, kwargs))) is None:
+        if (call := self.safe_tool_call(lambda: self._action_call(instance, args, kwargs))) is None:
             return await wrapped(*args, **kwargs)
-        token = _react.set(frame)  # type: ignore[arg-type]
-        try:
-            result = await self.run_async(frame["call"], wrapped, args, kwargs)  # type: ignore[index]
-            if frame["reject"] is None or result is not frame["reject"]:  # type: ignore[index]
-                return result
-            with contextlib.suppress(Exception):
-                return await wrapped(*args, **kwargs)
-            return result.message
-        finally:
-            _react.reset(token)
+        result = await self.run_async(call, wrapped, args, kwargs)
+        if result is None or result is not _react.get()["reject"]:  # type: ignore[index]
+            return result
+        with contextlib.suppress(Exception):
+            return await wrapped(*args, **kwargs)
+        return result.message
 
     @contextlib.contextmanager
     def _status_during(self, instance: Any, args: tuple, kwargs: dict, manager: Any) -> Any:
@@ -204,19 +194,24 @@ class CrewAIAdapter(HoldsCurrentCall, SpecAdapter):
         return MISTAKE if exc is _argument_error.get() else None
 
     def result_error(self, call: ToolCall, result: Any) -> str | None:
-        if (frame := _react.get()) is not None and frame["call"] is call:
-            if (failure := frame["usage"].last_failure) is frame["before"]:
-                return None
-            return IGNORED_RESULT if frame.get("argument_error") else _failure_type(failure)
+        """A ``ToolFailure`` (the action's, on the ReAct path) is a failure, except a spent usage
+        limit, our own rejection and (ReAct) arguments the schema rejected: the tool never ran."""
         from crewai.tools import ToolFailure
 
-        return _failure_type(result) if isinstance(result, ToolFailure) else None
+        if (frame := _react.get()) is not None and frame.get("call") is call:
+            if (result := frame["usage"].last_failure) is frame["before"]:
+                return None
+            if frame.get("argument_error"):
+                return IGNORED_RESULT
+        if not isinstance(result, ToolFailure) or getattr(result.reason, "value", None) == "usage_limit":
+            return None
+        return None if result.code == "circuit_open" else str(result.code or "tool_error")
 
     def rejection(self, call: ToolCall, info: Rejection) -> Any:
         from crewai.tools import ToolFailure
         from crewai.tools.tool_failure import ToolFailurePolicy, resolve_tool_failure_policy
 
-        if (frame := _react.get()) is not None and frame["call"] is not call:
+        if (frame := _react.get()) is not None and frame.get("call") is not call:
             frame = None  # a different tool called from inside a ReAct tool's body
         tool, owner = (frame["tool"], frame["usage"]) if frame else (_tool.get(), (_native.get() or (None,))[0])
         who = {name: getattr(owner, name, None) for name in ("agent", "task", "crew")}
@@ -224,7 +219,6 @@ class CrewAIAdapter(HoldsCurrentCall, SpecAdapter):
             if resolve_tool_failure_policy(tool=tool, **who) is ToolFailurePolicy.RAISE:
                 return info.message
         failure = ToolFailure(message=info.message, code="circuit_open", retryable=True)
-        if frame is None:
-            return failure
-        frame["reject"] = failure  # the action runs again with it (see _use)
+        if frame is not None:
+            frame["reject"] = failure  # the action runs again with it (see _use)
         return failure
