@@ -67,6 +67,10 @@ def _inside(tool: Any) -> dict[str, Any] | None:
     return frame if frame and "call" in frame and (frame["reject"] or _structured(tool)) else None
 
 
+def _rejected() -> Any:
+    return (_react.get() or {}).get("reject")
+
+
 class CrewAIAdapter(HoldsCurrentCall, SpecAdapter):
     name, current = "crewai", _tool
     modules = (_BASE, _STRUCTURED, _USAGE, _EXECUTOR, _STEPS, "crewai.utilities.agent_utils")
@@ -75,6 +79,8 @@ class CrewAIAdapter(HoldsCurrentCall, SpecAdapter):
         *(tool_patch(_BASE, f"{owner}.arun", "async") for owner in ("BaseTool", "Tool")),
         tool_patch(_STRUCTURED, "CrewStructuredTool.invoke", "sync"),
         tool_patch(_STRUCTURED, "CrewStructuredTool.ainvoke", "async"),
+        tool_patch(_USAGE, "ToolUsage._use", "sync"),
+        tool_patch(_USAGE, "ToolUsage._ause", "async"),
         context_patch(_USAGE, "ToolUsage.use", _react, _action, "sync"),
         context_patch(_USAGE, "ToolUsage.ause", _react, _action),
         context_patch(_STEPS, "StepExecutor._execute_native_tool_calls", _native, lambda ex, a, k: (ex, None), "sync"),
@@ -86,13 +92,15 @@ class CrewAIAdapter(HoldsCurrentCall, SpecAdapter):
         return [
             *super().targets(),
             PatchTarget(_EXECUTOR, "AgentExecutor._execute_single_native_tool_call", self._native_call),
-            PatchTarget(_USAGE, "ToolUsage._use", self._use),
-            PatchTarget(_USAGE, "ToolUsage._ause", self._ause),
             PatchTarget(_BASE, "BaseTool._validate_kwargs", self._validating),
             PatchTarget(_STRUCTURED, "CrewStructuredTool._parse_args", self._validating),
         ]
 
     def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
+        from crewai.tools.tool_usage import ToolUsage
+
+        if isinstance(instance, ToolUsage):
+            return self._action_call(instance, args, kwargs)
         if not isinstance(name := instance.name, str) or not name:
             return None
         owner, call_id = _native.get() or (None, None)
@@ -100,15 +108,24 @@ class CrewAIAdapter(HoldsCurrentCall, SpecAdapter):
         arguments = argument(args, kwargs, 0, "input") if _structured(instance) else kwargs or args
         return _call(name, owner, call_id, arguments=arguments, origin=origin_of(instance, "crewai"))
 
+    # A rejected ReAct action runs again (``wrapped``: CrewAI's ``_use``), the rejection as the tool's result.
     def _tool_sync(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        if (frame := _inside(instance)) is None:
-            return super()._tool_sync(wrapped, instance, args, kwargs)
-        return frame["reject"] or wrapped(*args, **kwargs)
+        if (frame := _inside(instance)) is not None:
+            return frame["reject"] or wrapped(*args, **kwargs)
+        if (result := super()._tool_sync(wrapped, instance, args, kwargs)) is None or result is not _rejected():
+            return result
+        with contextlib.suppress(Exception):
+            return wrapped(*args, **kwargs)
+        return result.message
 
     async def _tool_async(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        if (frame := _inside(instance)) is None:
-            return await super()._tool_async(wrapped, instance, args, kwargs)
-        return frame["reject"] or await wrapped(*args, **kwargs)
+        if (frame := _inside(instance)) is not None:
+            return frame["reject"] or await wrapped(*args, **kwargs)
+        if (result := await super()._tool_async(wrapped, instance, args, kwargs)) is None or result is not _rejected():
+            return result
+        with contextlib.suppress(Exception):
+            return await wrapped(*args, **kwargs)
+        return result.message
 
     def _native_call(self, wrapped: Any, executor: Any, args: tuple, kwargs: dict) -> Any:
         """A native call, who makes it known below; a name no tool has the executor answers
@@ -149,26 +166,6 @@ class CrewAIAdapter(HoldsCurrentCall, SpecAdapter):
         call = _call(tool.name, usage, arguments=calling.arguments, origin=origin_of(tool, "crewai"))
         frame.update(call=call, tool=tool)
         return call
-
-    def _use(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        if (call := self.safe_tool_call(lambda: self._action_call(instance, args, kwargs))) is None:
-            return wrapped(*args, **kwargs)
-        result = self.run_sync(call, wrapped, args, kwargs)
-        if result is None or result is not _react.get()["reject"]:  # type: ignore[index]
-            return result
-        with contextlib.suppress(Exception):  # rejected: CrewAI's _use again, the rejection as the tool's result
-            return wrapped(*args, **kwargs)
-        return result.message
-
-    async def _ause(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        if (call := self.safe_tool_call(lambda: self._action_call(instance, args, kwargs))) is None:
-            return await wrapped(*args, **kwargs)
-        result = await self.run_async(call, wrapped, args, kwargs)
-        if result is None or result is not _react.get()["reject"]:  # type: ignore[index]
-            return result
-        with contextlib.suppress(Exception):
-            return await wrapped(*args, **kwargs)
-        return result.message
 
     @contextlib.contextmanager
     def _status_during(self, instance: Any, args: tuple, kwargs: dict, manager: Any) -> Any:
