@@ -60,17 +60,6 @@ def _action(usage: Any, args: tuple, kwargs: dict) -> Any:
     return SKIP if _react.get() is not None else {"usage": usage, "before": usage.last_failure, "reject": None}
 
 
-def _inside(tool: Any) -> dict[str, Any] | None:
-    """The guarded ReAct action a call of ``tool`` is part of: CrewAI's own invocation (the
-    action counts it), or any tool call once the action is rejected (the rejection answers)."""
-    frame = _react.get()
-    return frame if frame and "call" in frame and (frame["reject"] or _structured(tool)) else None
-
-
-def _rejected() -> Any:
-    return (_react.get() or {}).get("reject")
-
-
 class CrewAIAdapter(HoldsCurrentCall, SpecAdapter):
     name, current = "crewai", _tool
     modules = (_BASE, _STRUCTURED, _USAGE, _EXECUTOR, _STEPS, "crewai.utilities.agent_utils")
@@ -108,20 +97,24 @@ class CrewAIAdapter(HoldsCurrentCall, SpecAdapter):
         arguments = argument(args, kwargs, 0, "input") if _structured(instance) else kwargs or args
         return _call(name, owner, call_id, arguments=arguments, origin=origin_of(instance, "crewai"))
 
-    # A rejected ReAct action runs again (``wrapped``: CrewAI's ``_use``), the rejection as the tool's result.
+    # In a guarded ReAct action CrewAI's own invocations pass (the action counts them) and, once it
+    # is rejected, every tool call gets the rejection: the action (``wrapped``, CrewAI's ``_use``)
+    # runs again so, with the rejection as the tool's result, CrewAI records it its own way.
     def _tool_sync(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        if (frame := _inside(instance)) is not None:
+        if "call" in (frame := _react.get() or {}) and (frame["reject"] or _structured(instance)):
             return frame["reject"] or wrapped(*args, **kwargs)
-        if (result := super()._tool_sync(wrapped, instance, args, kwargs)) is None or result is not _rejected():
+        result = super()._tool_sync(wrapped, instance, args, kwargs)
+        if result is None or result is not frame.get("reject"):
             return result
         with contextlib.suppress(Exception):
             return wrapped(*args, **kwargs)
         return result.message
 
     async def _tool_async(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        if (frame := _inside(instance)) is not None:
+        if "call" in (frame := _react.get() or {}) and (frame["reject"] or _structured(instance)):
             return frame["reject"] or await wrapped(*args, **kwargs)
-        if (result := await super()._tool_async(wrapped, instance, args, kwargs)) is None or result is not _rejected():
+        result = await super()._tool_async(wrapped, instance, args, kwargs)
+        if result is None or result is not frame.get("reject"):
             return result
         with contextlib.suppress(Exception):
             return await wrapped(*args, **kwargs)
