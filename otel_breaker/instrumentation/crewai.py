@@ -1,14 +1,12 @@
 """CrewAI (1.15): every tool call of a crew, on both of its tool paths.
 
-Native function calling: the tool's ``run``/``arun``, guarded; the executor's
-``_execute_single_native_tool_call`` (the planner's ``_execute_native_tool_calls``) tells
-who calls, and answers a name no tool has (the loop guard counts it). ReAct text: an
-action (``ToolUsage.use``) invokes ``CrewStructuredTool.invoke`` in ``_use``, retrying up
-to six times: one logical call, judged by CrewAI's ``last_failure``. Arguments the schema
-rejects (``_validate_kwargs``, ``_parse_args``) are the model's mistake. A rejection is a
-``ToolFailure(code="circuit_open")`` (a rejected action runs again with it as the tool's
-result, so CrewAI records it), plain text under ``tool_failure_policy="raise"``: a breaker
-never ends a crew. Model calls get the status block (``_prepare_llm_call``); the native
+Native function calling: the tool's ``run``/``arun``, guarded; ``_execute_single_native_tool_call``
+(the planner's ``_execute_native_tool_calls``) tells who calls, and answers a name no tool has (the
+loop guard counts it). ReAct text: an action (``ToolUsage.use``) invokes ``CrewStructuredTool.invoke``
+in ``_use``, retrying up to six times: one logical call, judged by CrewAI's ``last_failure``.
+Arguments the schema rejects (``_validate_kwargs``, ``_parse_args``) are the model's mistake. The
+rejection is a ``ToolFailure(code="circuit_open")``, plain text under ``tool_failure_policy="raise"``
+(a breaker never ends a crew). Model calls get the status block (``_prepare_llm_call``); the native
 menu (``get_llm_response``) loses the agent's open tools. Breakers are per agent role.
 """
 
@@ -62,7 +60,6 @@ def _action(usage: Any, args: tuple, kwargs: dict) -> Any:
 
 class CrewAIAdapter(HoldsCurrentCall, SpecAdapter):
     name, current = "crewai", _tool
-    modules = (_BASE, _STRUCTURED, _USAGE, _EXECUTOR, _STEPS, "crewai.utilities.agent_utils")
     patches = (
         *(tool_patch(_BASE, f"{owner}.run", "sync") for owner in ("BaseTool", "Tool")),
         *(tool_patch(_BASE, f"{owner}.arun", "async") for owner in ("BaseTool", "Tool")),
@@ -121,8 +118,7 @@ class CrewAIAdapter(HoldsCurrentCall, SpecAdapter):
         return result.message
 
     def _native_call(self, wrapped: Any, executor: Any, args: tuple, kwargs: dict) -> Any:
-        """A native call, who makes it known below; a name no tool has the executor answers
-        itself (``Tool not found``), through the loop guard."""
+        """A native call, its caller known below; to a name no tool has, the executor's answer via the loop guard."""
         from crewai.utilities.agent_utils import extract_tool_call_info
 
         tool_call = argument(args, kwargs, 0, "tool_call")
@@ -140,8 +136,7 @@ class CrewAIAdapter(HoldsCurrentCall, SpecAdapter):
             _native.reset(token)
 
     def _validating(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        """CrewAI checking the model's arguments against the tool's schema: what it raises
-        is remembered, so the guard and the ReAct outcome read it as the model's mistake."""
+        """CrewAI checking the model's arguments: what it raises is the model's mistake (both paths)."""
         try:
             return wrapped(*args, **kwargs)
         except ValueError as exc:
@@ -151,8 +146,7 @@ class CrewAIAdapter(HoldsCurrentCall, SpecAdapter):
             raise
 
     def _action_call(self, usage: Any, args: tuple, kwargs: dict) -> ToolCall | None:
-        """The call of the ReAct action in progress, at its first ``_use`` (not on CrewAI's own
-        retries, nor for a repeat it refuses unrun)."""
+        """The ReAct action's call, at its first ``_use`` (not CrewAI's retries, nor a repeat it refuses)."""
         frame, tool, calling = _react.get(), argument(args, kwargs, 1, "tool"), argument(args, kwargs, 2, "calling")
         if frame is None or "call" in frame or usage._check_tool_repeated_usage(calling=calling):
             return None
