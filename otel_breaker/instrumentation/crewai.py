@@ -204,5 +204,5 @@ class CrewAIAdapter(HoldsCurrentCall, SpecAdapter):
                 return info.message
         failure = ToolFailure(message=info.message, code="circuit_open", retryable=True)
         if frame is not None:
-            frame["reject"] = failure  # the action runs again with it (see _use)
+            frame["reject"] = failure  # the action runs again with it (see _tool_sync)
         return failure
