@@ -16,9 +16,8 @@ import contextlib
 import contextvars
 from typing import Any
 
-from otel_breaker.classify import MISTAKE
+from otel_breaker.classify import IGNORED_RESULT, MISTAKE
 from otel_breaker.degrade import Rejection
-from otel_breaker.guard import IGNORED_RESULT
 from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation.base import PatchTarget
 from otel_breaker.instrumentation.chat_messages import DICT_MESSAGES, schema_name, status_during
