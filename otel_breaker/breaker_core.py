@@ -461,6 +461,8 @@ class StateMachine:
         if threshold is None or self._state is not _CLOSED:
             return
         rate_limit = 1.0 if config.slow_call_rate is None else config.slow_call_rate
+        shared = self._storage
+        tripped: list[bool] = []
 
         def apply(now: float) -> StateChange | None:
             if self._state is not _CLOSED:
@@ -472,10 +474,16 @@ class StateMachine:
             calls, slow = window.totals(now)
             rate = slow / calls if calls else 0.0
             if calls >= config.minimum_calls and rate >= rate_limit:
+                if shared is not None:  # each worker judges its own calls; the opening is everyone's
+                    tripped.append(True)
+                    window.clear()
+                    return None
                 return self._open(now, f"slow_call_rate={rate:.2f}")
             return None
 
         self._change(apply)
+        if tripped and not shared.force_open(self, config.cooldown(self._reopenings), "slow_call_rate"):  # type: ignore[union-attr]
+            self._change(lambda now: self._open(now, "slow_call_rate") if self._state is _CLOSED else None)
 
     def open_for(self, seconds: float, reason: str = "retry_after") -> float:
         """Open now for ``seconds`` (a service's retry hint), capped at ``max_recovery_timeout``.
@@ -490,7 +498,7 @@ class StateMachine:
             return 0.0
         if not duration > 0:  # also NaN
             return 0.0
-        if self._storage is not None and self._storage.force_open(self, duration):
+        if self._storage is not None and self._storage.force_open(self, duration, "retry_after"):
             return duration
 
         def apply(now: float) -> StateChange | None:

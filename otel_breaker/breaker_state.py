@@ -216,8 +216,9 @@ class BreakerStorage(Protocol):
     def refresh(self, breaker: Any) -> bool:
         """Read the shared state into the breaker now (the CLI and the failover tests ask)."""
 
-    def force_open(self, breaker: Any, duration: float | None) -> bool:
-        """Manual open for every process sharing the state."""
+    def force_open(self, breaker: Any, duration: float | None, reason: str = "manual") -> bool:
+        """Open for every process sharing the state: by hand (``manual``), or for a rule one
+        worker judged from its own calls (``retry_after``, ``slow_call_rate``)."""
 
     def force_close(self, breaker: Any) -> bool:
         """Manual close for every process sharing the state."""

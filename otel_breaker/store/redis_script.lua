@@ -233,10 +233,15 @@ elseif op == 'record' then
   end
 elseif op == 'open' then
   local duration = tonumber(ARGV[18])
+  -- Why it opens: by hand, or one of the rules a worker judged alone (a retry hint, slow calls).
+  local why = ARGV[19]
+  if why ~= 'retry_after' and why ~= 'slow_call_rate' then
+    why = 'manual'
+  end
   if duration < 0 then
-    open('manual', -1)
+    open(why, -1)
   else
-    open('manual', now + duration)
+    open(why, now + duration)
   end
 elseif op == 'close' then
   pv = 0

@@ -282,8 +282,9 @@ class RedisStorage:
         """Read the shared state into the breaker now (one round-trip)."""
         return self.remote(breaker, "read") is not None
 
-    def force_open(self, breaker: CircuitBreaker, duration: float | None) -> bool:
-        return self.remote(breaker, "open", -1 if duration is None else int(duration * 1000)) is not None
+    def force_open(self, breaker: CircuitBreaker, duration: float | None, reason: str = "manual") -> bool:
+        milliseconds = -1 if duration is None else int(duration * 1000)
+        return self.remote(breaker, "open", milliseconds, reason) is not None
 
     def force_close(self, breaker: CircuitBreaker) -> bool:
         return self.remote(breaker, "close") is not None

@@ -615,3 +615,26 @@ def test_redis_keys_are_bounded_and_escaped_for_any_name(make_store, prefix):
     assert all(len(b.storage.key) < 600 for b in (one, two))
     assert one.storage.key.count("{") == 1 and one.storage.key.count("}") == 1  # one hash tag
     assert one.call(ok) == "ok" and two.call(ok) == "ok"
+
+
+def test_a_slow_call_rate_one_worker_sees_opens_the_tool_for_every_worker(make_store, transitions):
+    """Slow calls are judged by the worker that made them; the opening is shared, with its reason."""
+    config = CircuitBreakerConfig(slow_call_seconds=1.0, slow_call_rate=0.5, minimum_calls=2, recovery_timeout=60)
+    slow_worker = make_store().create("render", config)
+    other_worker = make_store().create("render", config)
+    slow_worker.record_duration(0.2)
+    assert slow_worker.state is State.CLOSED
+    slow_worker.record_duration(5.0)  # 1 of 2 slow: the rate is reached
+    assert slow_worker.state is State.OPEN and 59 < slow_worker.retry_after <= 60
+    calls = []
+    assert other_worker.call(lambda: calls.append(1))["circuit_open"] is True and calls == []
+    assert ("closed", "open", "slow_call_rate") in [(c.from_state.value, c.to_state.value, c.reason) for c in transitions]
+
+
+def test_a_retry_hint_one_worker_reads_opens_the_tool_for_every_worker_for_that_long(make_store, transitions):
+    config = CircuitBreakerConfig(failure_threshold=5, max_recovery_timeout=300)
+    reader = make_store().create("quota", config)
+    other_worker = make_store().create("quota", config)
+    assert reader.open_for(120) == 120
+    assert other_worker.call(ok)["circuit_open"] is True and 119 < other_worker.retry_after <= 120
+    assert ("closed", "open", "retry_after") in [(c.from_state.value, c.to_state.value, c.reason) for c in transitions]
