@@ -628,7 +628,8 @@ def test_a_slow_call_rate_one_worker_sees_opens_the_tool_for_every_worker(make_s
     assert slow_worker.state is State.OPEN and 59 < slow_worker.retry_after <= 60
     calls = []
     assert other_worker.call(lambda: calls.append(1))["circuit_open"] is True and calls == []
-    assert ("closed", "open", "slow_call_rate") in [(c.from_state.value, c.to_state.value, c.reason) for c in transitions]
+    moves = [(c.from_state.value, c.to_state.value, c.reason) for c in transitions]
+    assert ("closed", "open", "slow_call_rate") in moves
 
 
 def test_a_retry_hint_one_worker_reads_opens_the_tool_for_every_worker_for_that_long(make_store, transitions):
@@ -637,4 +638,5 @@ def test_a_retry_hint_one_worker_reads_opens_the_tool_for_every_worker_for_that_
     other_worker = make_store().create("quota", config)
     assert reader.open_for(120) == 120
     assert other_worker.call(ok)["circuit_open"] is True and 119 < other_worker.retry_after <= 120
-    assert ("closed", "open", "retry_after") in [(c.from_state.value, c.to_state.value, c.reason) for c in transitions]
+    moves = [(c.from_state.value, c.to_state.value, c.reason) for c in transitions]
+    assert ("closed", "open", "retry_after") in moves
