@@ -56,8 +56,10 @@ class Actions:
 
     def patches(self, module: str, entry: str, attempt: str, kind: Kind) -> tuple[Patch, Patch]:
         """The entry (opens an action, or joins the one in progress) and the attempt (a tool patch)."""
-        opened = lambda owner, args, kwargs: SKIP if self.var.get() is not None else Action(owner, self.before(owner))  # noqa: E731
-        return context_patch(module, entry, self.var, opened, kind), tool_patch(module, attempt, kind)
+        return context_patch(module, entry, self.var, self._opened, kind), tool_patch(module, attempt, kind)
+
+    def _opened(self, owner: Any, args: tuple, kwargs: dict) -> Any:
+        return SKIP if self.var.get() is not None else Action(owner, self.before(owner))
 
     def claim(self, call: ToolCall, tool: Any = None) -> ToolCall | None:
         """``call`` for the first attempt of the action in progress, which it becomes the guarded
@@ -102,8 +104,9 @@ class RetriedAction:
     def _answered(self, instance: Any) -> Action | None:
         """The claimed action in progress, if it answers this invocation (rejected, or its own)."""
         action = self.actions.var.get()
-        claimed = action is not None and action.call is not None
-        return action if claimed and (action.rejection is not None or self.joins_action(instance)) else None  # type: ignore[union-attr]
+        if action is None or action.call is None:
+            return None
+        return action if action.rejection is not None or self.joins_action(instance) else None
 
     def _rerun(self, result: Any) -> Action | None:
         """The action in progress, if ``result`` is its rejection (its attempt runs again)."""
