@@ -14,6 +14,9 @@ framework, and each is one declaration here, built into a wrapper by
   something the framework knows there and not where a tool runs (the agent of a
   turn, the model's tool call id, "a model request is being prepared").
 
+and one minor shape, :func:`observe_patch`: a call whose result the adapter
+notes (what the framework built, for later calls), always, leaving it unchanged.
+
 A prompt or menu patch names the adapter method that amends the call (its
 ``hook``). On the arguments (the default) the hook is ``hook(instance, args,
 kwargs)`` and returns new ``(args, kwargs)``; on the result (``after=True``) it
@@ -29,13 +32,15 @@ nothing), so any adapter module may use it.
 from __future__ import annotations
 
 import contextvars
-from collections.abc import AsyncGenerator, Callable
+import types
+from collections.abc import AsyncGenerator, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, Literal, NamedTuple
 
 from otel_breaker.instrumentation.sync_context import scoped_generator
 
 Kind = Literal["sync", "async", "asyncgen", "gen"]
-Role = Literal["tool", "prompt", "menu", "context"]
+Role = Literal["tool", "prompt", "menu", "context", "observe"]
 
 #: Returned by a :func:`context_patch` value function: leave the variable as it is.
 SKIP: Any = object()
@@ -95,6 +100,13 @@ def menu_patch(
     return Patch(module, qualname, kind, "menu", hook, after)
 
 
+def observe_patch(module: str, qualname: str, hook: str, kind: Kind = "sync") -> Patch:
+    """A call whose result ``hook(instance, args, kwargs, result)`` looks at, whatever
+    the settings (to remember what the framework built); the result goes back unchanged,
+    and a failing hook is logged at debug level. For ``sync`` and ``async`` calls."""
+    return Patch(module, qualname, kind, "observe", hook, True)
+
+
 def context_patch(
     module: str,
     qualname: str,
@@ -129,7 +141,31 @@ def with_argument(args: tuple, kwargs: dict, index: int, name: str, value: Any) 
     return args, {**kwargs, name: value}
 
 
+def closure_value(fn: Any, name: str) -> Any:
+    """What the closure of function ``fn`` holds for its free variable ``name``."""
+    return fn.__closure__[fn.__code__.co_freevars.index(name)].cell_contents
+
+
+def rebind(fn: Any, name: str, value: Any) -> types.FunctionType:
+    """A copy of function ``fn`` whose free variable ``name`` holds ``value``: a framework
+    callback amended without touching the closure it shares with its maker."""
+    closure = list(fn.__closure__)
+    closure[fn.__code__.co_freevars.index(name)] = types.CellType(value)
+    return types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, tuple(closure))
+
+
 # -- context wrappers ----------------------------------------------------------------------
+
+
+@contextmanager
+def scoped(var: contextvars.ContextVar[Any], value: Any) -> Iterator[None]:
+    """``var`` set to ``value`` within the block, and back to what it was after (a fact
+    an adapter reads at one framework call for the tool calls under it)."""
+    token = var.set(value)
+    try:
+        yield
+    finally:
+        var.reset(token)
 
 
 def context_wrapper(patch: Patch) -> Callable[..., Any]:
