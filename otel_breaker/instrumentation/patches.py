@@ -14,8 +14,8 @@ framework, and each is one declaration here, built into a wrapper by
   something the framework knows there and not where a tool runs (the agent of a
   turn, the model's tool call id, "a model request is being prepared").
 
-and one minor shape, :func:`observe_patch`: a call whose result the adapter
-notes (what the framework built, for later calls), always, leaving it unchanged.
+A fifth, :func:`observe_patch`, is a call whose result the adapter only looks at
+(what the framework built, for later calls), whatever the settings.
 
 A prompt or menu patch names the adapter method that amends the call (its
 ``hook``). On the arguments (the default) the hook is ``hook(instance, args,
@@ -24,9 +24,10 @@ is ``hook(instance, args, kwargs, result)`` and returns the new result. Either
 returns None to leave the call alone, and is called only while its setting is
 on; when it raises, the call goes on unchanged (logged at debug level).
 
-This module holds the declarations and the context wrappers, which need no
-adapter; it imports nothing of ours but :mod:`.sync_context` (which imports
-nothing), so any adapter module may use it.
+This module holds the declarations, helpers for a wrapped call's arguments and
+callbacks, and the context wrappers, none of which need an adapter; it imports
+nothing of ours but :mod:`.sync_context` (which imports nothing), so any adapter
+module may use it.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ class Patch(NamedTuple):
     ``kind`` says how the wrapped callable runs (``sync``, ``async`` or
     ``asyncgen``: a call returning an async iterator; for a context patch also
     ``gen``, a call returning a generator), so the right wrapper is built without
-    inspecting it. ``role`` is which of the four shapes it is;
+    inspecting it. ``role`` is which of the shapes it is;
     ``hook``, ``after``, ``var`` and ``value`` are that shape's details (see the
     factory functions, which are the way to make one).
     """
@@ -61,9 +62,9 @@ class Patch(NamedTuple):
     qualname: str
     kind: Kind = "async"
     role: Role = "tool"
-    #: prompt/menu: the name of the adapter method that amends the call.
+    #: prompt/menu: the name of the adapter method that amends the call (observe: that looks at it).
     hook: str | None = None
-    #: prompt/menu: the hook amends the call's result rather than its arguments.
+    #: prompt/menu: the hook amends the call's result rather than its arguments (observe: always).
     after: bool = False
     #: context: the variable set for the duration of the call.
     var: contextvars.ContextVar[Any] | None = None

@@ -207,7 +207,8 @@ class SpecAdapter(FrameworkAdapter):
         """The wrapper of a prompt, menu or observe patch on the call's result."""
         hook = getattr(self, patch.hook or ("with_status" if patch.role == "prompt" else "without_open_tools"))
         enabled = {"prompt": status_in_prompt_enabled, "menu": hide_open_tools_enabled}.get(patch.role, _always)
-        what, observe = f"amend the result of {patch.qualname}", patch.role == "observe"
+        observe = patch.role == "observe"
+        what = f"{'observe' if observe else 'amend'} the result of {patch.qualname}"
 
         def amended(instance: Any, args: tuple, kwargs: dict, result: Any) -> Any:
             try:
