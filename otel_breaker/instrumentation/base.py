@@ -117,6 +117,22 @@ def nested_failure() -> bool:
     return frame is not None and bool(frame.nested)
 
 
+def note(key: str, value: Any) -> bool:
+    """Note ``(key, value)`` on the guarded call in progress (False outside one), for the
+    adapter's checks of its outcome: what the framework showed of it elsewhere (a failure
+    it turned into text, seen where it formats it, perhaps in a task of its own)."""
+    frame = _active_call.get()
+    if frame is not None:
+        frame.notes.append((key, value))
+    return frame is not None
+
+
+def noted(key: str) -> tuple[str, Any] | None:
+    """The first note ``(key, value)`` on the guarded call in progress, if any."""
+    frame = _active_call.get()
+    return next((n for n in frame.notes if n[0] == key), None) if frame is not None else None
+
+
 @contextlib.contextmanager
 def not_a_tool_call(name: str, framework: str | None = None) -> Iterator[None]:
     """Within the block, what runs is not a tool call of ours, though the framework

@@ -18,7 +18,8 @@ The identity is, in this order of preference:
 Every identity is printable and at most :data:`MAX_SOURCE_CHARS` long
 (:func:`bounded_source`). :class:`ToolSources` remembers the server of tools a
 framework made from MCP tools, for frameworks whose tool objects forget it
-(:meth:`ToolSources.remembering` wraps the function that makes them), and
+(:meth:`ToolSources.remembering` wraps the function that makes them), or links
+such a tool to its server object (:func:`link_server`), and
 :func:`noting_initialize` keeps ``serverInfo`` for sessions that drop it.
 """
 
@@ -160,6 +161,22 @@ def mcp_call(tool: str, framework: str, arguments: Any, source: str | None) -> T
         arguments=arguments,
         source=source,
     )
+
+
+_SERVER_LINK = "_otel_breaker_mcp_server"
+
+
+def link_server(tool: Any, server: Any) -> None:
+    """Link a framework's tool made from an MCP tool to its server object, weakly, for
+    frameworks whose tools forget it: the identity is read when the tool is called (the
+    server may have connected, or reconnected, since), and the link never keeps it alive."""
+    setattr(tool, _SERVER_LINK, weakref.ref(server))
+
+
+def linked_server(tool: Any) -> Any:
+    """The live server :func:`link_server` linked ``tool`` to, else None."""
+    ref = getattr(tool, _SERVER_LINK, None)
+    return ref() if ref is not None else None
 
 
 class ToolSources:

@@ -11,26 +11,21 @@ a hidden tool's call is rejected.
 from __future__ import annotations
 
 import contextvars
-import logging
-import types
-import weakref
 from contextlib import suppress
 from typing import Any
 
 from otel_breaker.classify import IGNORED_RESULT, MISTAKE
 from otel_breaker.degrade import Rejection
 from otel_breaker.identity import origin_of
-from otel_breaker.instrumentation.base import PatchTarget, agent_display_name, guarded_call
-from otel_breaker.instrumentation.mcp_identity import bounded_source, implementation_identity, server_identity
-from otel_breaker.instrumentation.patches import argument, context_patch, menu_patch, prompt_patch, tool_patch
-from otel_breaker.instrumentation.spec import SpecAdapter, status_text
+from otel_breaker.instrumentation import mcp_identity as mcp
+from otel_breaker.instrumentation.base import PatchTarget, agent_display_name, guarded_call, note, noted
+from otel_breaker.instrumentation.patches import closure_value, observe_patch, prompt_patch, rebind, tool_patch
+from otel_breaker.instrumentation.spec import SpecAdapter, argument, context_patch, menu_patch, status_text
 from otel_breaker.menu import visible_tools
 from otel_breaker.toolcall import ToolCall
 
 _INVOKE, _MCP_UTIL, _RUN_LOOP = "_invoke_function_tool_with_metadata", "agents.mcp.util", "agents.run_internal.run_loop"
-_SERVER = "_otel_breaker_mcp_server"  # on an MCP FunctionTool: its server, weakly
 _NOTE = "openai_agents.failure"  # (_NOTE, error) on the guarded call: the failure the SDK formatted
-logger = logging.getLogger("otel_breaker")
 #: The agent of the turn in progress (its breakers decide what is hidden).
 _turn_agent: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_breaker_oa_turn_agent", default=None)
 
@@ -50,14 +45,14 @@ class OpenAIAgentsAdapter(SpecAdapter):
         context_patch(_RUN_LOOP, "run_single_turn_streamed", _turn_agent, lambda _, a, k: _agent(a, k, 1)),
         menu_patch(_RUN_LOOP, "get_response_with_retry"),
         menu_patch(_RUN_LOOP, "stream_response_with_retry"),
+        observe_patch(_MCP_UTIL, "MCPUtil.to_function_tool", "_mcp_tool"),  # links an MCP tool to its server
     )
     modules = ("agents.tool", "agents.run_internal.tool_execution", "agents.agent", _MCP_UTIL, _RUN_LOOP)
 
     def targets(self) -> list[PatchTarget]:
         return [
-            *super().targets(),  # + the failure formatter (looked up in agents.tool), and where MCP tools are made
+            *super().targets(),  # + the failure formatter (looked up in agents.tool)
             PatchTarget("agents.tool", "maybe_invoke_function_tool_failure_error_function", self._failure_hook),
-            PatchTarget(_MCP_UTIL, "MCPUtil.to_function_tool", self._mcp_tool),
         ]
 
     def without_open_tools(self, instance: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
@@ -66,14 +61,11 @@ class OpenAIAgentsAdapter(SpecAdapter):
         key = "get_stream" if "get_stream" in kwargs else "get_response"
         if (fn := kwargs.get(key)) is None or (agent := _turn_agent.get()) is None:
             return None
-        closure, index = list(fn.__closure__), fn.__code__.co_freevars.index("all_tools")
         name_of = lambda t: t.name if type(t).__name__ == "FunctionTool" and isinstance(t.name, str) else None  # noqa: E731
-        tools = closure[index].cell_contents  # only function tools are guarded, so only they leave
+        tools = closure_value(fn, "all_tools")  # only function tools are guarded, so only they leave
         if (kept := visible_tools(tools, name_of, lambda tool: mcp_source(tool, agent), agent=agent)) is tools:
             return None
-        closure[index] = types.CellType(list(kept))
-        fn = types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, tuple(closure))
-        return args, {**kwargs, key: fn}
+        return args, {**kwargs, key: rebind(fn, "all_tools", list(kept))}
 
     def system_prompt(self, instance: Any, args: tuple, kwargs: dict, prompt: Any) -> Any:
         """With the status block of the agent the program made (tools run with it, not the Runner's copy)."""
@@ -81,25 +73,18 @@ class OpenAIAgentsAdapter(SpecAdapter):
 
         return status_text(prompt, get_public_agent(instance)) if prompt is None or isinstance(prompt, str) else None
 
-    def _mcp_tool(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        """Remember the server an MCP tool was built for, on the ``FunctionTool`` itself."""
-        function_tool = wrapped(*args, **kwargs)
-        try:
-            server = kwargs.get("server") or next(a for a in args if hasattr(a, "call_tool") and hasattr(a, "name"))
-            setattr(function_tool, _SERVER, weakref.ref(server))
-        except Exception:
-            logger.debug("otel-breaker: openai_agents: could not tell an MCP tool's server", exc_info=True)
-        return function_tool
+    def _mcp_tool(self, instance: Any, args: tuple, kwargs: dict, function_tool: Any) -> None:
+        mcp.link_server(function_tool, argument(args, kwargs, 1, "server"))
 
     async def _failure_hook(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         """Note the exception the SDK is about to turn into text on the guarded call it ends (a
         mutable frame, seen from the task the SDK may run the tool in too); bad arguments: neither outcome."""
         with suppress(Exception):  # bookkeeping must never disturb the SDK's error handling
-            call, error = (frame := guarded_call()).call, kwargs.get("error")  # type: ignore[union-attr]
-            ours = (call.framework, call.tool) == (self.name, kwargs["function_tool"].name) and _noted() is None
+            call, error = guarded_call().call, kwargs.get("error")  # type: ignore[union-attr]
+            ours = (call.framework, call.tool) == (self.name, kwargs["function_tool"].name) and noted(_NOTE) is None
             if ours and call.call_id in (None, getattr(kwargs.get("context"), "tool_call_id", None)):
                 failure = IGNORED_RESULT if _invalid_arguments(error) else type(error).__name__
-                frame.notes.append((_NOTE, failure if isinstance(error, Exception) else None))
+                note(_NOTE, failure if isinstance(error, Exception) else None)
         return await wrapped(*args, **kwargs)
 
     def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
@@ -114,11 +99,11 @@ class OpenAIAgentsAdapter(SpecAdapter):
     def result_error(self, call: ToolCall, result: Any) -> str | None:
         # Unless the hook saw it: the SDK's default texts (a tool timeout, a failure formatted before).
         default = "tool_error" if getattr(result, "is_sdk_generated_error", False) else None
-        return noted[1] if (noted := _noted()) is not None else default
+        return seen[1] if (seen := noted(_NOTE)) is not None else default
 
     def result_hint(self, call: ToolCall, result: Any) -> str | None:
         """The SDK's text for arguments the schema refused (the failure hook saw them)."""
-        return MISTAKE if _noted() == (_NOTE, IGNORED_RESULT) else None
+        return MISTAKE if noted(_NOTE) == (_NOTE, IGNORED_RESULT) else None
 
     def exception_hint(self, call: ToolCall, exc: BaseException) -> str | None:
         """Bad arguments raised (a tool without a failure-error function): the model's mistake."""
@@ -128,11 +113,6 @@ class OpenAIAgentsAdapter(SpecAdapter):
         from agents.tool import _FunctionToolInvocationResult  # its error text bypasses the output schema
 
         return _FunctionToolInvocationResult(info.message, is_sdk_generated_error=True)
-
-
-def _noted() -> tuple[str, str | None] | None:
-    frame = guarded_call()
-    return next((n for n in frame.notes if n[0] == _NOTE), None) if frame is not None else None
 
 
 def _invalid_arguments(error: Any) -> bool:
@@ -146,8 +126,7 @@ def mcp_source(function_tool: Any, agent: Any = None) -> str | None:
     for other tools: the server the SDK built it for, else the agent's one its binding names."""
     if (binding := getattr(function_tool, "_mcp_tool_binding", None)) is None:
         return None
-    server = ref() if (ref := getattr(function_tool, _SERVER, None)) is not None else None
-    if server is None:
+    if (server := mcp.linked_server(function_tool)) is None:
         from agents.mcp.util import get_mcp_server_log_name as log_name
 
         named = [s for s in getattr(agent, "mcp_servers", None) or () if log_name(s.name) == binding[0]]
@@ -155,8 +134,8 @@ def mcp_source(function_tool: Any, agent: Any = None) -> str | None:
             return None
         server = named[0]
     info = getattr(getattr(server, "server_initialize_result", None), "server_info", None)
-    identity = server_identity(getattr(server, "session", None)) or implementation_identity(info)
-    return identity if identity is not None else bounded_source(f"mcp:{binding[0]}")
+    identity = mcp.server_identity(getattr(server, "session", None)) or mcp.implementation_identity(info)
+    return identity if identity is not None else mcp.bounded_source(f"mcp:{binding[0]}")
 
 
 def _session_id(context: Any) -> str | None:

@@ -14,6 +14,9 @@ framework, and each is one declaration here, built into a wrapper by
   something the framework knows there and not where a tool runs (the agent of a
   turn, the model's tool call id, "a model request is being prepared").
 
+A fifth, :func:`observe_patch`, is a call whose result the adapter only looks at
+(what the framework built, for later calls), whatever the settings.
+
 A prompt or menu patch names the adapter method that amends the call (its
 ``hook``). On the arguments (the default) the hook is ``hook(instance, args,
 kwargs)`` and returns new ``(args, kwargs)``; on the result (``after=True``) it
@@ -21,21 +24,24 @@ is ``hook(instance, args, kwargs, result)`` and returns the new result. Either
 returns None to leave the call alone, and is called only while its setting is
 on; when it raises, the call goes on unchanged (logged at debug level).
 
-This module holds the declarations and the context wrappers, which need no
-adapter; it imports nothing of ours but :mod:`.sync_context` (which imports
-nothing), so any adapter module may use it.
+This module holds the declarations, helpers for a wrapped call's arguments and
+callbacks, and the context wrappers, none of which need an adapter; it imports
+nothing of ours but :mod:`.sync_context` (which imports nothing), so any adapter
+module may use it.
 """
 
 from __future__ import annotations
 
 import contextvars
-from collections.abc import AsyncGenerator, Callable
+import types
+from collections.abc import AsyncGenerator, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, Literal, NamedTuple
 
 from otel_breaker.instrumentation.sync_context import scoped_generator
 
 Kind = Literal["sync", "async", "asyncgen", "gen"]
-Role = Literal["tool", "prompt", "menu", "context"]
+Role = Literal["tool", "prompt", "menu", "context", "observe"]
 
 #: Returned by a :func:`context_patch` value function: leave the variable as it is.
 SKIP: Any = object()
@@ -47,7 +53,7 @@ class Patch(NamedTuple):
     ``kind`` says how the wrapped callable runs (``sync``, ``async`` or
     ``asyncgen``: a call returning an async iterator; for a context patch also
     ``gen``, a call returning a generator), so the right wrapper is built without
-    inspecting it. ``role`` is which of the four shapes it is;
+    inspecting it. ``role`` is which of the shapes it is;
     ``hook``, ``after``, ``var`` and ``value`` are that shape's details (see the
     factory functions, which are the way to make one).
     """
@@ -56,9 +62,9 @@ class Patch(NamedTuple):
     qualname: str
     kind: Kind = "async"
     role: Role = "tool"
-    #: prompt/menu: the name of the adapter method that amends the call.
+    #: prompt/menu: the name of the adapter method that amends the call (observe: that looks at it).
     hook: str | None = None
-    #: prompt/menu: the hook amends the call's result rather than its arguments.
+    #: prompt/menu: the hook amends the call's result rather than its arguments (observe: always).
     after: bool = False
     #: context: the variable set for the duration of the call.
     var: contextvars.ContextVar[Any] | None = None
@@ -95,6 +101,13 @@ def menu_patch(
     return Patch(module, qualname, kind, "menu", hook, after)
 
 
+def observe_patch(module: str, qualname: str, hook: str, kind: Kind = "sync") -> Patch:
+    """A call whose result ``hook(instance, args, kwargs, result)`` looks at, whatever
+    the settings (to remember what the framework built); the result goes back unchanged,
+    and a failing hook is logged at debug level. For ``sync`` and ``async`` calls."""
+    return Patch(module, qualname, kind, "observe", hook, True)
+
+
 def context_patch(
     module: str,
     qualname: str,
@@ -129,7 +142,31 @@ def with_argument(args: tuple, kwargs: dict, index: int, name: str, value: Any) 
     return args, {**kwargs, name: value}
 
 
+def closure_value(fn: Any, name: str) -> Any:
+    """What the closure of function ``fn`` holds for its free variable ``name``."""
+    return fn.__closure__[fn.__code__.co_freevars.index(name)].cell_contents
+
+
+def rebind(fn: Any, name: str, value: Any) -> types.FunctionType:
+    """A copy of function ``fn`` whose free variable ``name`` holds ``value``: a framework
+    callback amended without touching the closure it shares with its maker."""
+    closure = list(fn.__closure__)
+    closure[fn.__code__.co_freevars.index(name)] = types.CellType(value)
+    return types.FunctionType(fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, tuple(closure))
+
+
 # -- context wrappers ----------------------------------------------------------------------
+
+
+@contextmanager
+def scoped(var: contextvars.ContextVar[Any], value: Any) -> Iterator[None]:
+    """``var`` set to ``value`` within the block, and back to what it was after (a fact
+    an adapter reads at one framework call for the tool calls under it)."""
+    token = var.set(value)
+    try:
+        yield
+    finally:
+        var.reset(token)
 
 
 def context_wrapper(patch: Patch) -> Callable[..., Any]:

@@ -1,7 +1,7 @@
-"""Microsoft Semantic Kernel: a plugin function's method runs in ``KernelFunctionFromMethod._invoke_internal``,
-inside the kernel's own ``execute_tool`` span (auto function calling, ``Kernel.invoke``, ``await function(kernel)``):
-guarded there as ``Plugin-function``; a rejection is the method's ``FunctionResult`` holding the text. Arguments
-the method cannot take, and the unknown names and missing or unexpected arguments ``Kernel.invoke_function_call``
+"""Microsoft Semantic Kernel: every way of calling a plugin function (auto function calling, ``Kernel.invoke``,
+``await function(kernel)``) runs its method in ``KernelFunctionFromMethod._invoke_internal``, inside the kernel's
+``execute_tool`` span: guarded there, as ``Plugin-function``; a rejection is the method's ``FunctionResult``
+holding the text. Arguments it cannot take, and the unknown names and bad arguments ``Kernel.invoke_function_call``
 answers itself, are the model's mistakes (for the loop guard); prompt functions are model calls, left unguarded.
 In a ``ChatCompletionAgent`` run the status block and the menu are refreshed after each call.
 """
@@ -11,25 +11,22 @@ from __future__ import annotations
 import contextvars
 import logging
 from contextlib import suppress
-from functools import partial
 from traceback import walk_tb
 from types import SimpleNamespace
 from typing import Any
 
 from otel_breaker.classify import CONTROL, MISTAKE
-from otel_breaker.degrade import Rejection
 from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation.base import PatchTarget, agent_display_name, not_a_tool_call
-from otel_breaker.instrumentation.patches import argument, context_patch, menu_patch, prompt_patch, tool_patch
+from otel_breaker.instrumentation.patches import menu_patch, observe_patch, prompt_patch, scoped, tool_patch
 from otel_breaker.instrumentation.refusals import arun, mark_reached
-from otel_breaker.instrumentation.spec import SpecAdapter, status_text
+from otel_breaker.instrumentation.spec import SpecAdapter, argument, context_patch, status_text
 from otel_breaker.menu import hide_open_tools_enabled, visible_tools
 from otel_breaker.toolcall import ToolCall
 
 logger = logging.getLogger("otel_breaker")
 _SK, _AGENT = "semantic_kernel.", "semantic_kernel.agents.chat_completion.chat_completion_agent"
-_CHOICE = "semantic_kernel.connectors.ai.function_choice_behavior"
-_FILTERS = "semantic_kernel.filters.kernel_filters_extension"
+_CHOICE, _FILTERS = _SK + "connectors.ai.function_choice_behavior", _SK + "filters.kernel_filters_extension"
 # The agent whose run step is executing, the chat history that run built, and how its
 # model calls' function choice was configured (to configure it again after each call).
 _run: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_breaker_sk_run", default=None)
@@ -45,13 +42,13 @@ class SemanticKernelAdapter(SpecAdapter):
         context_patch(_AGENT, "ChatCompletionAgent.invoke_stream", _run, _new_run, "asyncgen"),
         prompt_patch("semantic_kernel.agents.agent", "Agent.format_instructions", hook="instructions", after=True),
         menu_patch(_CHOICE, "FunctionChoiceBehavior._check_and_get_config", hook="offered", after=True),
+        observe_patch(_AGENT, "ChatCompletionAgent._prepare_agent_chat_history", "_history", "async"),
     )
 
     def targets(self) -> list[PatchTarget]:
         return [
             *super().targets(),
             PatchTarget(_SK + "functions.kernel_function", "KernelFunction.invoke", self._invoke),
-            PatchTarget(_AGENT, "ChatCompletionAgent._prepare_agent_chat_history", self._history),
             PatchTarget(_SK + "kernel", "Kernel.invoke_function_call", self._function_call),
             # Built once the kernel accepted a function call: one it never built was refused.
             PatchTarget(_FILTERS, "KernelFilterExtension.construct_call_stack", mark_reached),
@@ -77,28 +74,20 @@ class SemanticKernelAdapter(SpecAdapter):
             context.result = FunctionResult(function=wrapped.__self__.metadata, value=result)
 
     def exception_hint(self, call: ToolCall, exc: BaseException) -> str | None:
-        """Arguments the method cannot take (``gather_function_parameters`` raised): a mistake; a cancellation:
-        control flow."""
+        """Arguments the method refused (``gather_function_parameters`` raised): a mistake; a cancellation: control."""
         if any(frame.f_code.co_name == "gather_function_parameters" for frame, _ in walk_tb(exc.__traceback__)):
             return MISTAKE
         return CONTROL if type(exc).__name__ == "OperationCancelledException" else None
 
-    def rejection(self, call: ToolCall, info: Rejection) -> Any:
-        return info.message  # run_async makes it the FunctionResult the kernel reads
-
     async def _invoke(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        """A prompt function is a model call (its ``execute_tool`` span is not a tool's); a
-        plugin function's call id comes in the invocation's metadata."""
+        """A prompt function is a model call (its ``execute_tool`` span no tool's); a call id comes in the metadata."""
         if getattr(instance, "is_prompt", False):
             with not_a_tool_call(instance.fully_qualified_name, self.name):
                 return await wrapped(*args, **kwargs)
         metadata = argument(args, kwargs, 2, "metadata")
         call_id = metadata.get("id") if isinstance(metadata, dict) else None
-        token = _call_id.set(call_id if isinstance(call_id, str) else None)
-        try:
+        with scoped(_call_id, call_id if isinstance(call_id, str) else None):
             return await wrapped(*args, **kwargs)
-        finally:
-            _call_id.reset(token)
 
     async def _function_call(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         """Through the loop guard, a call the kernel may refuse; then the run's menu and status refreshed."""
@@ -110,9 +99,13 @@ class SemanticKernelAdapter(SpecAdapter):
             answer = FunctionResultContent.from_function_call_content_and_result(function_call, text)
             history.add_message(message=answer.to_chat_message_content())
 
+        def answered() -> str | None:  # the text of the kernel's answer just added
+            with suppress(Exception):
+                return str(history.messages[-1].items[-1].result)
+            return None
+
         if (refusal := self.safe_tool_call(lambda: self._refusable(instance, function_call))) is None:
             return self._after_call(history, await wrapped(*args, **kwargs))
-        answered = partial(_last_result, history)
         return self._after_call(history, await arun(self.guard, *refusal, reject, answered, wrapped, args, kwargs))
 
     def _refusable(self, kernel: Any, function_call: Any) -> tuple[ToolCall, bool]:
@@ -125,11 +118,9 @@ class SemanticKernelAdapter(SpecAdapter):
             arguments = function_call.to_kernel_arguments()
         return self._call(function_call.name, arguments), unknown
 
-    async def _history(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        history = await wrapped(*args, **kwargs)
+    def _history(self, instance: Any, args: tuple, kwargs: dict, history: Any) -> None:
         if (run := _run.get()) is not None and run.agent is instance:
             run.history = history  # built for this run: its system message may be refreshed
-        return history
 
     def instructions(self, instance: Any, args: tuple, kwargs: dict, text: Any) -> str | None:
         return status_text(text, instance) if text is None or isinstance(text, str) else None
@@ -146,23 +137,13 @@ class SemanticKernelAdapter(SpecAdapter):
         return wrapped(*args, **kwargs)
 
     def _after_call(self, history: Any, result: Any) -> Any:
-        if (run := _run.get()) is None:
-            return result
-        try:
-            if run.configure is not None and hide_open_tools_enabled():
-                run.configure()
-            first = history.messages[0] if history is run.history and history.messages else None
-            system = first is not None and getattr(first.role, "value", first.role) == "system"
-            if system and (new := status_text(first.content, run.agent)):
-                first.content = new
-        except Exception:
-            logger.debug("otel-breaker: semantic_kernel: menu or status block not refreshed", exc_info=True)
+        if (run := _run.get()) is not None:
+            try:
+                if run.configure is not None and hide_open_tools_enabled():
+                    run.configure()
+                messages = history.messages if history is run.history else ()  # AuthorRole is a str enum
+                if messages and messages[0].role == "system" and (new := status_text(messages[0].content, run.agent)):
+                    messages[0].content = new
+            except Exception:
+                logger.debug("otel-breaker: semantic_kernel: menu or status block not refreshed", exc_info=True)
         return result
-
-
-def _last_result(history: Any) -> str | None:
-    """The text of the kernel's answer just added to ``history``."""
-    try:
-        return str(history.messages[-1].items[-1].result)
-    except Exception:
-        return None

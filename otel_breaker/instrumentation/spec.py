@@ -8,8 +8,8 @@ An adapter built on :class:`SpecAdapter` states
   extras test all read it;
 * ``patches``: what to wrap, declared with :mod:`otel_breaker.instrumentation.patches`
   (:func:`tool_patch`, :func:`prompt_patch`, :func:`menu_patch`,
-  :func:`context_patch`), each a module, a qualname and how it runs (``sync``,
-  ``async`` or ``asyncgen``);
+  :func:`context_patch`, :func:`observe_patch`), each a module, a qualname and
+  how it runs (``sync``, ``async`` or ``asyncgen``);
 * ``describe(instance, args, kwargs) -> ToolCall | None``: who calls which tool;
 * optionally ``is_neutral(exc)``: exceptions a tool raises that are control flow
   or the caller's mistake (neither failure nor success), and
@@ -49,6 +49,7 @@ from otel_breaker.instrumentation.patches import (  # noqa: F401 - the declarati
     context_patch,
     context_wrapper,
     menu_patch,
+    observe_patch,
     prompt_patch,
     tool_patch,
     with_argument,
@@ -186,7 +187,7 @@ class SpecAdapter(FrameworkAdapter):
     def _wrapper(self, patch: Patch) -> Callable[..., Any]:
         if patch.role == "context":
             return context_wrapper(patch)
-        if patch.role in ("prompt", "menu"):
+        if patch.role in ("prompt", "menu", "observe"):
             if patch.after:
                 return self._after_wrapper(patch)
             if patch.role == "prompt" and patch.hook in (None, "with_status"):
@@ -203,10 +204,11 @@ class SpecAdapter(FrameworkAdapter):
         return {"sync": self._tool_sync, "async": self._tool_async, "asyncgen": self._tool_stream}[patch.kind]
 
     def _after_wrapper(self, patch: Patch) -> Callable[..., Any]:
-        """The wrapper of a prompt or menu patch on the call's result."""
+        """The wrapper of a prompt, menu or observe patch on the call's result."""
         hook = getattr(self, patch.hook or ("with_status" if patch.role == "prompt" else "without_open_tools"))
-        enabled = status_in_prompt_enabled if patch.role == "prompt" else hide_open_tools_enabled
-        what = f"amend the result of {patch.qualname}"
+        enabled = {"prompt": status_in_prompt_enabled, "menu": hide_open_tools_enabled}.get(patch.role, _always)
+        observe = patch.role == "observe"
+        what = f"{'observe' if observe else 'amend'} the result of {patch.qualname}"
 
         def amended(instance: Any, args: tuple, kwargs: dict, result: Any) -> Any:
             try:
@@ -214,7 +216,7 @@ class SpecAdapter(FrameworkAdapter):
             except Exception:
                 logger.debug("otel-breaker: %s: could not %s", self.name, what, exc_info=True)
                 return result
-            return result if new is None else new
+            return result if new is None or observe else new
 
         if patch.kind == "async":
 
@@ -339,6 +341,10 @@ class SpecAdapter(FrameworkAdapter):
             amended = None
             logger.debug("otel-breaker: %s: could not %s", self.name, what, exc_info=True)
         return (args, kwargs) if amended is None else amended
+
+
+def _always() -> bool:
+    return True
 
 
 def _around(outer: Callable[..., Any], inner: Callable[..., Any]) -> Callable[..., Any]:

@@ -14,7 +14,7 @@ import wrapt
 from otel_breaker import CircuitBreakerConfig, State, ToolCall, get_circuit_breaker
 from otel_breaker.guard import IGNORED_RESULT
 from otel_breaker.instrumentation import ADAPTERS, BreakerInstrumentor, normalize_framework
-from otel_breaker.instrumentation.base import DidNotEnable, FrameworkAdapter, PatchTarget
+from otel_breaker.instrumentation.base import DidNotEnable, FrameworkAdapter, PatchTarget, note, noted
 
 FRAMEWORK_SOURCE = """
 class Tool:
@@ -282,3 +282,23 @@ def test_version_ranges_read_as_packaging_reads_them(version, specifiers):
     from otel_breaker.instrumentation.patch import version_in_range
 
     assert version_in_range(version, specifiers) is (Version(version) in SpecifierSet(specifiers))
+
+
+def test_notes_belong_to_the_guarded_call_in_progress(toyframework):
+    """An adapter notes what the framework showed of a call elsewhere; its checks read the first note of a key."""
+    seen = []
+
+    class Noting(ToyAdapter):
+        def result_error(self, call, result):
+            seen.append((noted("failure"), noted("other")))
+            return None
+
+    adapter = Noting()
+    adapter.patch()
+    try:
+        tool = toyframework.Tool("noting", lambda: note("failure", "ValueError") and note("failure", "later"))
+        assert tool.run() is True
+    finally:
+        adapter.unpatch()
+    assert seen and set(seen) == {(("failure", "ValueError"), None)}
+    assert not note("failure", "outside") and noted("failure") is None  # no guarded call: nothing kept

@@ -16,10 +16,14 @@ from otel_breaker.degrade import STATUS_HEADER
 from otel_breaker.instrumentation.patches import (
     SKIP,
     argument,
+    closure_value,
     context_patch,
     context_wrapper,
     menu_patch,
+    observe_patch,
     prompt_patch,
+    rebind,
+    scoped,
     tool_patch,
 )
 from otel_breaker.instrumentation.spec import SpecAdapter, status_text
@@ -73,6 +77,14 @@ class Workbench:
 
 def instructions(agent):
     return "Be brief."
+
+
+class Factory:
+    def make(self, name):
+        return Tool(name, lambda x: x)
+
+    async def amake(self, name):
+        return Tool(name, lambda x: x)
 """
 
 _agent: contextvars.ContextVar = contextvars.ContextVar("test_patches_agent", default=None)
@@ -95,11 +107,14 @@ class Toy(SpecAdapter):
         menu_patch("patchframework", "Workbench.listing", "sync", "visible", after=True),
         menu_patch("patchframework", "Workbench.alisting", "async", "visible", after=True),
         prompt_patch("patchframework", "instructions", "sync", "block", after=True),
+        observe_patch("patchframework", "Factory.make", "made"),
+        observe_patch("patchframework", "Factory.amake", "made", "async"),
     )
 
     def __init__(self) -> None:
         super().__init__()
         self.seen: list = []
+        self.observed: list = []
         self.broken = False
 
     def describe(self, instance, args, kwargs):
@@ -112,6 +127,12 @@ class Toy(SpecAdapter):
             raise RuntimeError("hook bug")
         kept = visible_tools(result, lambda name: name, agent="a1")
         return None if kept is result else kept
+
+    def made(self, instance, args, kwargs, result):
+        if self.broken:
+            raise RuntimeError("hook bug")
+        self.observed.append(result.name)
+        return "not the result"
 
     def block(self, instance, args, kwargs, result):
         return status_text(result, argument(args, kwargs, 0, "agent"))
@@ -218,3 +239,40 @@ def test_context_patch_value_may_be_awaited():
     assert asyncio.run(context_wrapper(context_patch("m", "f", _agent, named))(call, "a4", (1,), {})) == 1
     assert asyncio.run(context_wrapper(context_patch("m", "f", _agent, failing))(call, "a5", (2,), {})) == 2
     assert seen == ["a4", None] and _agent.get() is None
+
+
+def test_observe_patch_sees_every_result_and_never_changes_it(framework):
+    module, adapter = framework
+    factory = module.Factory()
+    made, amade = factory.make("a"), asyncio.run(factory.amake("b"))
+    assert isinstance(made, module.Tool) and isinstance(amade, module.Tool)  # what the hook returns is ignored
+    assert adapter.observed == ["a", "b"]  # no setting asked for it
+    adapter.broken = True  # a failing hook leaves the call as it was
+    assert factory.make("c").name == "c" and adapter.observed == ["a", "b"]
+    adapter.unpatch()
+    factory.make("d")
+    assert adapter.observed == ["a", "b"]
+
+
+def test_rebind_copies_a_function_with_one_free_variable_changed():
+    def maker(items, suffix):
+        def listing():
+            return [item + suffix for item in items]
+
+        return listing
+
+    listing = maker(["a", "b"], "!")
+    fewer = rebind(listing, "items", ["b"])
+    assert closure_value(listing, "items") == ["a", "b"] and closure_value(fewer, "items") == ["b"]
+    assert fewer() == ["b!"] and listing() == ["a!", "b!"]  # the original's closure is untouched
+    with pytest.raises(ValueError):
+        rebind(listing, "missing", [])
+
+
+def test_scoped_sets_a_variable_for_the_block_only():
+    with scoped(_agent, "a6"):
+        assert _agent.get() == "a6"
+        with pytest.raises(RuntimeError), scoped(_agent, "a7"):
+            raise RuntimeError("inside")
+        assert _agent.get() == "a6"
+    assert _agent.get() is None

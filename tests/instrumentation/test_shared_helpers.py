@@ -5,6 +5,7 @@ through sync generators and worker threads (no framework needed)."""
 from __future__ import annotations
 
 import contextvars
+import gc
 import json
 import logging
 import threading
@@ -26,7 +27,7 @@ from otel_breaker.instrumentation.chat_messages import (
     with_content_text,
     with_part_text,
 )
-from otel_breaker.instrumentation.mcp_identity import ToolSources
+from otel_breaker.instrumentation.mcp_identity import ToolSources, link_server, linked_server
 from otel_breaker.instrumentation.mistakes import wrong_arguments
 from otel_breaker.instrumentation.spec import MessageDialect, insert_status_block
 from otel_breaker.instrumentation.sync_context import decorator_in_caller_context, scoped_generator
@@ -135,6 +136,21 @@ def test_tool_sources_remembering_keeps_the_server_a_made_tool_came_from(caplog)
     with caplog.at_level(logging.DEBUG, logger="otel_breaker"):
         assert isinstance(broken(lambda: Made(), None, (), {}), Made)  # the tool is made either way
     assert "could not tell an MCP tool's server" in caplog.text
+
+
+def test_a_linked_server_is_found_while_it_lives_and_not_kept_alive():
+    class Made:
+        pass
+
+    class Server:
+        pass
+
+    tool, server = Made(), Server()
+    link_server(tool, server)
+    assert linked_server(tool) is server and linked_server(Made()) is None
+    del server
+    gc.collect()
+    assert linked_server(tool) is None
 
 
 def test_content_text_of_strings_and_parts():
