@@ -113,10 +113,10 @@ class Frameworks:
         """Load ``name``'s adapter (and hook its patch modules) once its framework is imported."""
         from otel_breaker.instrumentation.post_import import when_imported
 
+        # A hook on a framework that is not installed costs nothing and never fires; whether
+        # it is installed is asked only when the status is read (:meth:`status`), not at
+        # start, where looking for twenty packages on the path costs milliseconds.
         tops = FRAMEWORK_IMPORTS.get(name, ())
-        if not any(_findable(top) for top in tops):
-            self._status[name] = "skipped: not installed"
-            return
         with self._lock:
             self._watching = True
             self._status.setdefault(name, "waiting for import")
@@ -231,7 +231,11 @@ class Frameworks:
     def status(self) -> dict[str, str]:
         """Per framework: active (with patch points), waiting for import, or skipped and why."""
         with self._lock:
-            return dict(self._status)
+            status = dict(self._status)
+        for name, text in status.items():
+            if text == "waiting for import" and not any(_findable(top) for top in FRAMEWORK_IMPORTS.get(name, ())):
+                status[name] = "skipped: not installed"
+        return status
 
     def adapters(self) -> dict[str, FrameworkAdapter]:
         with self._lock:
