@@ -36,7 +36,7 @@ def autostart() -> None:
     if _started:
         return
     _started = True
-    from otel_breaker.instrumentation import settings_needed_now
+    from otel_breaker.instrumentation.frameworks import settings_needed_now
 
     settings = None
     if settings_needed_now():
@@ -47,7 +47,7 @@ def autostart() -> None:
             return
     if "otel_breaker" in {n.strip() for n in os.environ.get("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "").split(",")}:
         return
-    from otel_breaker.instrumentation import FRAMEWORKS
+    from otel_breaker.instrumentation.frameworks import FRAMEWORKS
 
     if settings is not None and settings.status_addr:  # the status server (http.server, threads) only when asked for
         from otel_breaker import status_server

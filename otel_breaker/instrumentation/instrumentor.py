@@ -15,8 +15,8 @@ from typing import Any
 
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 
-from otel_breaker.instrumentation import ADAPTERS, FRAMEWORKS, load_adapter_class
 from otel_breaker.instrumentation.base import FrameworkAdapter
+from otel_breaker.instrumentation.frameworks import ADAPTERS, FRAMEWORKS, load_adapter_class
 
 
 def requirements() -> dict[str, str]:
