@@ -213,25 +213,17 @@ def context_wrapper(patch: Patch) -> Callable[..., Any]:
 
         return run_async
 
-    if patch.kind == "gen":
+    # A generator (``gen``) or an async generator (``asyncgen``): the variable is set around each step.
+    scoped, step = (scoped_generator, "send") if patch.kind == "gen" else (scoped_steps, "asend")
 
-        def steps(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-            current = read(instance, args, kwargs)
-            gen = wrapped(*args, **kwargs)
-            if current is SKIP or not hasattr(gen, "send"):
-                return gen
-            return scoped_generator(gen, var, current)
-
-        return steps
-
-    def stream(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    def steps(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         current = read(instance, args, kwargs)
-        agen = wrapped(*args, **kwargs)
-        if current is SKIP or not hasattr(agen, "asend"):
-            return agen
-        return scoped_steps(agen, var, current)
+        iterator = wrapped(*args, **kwargs)
+        if current is SKIP or not hasattr(iterator, step):
+            return iterator
+        return scoped(iterator, var, current)
 
-    return stream
+    return steps
 
 
 async def scoped_steps(agen: Any, var: contextvars.ContextVar[Any], value: Any) -> AsyncGenerator[Any, Any]:
