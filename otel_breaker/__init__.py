@@ -115,7 +115,8 @@ def _load_call_path() -> None:
 
 _listeners.add_global_listener(_health_checks)
 _listeners.CALL_PATH_LOADER.append(_load_call_path)
-_loglines.install()  # every line of our log bounded, whatever a message quotes
+if "logging" in sys.modules:  # else at the logger's first use, or when the call path loads
+    _loglines.install()  # every line of our log bounded, whatever a message quotes
 
 __all__ = [
     "PRESETS",

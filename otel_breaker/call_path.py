@@ -37,6 +37,7 @@ from otel_breaker.call_steps import (
     steps,
 )
 from otel_breaker.classify import FAILURE, IGNORED, SUCCESS, UPSTREAM_MARK
+from otel_breaker.loglines import install as _bounded_log_lines
 from otel_breaker.registry import BreakerRegistry, default_registry
 from otel_breaker.telemetry import TELEMETRY
 from otel_breaker.toolcall import ToolCall
@@ -44,6 +45,8 @@ from otel_breaker.toolcall import ToolCall
 # Where a provider appears when one exists (telemetry's slots): while every one holds
 # None nobody watches, and the quick route applies. Read inline: read on every call.
 (_w1, _k1), (_w2, _k2), (_w3, _k3), (_w4, _k4) = TELEMETRY.watch_slots()
+
+_bounded_log_lines()  # from the first call on, every module may log: each line bounded
 
 
 #: ``CallPath.observe`` without an output to judge.

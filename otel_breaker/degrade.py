@@ -14,9 +14,9 @@ result, not only its texts.
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from otel_breaker.loglines import logger
 from otel_breaker.rejection import (
     EscalationHook,
     Rejection,
@@ -42,7 +42,6 @@ if TYPE_CHECKING:
     from otel_breaker.fallback import acall_with_fallback, call_with_fallback
     from otel_breaker.registry import BreakerRegistry
 
-logger = logging.getLogger("otel_breaker")
 
 __all__ = [
     "STATUS_HEADER",

@@ -7,13 +7,13 @@ Every field a model reads goes through :mod:`otel_breaker.sanitize`.
 
 from __future__ import annotations
 
-import logging
 import math
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from otel_breaker.listeners import add_follow_listener, add_global_listener
+from otel_breaker.loglines import logger
 from otel_breaker.sanitize import MAX_ALTERNATIVES, optional_name, safe_name, sanitize
 from otel_breaker.toolcall import ToolCall
 
@@ -22,8 +22,6 @@ if TYPE_CHECKING:
 
 # The state machine is loaded with the first breaker, not with this module: adapters
 # import the rejection's type when a framework is imported, before any call.
-
-logger = logging.getLogger("otel_breaker")
 
 
 class CachedRejection(NamedTuple):

@@ -23,7 +23,6 @@ This module is stdlib only and imports nothing from the package.
 from __future__ import annotations
 
 import re
-import traceback
 from typing import Any
 
 from otel_breaker.patterns import LazyPattern
@@ -167,6 +166,8 @@ def exception_stacktrace(exc: BaseException, limit: int = MAX_STACKTRACE_CHARS) 
     """The formatted traceback of ``exc`` for a span: secrets masked, capped to its
     last ``limit`` characters (the innermost frames and the message)."""
     try:
+        import traceback  # loaded with the first stack trace kept, not with the package
+
         text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     except Exception:
         text = f"{type(exc).__qualname__}"

@@ -26,9 +26,13 @@ from otel_breaker.config.values import (
     parse_upstreams,
     validate_tool_name,
 )
+from otel_breaker.loglines import install as _bounded_log_lines
 
 _lock = threading.Lock()
 _settings: Settings | None = None
+
+
+_bounded_log_lines()  # a bad setting is logged in one bounded line
 
 
 def _reinit_after_fork() -> None:

@@ -17,13 +17,12 @@ exporter variables unset.
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 from collections.abc import Mapping
 from typing import Any
 
-logger = logging.getLogger("otel_breaker")
+from otel_breaker.loglines import logger
 
 _started = False
 _sdk_lock = threading.Lock()

@@ -13,13 +13,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
-import logging
 import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from otel_breaker.classify import IGNORED_RESULT
 from otel_breaker.instrumentation.patch import distribution_version, make_wrapper, version_in_range
+from otel_breaker.loglines import logger
 
 if TYPE_CHECKING:
     from otel_breaker.degrade import Rejection
@@ -33,8 +33,6 @@ from otel_breaker.toolcall import (  # noqa: F401 - adapters import them from he
     agent_display_name,
     guarded_call,
 )
-
-logger = logging.getLogger("otel_breaker")
 
 
 class DidNotEnable(Exception):

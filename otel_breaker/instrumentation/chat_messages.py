@@ -15,15 +15,13 @@ other parts must stay exactly as written (a provider's cache marks on them).
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from otel_breaker.degrade import STATUS_HEADER
 from otel_breaker.instrumentation.spec import MessageDialect, insert_status_block
+from otel_breaker.loglines import logger
 from otel_breaker.menu import visible_tools
-
-logger = logging.getLogger("otel_breaker")
 
 #: Plain dict messages.
 DICT_MESSAGES = MessageDialect(

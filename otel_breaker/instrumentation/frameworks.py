@@ -9,7 +9,6 @@ imports this module, not the package, and no import runs in a circle.
 from __future__ import annotations
 
 import importlib
-import logging
 import os
 import sys
 import threading
@@ -17,11 +16,11 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from otel_breaker.catalogue import CATALOGUE
+from otel_breaker.loglines import logger
 
 if TYPE_CHECKING:
     from otel_breaker.instrumentation.base import FrameworkAdapter
 
-logger = logging.getLogger("otel_breaker")
 
 #: identifier -> "module:Class" of its adapter, in the catalogue's order.
 ADAPTERS: dict[str, str] = {framework.id: framework.adapter for framework in CATALOGUE}

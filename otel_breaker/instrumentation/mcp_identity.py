@@ -26,15 +26,13 @@ such a tool to its server object (:func:`link_server`), and
 from __future__ import annotations
 
 import hashlib
-import logging
 import threading
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from otel_breaker.loglines import logger
 from otel_breaker.toolcall import ToolCall, active_call
-
-logger = logging.getLogger("otel_breaker")
 
 #: The longest identity kept (past it: head, tail and a digest of the whole).
 MAX_SOURCE_CHARS = 128

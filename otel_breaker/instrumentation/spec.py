@@ -32,7 +32,6 @@ list of messages in a framework's :class:`MessageDialect`, or
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, NamedTuple
@@ -54,10 +53,9 @@ from otel_breaker.instrumentation.patches import (  # noqa: F401 - the declarati
     tool_patch,
     with_argument,
 )
+from otel_breaker.loglines import logger
 from otel_breaker.menu import hide_open_tools_enabled
 from otel_breaker.toolcall import ToolCall
-
-logger = logging.getLogger("otel_breaker")
 
 # -- the one status-block inserter -----------------------------------------------------
 

@@ -46,6 +46,7 @@ never = [
     "otel_breaker.loop_ledger",
     "opentelemetry.trace",
     "opentelemetry.metrics",
+    "logging",  # the package's logger is made at its first warning (debug records need a handler)
     "opentelemetry.sdk",  # no export asked for
     # Loaded by wrapt 2.x, importlib.metadata and the like, but by no tool call: a
     # framework that does not load them itself (LangChain's core) pays for them.
