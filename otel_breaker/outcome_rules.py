@@ -316,7 +316,7 @@ def _read_sqlite(exc: BaseException) -> Reading | None:
     reading = read_sqlite(getattr(exc, "sqlite_errorname", None))
     if reading is not None and reading.kind == MISTAKE and reading.rule == "sqlite.SQLITE_ERROR":
         # SQLITE_ERROR is sqlite's generic code: its text says whether it was the statement.
-        text_reading = read_text(_message(exc))
+        text_reading = read_text(exception_message(exc))
         if text_reading is not None and text_reading.kind != MISTAKE:
             return text_reading
     return reading
@@ -335,7 +335,7 @@ def _read_dbapi(exc: BaseException) -> Reading | None:
         if name in _DBAPI_MISTAKE:
             return Reading(MISTAKE, f"dbapi.{name}")
         if name in _DBAPI_FAILURE:
-            text_reading = read_text(_message(exc))
+            text_reading = read_text(exception_message(exc))
             if text_reading is not None:
                 return text_reading
             return Reading(FAILURE, f"dbapi.{name}")
@@ -644,7 +644,7 @@ def _text_errno(sample: str) -> Reading | None:
 # -- an exception ---------------------------------------------------------------------------------
 
 
-def _message(exc: BaseException) -> str:
+def exception_message(exc: BaseException) -> str:
     """The exception's text, bounded; "" when ``str()`` fails."""
     try:
         args = exc.args
@@ -740,7 +740,7 @@ def _read_exception(exc: BaseException, depth: int) -> Reading | None:
             reading = _read_exception(cause, depth + 1)
             if reading is not None:
                 return reading
-    return read_text(_message(exc))
+    return read_text(exception_message(exc))
 
 
 def _read_group(members: Any, depth: int) -> Reading | None:
