@@ -17,11 +17,19 @@ ties go to the faster recovery, then the higher threshold, then the shorter
 cooldown. A tool with no failure streak any candidate reacts to keeps its
 current settings.
 
+Only failures count. A span judged a mistake of the model or control flow
+(``otel_breaker.outcome=ignored``) is neutral in the replay, as it is to a
+breaker: a rejected neutral call is neither a failure avoided nor a healthy
+call lost. Each tool's outcome mix, the rules that judged it most often, and a
+flag for a tool whose calls were all mistakes for a long time are reported
+with it (``_tune_outcomes``).
+
 Input: OTLP JSON as written by the OpenTelemetry Collector's file exporter
 (one JSON object per line with ``resourceSpans``; tool spans have
-``gen_ai.operation.name=execute_tool`` and ``gen_ai.tool.name``; status code
-2 is an error; spans a breaker rejected are skipped, since the tool did not
-run), or JSONL of ``{"tool": ..., "ts": unix seconds, "ok": true|false}``.
+``gen_ai.operation.name=execute_tool`` and ``gen_ai.tool.name``; the outcome
+is ``otel_breaker.outcome`` where present, else status code 2 is a failure;
+spans a breaker rejected are skipped, since the tool did not run), or JSONL
+of ``{"tool": ..., "ts": unix seconds, "ok": true|false}``.
 
 The replay is counterfactual in one way: a rejected call is assumed to have
 happened anyway, at the recorded time, with the recorded outcome.
@@ -37,6 +45,17 @@ from typing import Any
 
 from otel_breaker.cli import UsageError
 from otel_breaker.cli._common import number, number_list, one_line_errors
+from otel_breaker.cli._tune_outcomes import (
+    ALL_MISTAKES_MIN_CALLS,
+    ALL_MISTAKES_MIN_SECONDS,
+    FAILURE,
+    SUCCESS,
+    Outcome,
+    ToolMix,
+    kind_of_span,
+    tool_mix,
+)
+from otel_breaker.sanitize import bounded
 
 #: Failure thresholds tried unless ``--thresholds`` says otherwise. Not 1: a breaker that
 #: opens on any single error cuts a tool off for one transient blip, and a recording of long
@@ -44,13 +63,6 @@ from otel_breaker.cli._common import number, number_list, one_line_errors
 DEFAULT_THRESHOLDS = (2, 3, 4, 5, 8)
 DEFAULT_COOLDOWNS = (10.0, 20.0, 30.0, 40.0, 60.0, 120.0, 300.0)
 DEFAULT_WRONG_WEIGHT = 3.0
-
-
-@dataclass(frozen=True)
-class Outcome:
-    tool: str
-    ts: float
-    ok: bool
 
 
 @dataclass
@@ -132,7 +144,7 @@ def _read_record(path: str, number: int, record: dict) -> Outcome:
         raise UsageError(f"{path}:{number}: 'ts' must be a number of seconds, got {ts!r}")
     if not isinstance(ok, bool):
         raise UsageError(f"{path}:{number}: 'ok' must be true or false, got {ok!r}")
-    return Outcome(tool, float(ts), ok)
+    return Outcome(tool, float(ts), SUCCESS if ok else FAILURE)
 
 
 def _attribute(value: dict) -> Any:
@@ -159,8 +171,8 @@ def _read_otlp(path: str, number: int, document: dict, trace: Trace) -> None:
                         trace.skipped_other += 1
                         continue
                     code = (span.get("status") or {}).get("code", 0)
-                    failed = code in (2, "2", "STATUS_CODE_ERROR")
-                    trace.outcomes.append(Outcome(tool, int(start) / 1e9, not failed))
+                    kind, rule = kind_of_span(attributes, code in (2, "2", "STATUS_CODE_ERROR"))
+                    trace.outcomes.append(Outcome(bounded(tool), int(start) / 1e9, kind, rule))
     except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise UsageError(f"{path}:{number}: malformed OTLP span data ({type(exc).__name__}: {exc})") from None
 
@@ -191,9 +203,12 @@ class _Clock:
 
 
 def replay(outcomes: list[Outcome], base: Any, threshold: int, cooldown: float, tokens_per_call: int) -> Result:
-    """Run one tool's recorded outcomes through a breaker with this threshold and cooldown."""
+    """Run one tool's recorded outcomes through a breaker with this threshold and cooldown.
+
+    A neutral outcome (a mistake, control flow) is recorded as ignored, as the breaker would
+    record it; rejected, it is neither a failure avoided nor a healthy call lost."""
+    from otel_breaker import classify
     from otel_breaker.breaker import REJECTED, CircuitBreaker, State
-    from otel_breaker.classify import FAILURE, SUCCESS
 
     clock = _Clock()
     config = base.with_changes(failure_threshold=threshold, recovery_timeout=cooldown, mode="enforce", timeout=None)
@@ -202,16 +217,17 @@ def replay(outcomes: list[Outcome], base: Any, threshold: int, cooldown: float, 
     recoveries: list[float] = []
     healthy_since: float | None = None
     was_closed = True
+    recorded = {SUCCESS: classify.SUCCESS, FAILURE: classify.FAILURE}
     for outcome in outcomes:
         clock.now = outcome.ts
         permit = breaker.acquire()
         if permit == REJECTED:
             if outcome.ok:
                 result.wrongly_rejected += 1
-            else:
+            elif outcome.failed:
                 result.avoided += 1
         else:
-            breaker.record(permit, SUCCESS if outcome.ok else FAILURE)
+            breaker.record(permit, recorded.get(outcome.kind, classify.IGNORED))
         closed = breaker.state is State.CLOSED
         if not closed and outcome.ok and healthy_since is None:
             healthy_since = outcome.ts
@@ -220,7 +236,7 @@ def replay(outcomes: list[Outcome], base: Any, threshold: int, cooldown: float, 
         if closed and not was_closed:
             recoveries.append(outcome.ts - healthy_since if healthy_since is not None else 0.0)
             healthy_since = None
-        if not closed and not outcome.ok and healthy_since is not None and permit != REJECTED:
+        if not closed and outcome.failed and healthy_since is not None and permit != REJECTED:
             healthy_since = None  # the tool failed again: it had not recovered
         was_closed = closed
     if not was_closed and healthy_since is not None:
@@ -271,9 +287,30 @@ def _recovery(result: Result) -> str:
     return f"{result.recovery:.0f}s" if result.recovery is not None else "never"
 
 
-def render_tool(tool: str, outcomes: list[Outcome], results: list[Result], top: int | None) -> list[str]:
-    failed = sum(not o.ok for o in outcomes)
-    lines = [f"{tool}  ({len(outcomes):,} calls, {failed:,} failed)"]
+@dataclass
+class ToolReport:
+    """What ``tune`` says of one tool: its candidates (best first), the recommendation, its outcomes."""
+
+    results: list[Result]
+    best: Result | None
+    mix: ToolMix
+
+
+def render_mix(mix: ToolMix) -> list[str]:
+    """The tool's outcome mix, its top rules and the all-mistakes flag, one line each."""
+    lines = [f"  outcomes: {mix.summary()}"]
+    if mix.top_rules:
+        lines.append(f"  top rules: {mix.rules_summary()}")
+    if mix.all_mistakes is not None:
+        lines.append(f"  flagged: {mix.all_mistakes.message()}")
+    return lines
+
+
+def render_tool(tool: str, report: ToolReport, top: int | None) -> list[str]:
+    """The tool's block of the text report, without the recommendation."""
+    results = report.results
+    calls = sum(report.mix.counts.values())
+    lines = [f"{tool}  ({calls:,} calls, {report.mix.counts[FAILURE]:,} failed)", *render_mix(report.mix)]
     if not any(r.openings for r in results):  # every row would read the same: say it once
         lines.append(f"  none of the {len(results)} candidates ever opens: nothing avoided, nothing wrongly rejected")
         return lines
@@ -320,7 +357,12 @@ def register(subparsers: Any) -> None:
         description="Replay recorded tool outcomes through candidate breaker configurations and recommend a "
         "failure threshold and cooldown per tool. FILE: OTLP JSON from the Collector's file exporter, or JSONL "
         'of {"tool": ..., "ts": unix seconds, "ok": true|false}. Score = failed calls avoided - WEIGHT x healthy '
-        "calls wrongly rejected; ties go to faster recovery, a higher threshold, a shorter cooldown.",
+        "calls wrongly rejected; ties go to faster recovery, a higher threshold, a shorter cooldown. Only "
+        "failures count: spans with otel_breaker.outcome=ignored (the model's mistakes, control flow) are "
+        "neutral. Each tool's outcome mix (successes, failures, mistakes, control) and its most frequent "
+        "otel_breaker.outcome.rule values are shown, and a tool whose calls were all mistakes (at least "
+        f"{ALL_MISTAKES_MIN_CALLS} calls over at least {ALL_MISTAKES_MIN_SECONDS / 60:g} minutes) is flagged with "
+        "an OTEL_BREAKER_FAILURE_ERRORS value that would count its errors.",
     )
     parser.add_argument("file", metavar="FILE", help="recorded tool outcomes (OTLP JSON or JSONL)")
     parser.add_argument(
@@ -373,19 +415,19 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"no calls of {', '.join(unknown)} in {args.file} (tools: {', '.join(sorted(by_tool))})")
         by_tool = {t: by_tool[t] for t in args.tool}
 
-    report: dict[str, tuple[list[Result], Result | None]] = {}
+    report: dict[str, ToolReport] = {}
     for tool in sorted(by_tool):
         base = settings.config_for(tool)
         results = tune_tool(by_tool[tool], base, args.thresholds, args.cooldowns, args.wrong_weight, tokens_per_call)
-        report[tool] = (results, recommendation(results))
+        report[tool] = ToolReport(results, recommendation(results), tool_mix(tool, by_tool[tool]))
 
     paste = ";".join(
-        f"{tool}=failure_threshold={best.threshold},recovery_timeout={_number(best.cooldown)}"
-        for tool, (_results, best) in report.items()
-        if best is not None
+        f"{tool}=failure_threshold={entry.best.threshold},recovery_timeout={_number(entry.best.cooldown)}"
+        for tool, entry in report.items()
+        if entry.best is not None
     )
     if args.json:
-        print(json.dumps(_as_json(trace, by_tool, report, paste, args), indent=2))
+        print(json.dumps(_as_json(trace, report, paste, args), indent=2))
         return 0
 
     total = sum(len(v) for v in by_tool.values())
@@ -395,9 +437,10 @@ def run(args: argparse.Namespace) -> int:
         f"score = failed calls avoided - {args.wrong_weight:g} x healthy calls wrongly rejected "
         f"(ties: faster recovery, higher threshold, shorter cooldown); tokens at {tokens_per_call:,} per call",
     ]
-    for tool, (results, best) in report.items():
+    for tool, entry in report.items():
+        best = entry.best
         lines.append("")
-        lines.extend(render_tool(tool, by_tool[tool], results, args.top))
+        lines.extend(render_tool(tool, entry, args.top))
         if best is None:
             lines.append("  recommended: keep the current settings (no failure streak any candidate reacts to)")
         else:
@@ -414,7 +457,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _as_json(trace: Trace, by_tool: dict, report: dict, paste: str, args: argparse.Namespace) -> dict:
+def _as_json(trace: Trace, report: dict[str, ToolReport], paste: str, args: argparse.Namespace) -> dict:
     def candidate(r: Result) -> dict[str, Any]:
         return {
             "failure_threshold": r.threshold,
@@ -435,12 +478,13 @@ def _as_json(trace: Trace, by_tool: dict, report: dict, paste: str, args: argpar
         "wrong_weight": args.wrong_weight,
         "tools": {
             tool: {
-                "calls": len(by_tool[tool]),
-                "failed": sum(not o.ok for o in by_tool[tool]),
-                "candidates": [candidate(r) for r in results],
-                "recommended": None if best is None else candidate(best),
+                "calls": sum(entry.mix.counts.values()),
+                "failed": entry.mix.counts[FAILURE],
+                **entry.mix.as_json(),
+                "candidates": [candidate(r) for r in entry.results],
+                "recommended": None if entry.best is None else candidate(entry.best),
             }
-            for tool, (results, best) in report.items()
+            for tool, entry in report.items()
         },
         "otel_breaker_tools": paste,
     }

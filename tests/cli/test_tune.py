@@ -78,6 +78,16 @@ def test_the_weight_of_a_wrong_rejection_changes_the_answer():
     assert data["tools"]["flaky_search"]["recommended"]["recovery_timeout"] == 300.0
 
 
+def _outcome_attributes(record: dict) -> list[dict]:
+    """The judged outcome's span attributes, for a record that carries them."""
+    names = {
+        "outcome": "otel_breaker.outcome",
+        "reason": "otel_breaker.outcome.reason",
+        "rule": "otel_breaker.outcome.rule",
+    }
+    return [{"key": names[key], "value": {"stringValue": record[key]}} for key in names if key in record]
+
+
 def _otlp_lines(records: list[dict]) -> list[str]:
     """Collector file-exporter lines: one ExportTraceServiceRequest as JSON per line."""
     lines = []
@@ -95,6 +105,7 @@ def _otlp_lines(records: list[dict]) -> list[str]:
                 "attributes": [
                     {"key": "gen_ai.operation.name", "value": {"stringValue": "execute_tool"}},
                     {"key": "gen_ai.tool.name", "value": {"stringValue": record["tool"]}},
+                    *_outcome_attributes(record),
                 ],
                 "status": {} if record["ok"] else {"code": 2},
             }
@@ -223,3 +234,165 @@ def test_tune_on_the_demos_recording_does_not_recommend_opening_on_one_failure(t
     assert data["tools"]["fetch_page"]["recommended"] is None
     asked = json.loads(run_cli("tune", str(record), "--json", "--thresholds", "1,2,3").stdout)
     assert asked["tools"]["web_search"]["recommended"]["failure_threshold"] == 1  # when asked for, it is tried
+
+
+# -- judged outcomes: the mix, the top rules, the all-mistakes flag --------------------------------
+
+START = 1_750_000_000.0
+
+
+def _call(tool: str, seconds: float, outcome: str, reason: str | None = None, rule: str | None = None) -> dict:
+    """A recorded tool call with its judged outcome; ignored and failed calls have an error status."""
+    record = {"tool": tool, "ts": START + seconds, "ok": outcome == "success", "outcome": outcome}
+    if reason is not None:
+        record["reason"] = reason
+    if rule is not None:
+        record["rule"] = rule
+    return record
+
+
+def _judged_records() -> list[dict]:
+    """Three tools whose right answer depends on reading the outcome attributes.
+
+    ``search_docs``: 31 calls 30 s apart (15 minutes), every one a mistake (24 HTTP 404s, 7
+    not-found texts). ``run_sql``: 60 calls 2 s apart; 12 mistakes in a row, 3 denials and 2
+    isolated failures among 43 successes: no candidate may open. ``fetch_page``: 10 failures,
+    then 10 mistakes while the breaker is open, then 30 successes after the cooldown.
+    """
+    docs = [
+        _call("search_docs", 30.0 * i, "ignored", "mistake", "http.404" if i % 5 else "text.not_found")
+        for i in range(31)
+    ]
+    sql = []
+    for i in range(60):
+        if 10 <= i < 22:
+            sql.append(_call("run_sql", 1 + 2.0 * i, "ignored", "mistake", "sqlstate.42P01"))
+        elif i in (30, 31, 32):
+            sql.append(_call("run_sql", 1 + 2.0 * i, "ignored", "control", "text.denied"))
+        elif i in (40, 50):
+            sql.append(_call("run_sql", 1 + 2.0 * i, "failure", rule="unrecognised"))
+        else:
+            sql.append(_call("run_sql", 1 + 2.0 * i, "success"))
+    fetch = [_call("fetch_page", 2.0 * i, "failure", rule="http.503") for i in range(10)]
+    fetch += [_call("fetch_page", 20 + 2.0 * i, "ignored", "mistake", "http.404") for i in range(10)]
+    fetch += [_call("fetch_page", 60 + 2.0 * i, "success") for i in range(30)]
+    return sorted(docs + sql + fetch, key=lambda r: r["ts"])
+
+
+def _write_trace(tmp_path, records: list[dict], name: str = "judged.json") -> str:
+    path = tmp_path / name
+    path.write_text("\n".join(_otlp_lines(records)) + "\n")
+    return str(path)
+
+
+SEARCH_DOCS_FLAG = (
+    "all 31 calls were the model's mistakes over 15 minutes: check the tool's description or whether an "
+    "error is misjudged; to count it: OTEL_BREAKER_FAILURE_ERRORS='search_docs=^http\\.404\\b'"
+)
+
+
+def test_tune_reports_each_tools_outcome_mix_top_rules_and_the_all_mistakes_flag(tmp_path):
+    result = run_cli("tune", _write_trace(tmp_path, _judged_records()))
+    assert result.returncode == 0, result.stderr
+    blocks = {block.splitlines()[0].split()[0]: block.splitlines() for block in result.stdout.split("\n\n")[1:-1]}
+
+    docs = blocks["search_docs"]
+    assert docs[0] == "search_docs  (31 calls, 0 failed)"
+    assert docs[1] == "  outcomes: 0 successes, 0 failures, 31 mistakes, 0 control"
+    assert docs[2] == "  top rules: http.404 (mistake) x24, text.not_found (mistake) x7"
+    assert docs[3] == f"  flagged: {SEARCH_DOCS_FLAG}"
+    assert docs[-1].startswith("  recommended: keep the current settings")
+
+    sql = blocks["run_sql"]
+    assert sql[0] == "run_sql  (60 calls, 2 failed)"
+    assert sql[1] == "  outcomes: 43 successes, 2 failures, 12 mistakes, 3 control"
+    assert sql[2] == "  top rules: sqlstate.42P01 (mistake) x12, text.denied (control) x3, unrecognised (failure) x2"
+    assert not any(line.startswith("  flagged:") for line in sql)
+    # 12 mistakes in a row with an error status: neutral, so no candidate ever opens
+    assert "  none of the 35 candidates ever opens: nothing avoided, nothing wrongly rejected" in sql
+
+    assert blocks["fetch_page"][1] == "  outcomes: 30 successes, 10 failures, 10 mistakes, 0 control"
+    assert not any(line.startswith("  flagged:") for line in blocks["fetch_page"])
+
+
+def test_tune_json_carries_the_same_mix_rules_and_flag(tmp_path):
+    trace = _write_trace(tmp_path, _judged_records())
+    data = json.loads(run_cli("tune", trace, "--json").stdout)
+    docs, sql = data["tools"]["search_docs"], data["tools"]["run_sql"]
+    assert docs["outcomes"] == {"success": 0, "failure": 0, "mistake": 31, "control": 0}
+    assert docs["top_rules"] == [
+        {"rule": "http.404", "kind": "mistake", "calls": 24},
+        {"rule": "text.not_found", "kind": "mistake", "calls": 7},
+    ]
+    assert docs["all_mistakes"] == {
+        "calls": 31,
+        "minutes": 15.0,
+        "otel_breaker_failure_errors": "search_docs=^http\\.404\\b",
+        "message": SEARCH_DOCS_FLAG,
+    }
+    assert (docs["calls"], docs["failed"], docs["recommended"]) == (31, 0, None)
+    assert sql["outcomes"] == {"success": 43, "failure": 2, "mistake": 12, "control": 3}
+    assert [r["rule"] for r in sql["top_rules"]] == ["sqlstate.42P01", "text.denied", "unrecognised"]
+    assert sql["all_mistakes"] is None
+    assert sql["failed"] == 2
+    assert all(c["openings"] == 0 for c in sql["candidates"])
+    assert sql["recommended"] is None
+
+
+def test_a_rejected_mistake_is_neither_a_failure_avoided_nor_a_healthy_call_lost(tmp_path):
+    trace = _write_trace(tmp_path, _judged_records())
+    data = json.loads(run_cli("tune", trace, "--json", "--tool", "fetch_page", "--thresholds", "3").stdout)
+    by_cooldown = {c["recovery_timeout"]: c for c in data["tools"]["fetch_page"]["candidates"]}
+    # opens on the third failure (t=4 s); the 7 failures after it are avoided, the 10 mistakes
+    # (t=20..38 s) are rejected without counting, and the first probe (t=60 s) succeeds
+    assert by_cooldown[40.0]["failed_calls_avoided"] == 7
+    assert by_cooldown[40.0]["healthy_calls_wrongly_rejected"] == 0
+    assert by_cooldown[40.0]["openings"] == 1
+
+
+def test_spans_without_judged_outcomes_are_read_from_their_status(tmp_path):
+    """The same calls recorded before outcomes were judged: every error status is a failure, so
+    the mistakes now count, and the mix has no mistakes or rules to show."""
+    records = [{key: r[key] for key in ("tool", "ts", "ok")} for r in _judged_records()]
+    data = json.loads(run_cli("tune", _write_trace(tmp_path, records), "--json").stdout)
+    sql = data["tools"]["run_sql"]
+    assert sql["outcomes"] == {"success": 43, "failure": 17, "mistake": 0, "control": 0}
+    assert sql["top_rules"] == []
+    assert sql["recommended"] is not None
+    assert data["tools"]["search_docs"]["all_mistakes"] is None
+    assert data["tools"]["fetch_page"]["candidates"][0]["failed_calls_avoided"] > 7
+
+
+@pytest.mark.parametrize(
+    ("calls", "spacing", "control_at", "flagged"),
+    [
+        (20, 32.0, None, True),  # 20 calls over 608 s: both bounds met
+        (19, 40.0, None, False),  # over 12 minutes, but 19 calls
+        (20, 31.0, None, False),  # 20 calls, but over 589 s
+        (40, 30.0, 39, False),  # one call was not a mistake
+    ],
+)
+def test_the_all_mistakes_flag_needs_every_call_at_least_20_calls_and_10_minutes(
+    tmp_path, calls, spacing, control_at, flagged
+):
+    records = [
+        _call("lookup", spacing * i, "ignored", "control" if i == control_at else "mistake", "errno.ENOENT")
+        for i in range(calls)
+    ]
+    data = json.loads(run_cli("tune", _write_trace(tmp_path, records), "--json").stdout)
+    flag = data["tools"]["lookup"]["all_mistakes"]
+    assert (flag is not None) is flagged
+    if flagged:
+        assert flag["otel_breaker_failure_errors"] == "lookup=^errno\\.ENOENT\\b"
+
+
+def test_rules_and_tool_names_from_a_recording_reach_the_terminal_sanitised(tmp_path):
+    records = [
+        _call("evil\x1b[2J\nname", 30.0 * i, "ignored", "mistake", "http.404\x1b[31m\r\nforged line") for i in range(25)
+    ]
+    result = run_cli("tune", _write_trace(tmp_path, records))
+    assert result.returncode == 0, result.stderr
+    assert "\x1b" not in result.stdout and "\r" not in result.stdout
+    assert not any(line.startswith(("forged", "name")) for line in result.stdout.splitlines())
+    # a rule that is not a plain name is not quoted into the suggested pattern
+    assert "OTEL_BREAKER_FAILURE_ERRORS='evil" in result.stdout and "=.'" in result.stdout
