@@ -28,8 +28,13 @@ SUCCESS = "success"
 FAILURE = "failure"
 MISTAKE = "mistake"
 CONTROL = "control"
+#: Neutral for another reason: a user's rule made it so, or the tool's upstream counted it.
+OTHER_NEUTRAL = "other_neutral"
 #: The kinds in the order they are reported.
-KINDS = (SUCCESS, FAILURE, MISTAKE, CONTROL)
+KINDS = (SUCCESS, FAILURE, MISTAKE, CONTROL, OTHER_NEUTRAL)
+#: ``otel_breaker.outcome.reason`` values that are the model's to act on: its own mistake, or a
+#: framework's "retry with other input" request.
+_MISTAKE_REASONS = frozenset({"mistake", "retry_request"})
 
 #: Span attributes of a judged outcome (``success`` | ``failure`` | ``ignored``), the reason
 #: of an ignored one (``mistake`` | ``control`` | ``retry_request``) and the rule that decided.
@@ -73,10 +78,12 @@ class Outcome:
 def kind_of_span(attributes: Mapping[str, Any], error_status: bool) -> tuple[str, str | None]:
     """The kind and rule of one tool span.
 
-    ``otel_breaker.outcome`` decides when present: ``ignored`` is a control outcome when its
-    reason says so and a mistake otherwise (a framework's "retry with other input" request is
-    the model's to act on). Without it the span's status decides, as in recordings made
-    before outcomes were judged."""
+    ``otel_breaker.outcome`` decides when present: an ``ignored`` one is a mistake when its
+    reason is the model's to act on (a mistake, a framework's "retry with other input"
+    request), control when its reason says so, and otherwise neutral for another reason (a
+    user's rule, an upstream breaker that counted the error): never a mistake the all-mistakes
+    flag would blame on the model. Without it the span's status decides, as in recordings
+    made before outcomes were judged."""
     rule = attributes.get(ATTR_OUTCOME_RULE)
     rule = bounded(rule, MAX_RULE_CHARS) if isinstance(rule, str) and rule else None
     outcome = attributes.get(ATTR_OUTCOME)
@@ -86,7 +93,9 @@ def kind_of_span(attributes: Mapping[str, Any], error_status: bool) -> tuple[str
         return FAILURE, rule
     if outcome == "ignored":
         reason = attributes.get(ATTR_OUTCOME_REASON)
-        return (CONTROL if reason == CONTROL else MISTAKE), rule
+        if reason in _MISTAKE_REASONS:
+            return MISTAKE, rule
+        return (CONTROL if reason == CONTROL else OTHER_NEUTRAL), rule
     return (FAILURE if error_status else SUCCESS), rule
 
 
@@ -126,11 +135,15 @@ class ToolMix:
     all_mistakes: AllMistakes | None
 
     def summary(self) -> str:
-        """``366 successes, 144 failures, 3 mistakes, 1 control``."""
-        return (
+        """``366 successes, 144 failures, 3 mistakes, 1 control`` (and ``, 2 other neutral``
+        when a user's rule or an upstream made calls neutral)."""
+        text = (
             f"{self.counts[SUCCESS]:,} successes, {self.counts[FAILURE]:,} failures, "
             f"{self.counts[MISTAKE]:,} mistakes, {self.counts[CONTROL]:,} control"
         )
+        if self.counts[OTHER_NEUTRAL]:
+            text += f", {self.counts[OTHER_NEUTRAL]:,} other neutral"
+        return text
 
     def rules_summary(self) -> str:
         """``http.404 (mistake) x12, unrecognised (failure) x2``; empty when no rule was recorded."""

@@ -260,7 +260,13 @@ def _judged_records() -> list[dict]:
     then 10 mistakes while the breaker is open, then 30 successes after the cooldown.
     """
     docs = [
-        _call("search_docs", 30.0 * i, "ignored", "mistake", "http.404" if i % 5 else "text.not_found")
+        _call(
+            "search_docs",
+            30.0 * i,
+            "ignored",
+            "retry_request" if i == 3 else "mistake",  # a framework's "try other input" is the model's too
+            "http.404" if i % 5 else "text.not_found",
+        )
         for i in range(31)
     ]
     sql = []
@@ -319,7 +325,7 @@ def test_tune_json_carries_the_same_mix_rules_and_flag(tmp_path):
     trace = _write_trace(tmp_path, _judged_records())
     data = json.loads(run_cli("tune", trace, "--json").stdout)
     docs, sql = data["tools"]["search_docs"], data["tools"]["run_sql"]
-    assert docs["outcomes"] == {"success": 0, "failure": 0, "mistake": 31, "control": 0}
+    assert docs["outcomes"] == {"success": 0, "failure": 0, "mistake": 31, "control": 0, "other_neutral": 0}
     assert docs["top_rules"] == [
         {"rule": "http.404", "kind": "mistake", "calls": 24},
         {"rule": "text.not_found", "kind": "mistake", "calls": 7},
@@ -331,7 +337,7 @@ def test_tune_json_carries_the_same_mix_rules_and_flag(tmp_path):
         "message": SEARCH_DOCS_FLAG,
     }
     assert (docs["calls"], docs["failed"], docs["recommended"]) == (31, 0, None)
-    assert sql["outcomes"] == {"success": 43, "failure": 2, "mistake": 12, "control": 3}
+    assert sql["outcomes"] == {"success": 43, "failure": 2, "mistake": 12, "control": 3, "other_neutral": 0}
     assert [r["rule"] for r in sql["top_rules"]] == ["sqlstate.42P01", "text.denied", "unrecognised"]
     assert sql["all_mistakes"] is None
     assert sql["failed"] == 2
@@ -356,7 +362,7 @@ def test_spans_without_judged_outcomes_are_read_from_their_status(tmp_path):
     records = [{key: r[key] for key in ("tool", "ts", "ok")} for r in _judged_records()]
     data = json.loads(run_cli("tune", _write_trace(tmp_path, records), "--json").stdout)
     sql = data["tools"]["run_sql"]
-    assert sql["outcomes"] == {"success": 43, "failure": 17, "mistake": 0, "control": 0}
+    assert sql["outcomes"] == {"success": 43, "failure": 17, "mistake": 0, "control": 0, "other_neutral": 0}
     assert sql["top_rules"] == []
     assert sql["recommended"] is not None
     assert data["tools"]["search_docs"]["all_mistakes"] is None
@@ -396,3 +402,18 @@ def test_rules_and_tool_names_from_a_recording_reach_the_terminal_sanitised(tmp_
     assert not any(line.startswith(("forged", "name")) for line in result.stdout.splitlines())
     # a rule that is not a plain name is not quoted into the suggested pattern
     assert "OTEL_BREAKER_FAILURE_ERRORS='evil" in result.stdout and "=.'" in result.stdout
+
+
+@pytest.mark.parametrize(("reason", "rule"), [("upstream", "transport"), ("configured", "override.neutral")])
+def test_calls_neutral_for_another_reason_are_never_blamed_on_the_model(tmp_path, reason, rule):
+    """A dead server its upstream breaker counted, or an error a user's rule made neutral:
+    neutral in the replay, shown apart, and never flagged as the model's mistakes."""
+    records = [_call("lookup", 30.0 * i, "ignored", reason, rule) for i in range(30)]
+    trace = _write_trace(tmp_path, records)
+    data = json.loads(run_cli("tune", trace, "--json").stdout)["tools"]["lookup"]
+    assert data["outcomes"] == {"success": 0, "failure": 0, "mistake": 0, "control": 0, "other_neutral": 30}
+    assert data["all_mistakes"] is None
+    assert data["top_rules"] == [{"rule": rule, "kind": "other_neutral", "calls": 30}]
+    text = run_cli("tune", trace).stdout
+    assert "  outcomes: 0 successes, 0 failures, 0 mistakes, 0 control, 30 other neutral" in text
+    assert "flagged:" not in text
