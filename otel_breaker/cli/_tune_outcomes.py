@@ -53,6 +53,11 @@ ALL_MISTAKES_MIN_SECONDS = 600.0
 
 #: Characters of a rule name the flag's suggested pattern may quote as they are.
 _PLAIN_RULE = re.compile(r"[A-Za-z0-9_.:+-]{0,63}[A-Za-z0-9_]")
+#: Rules of the user's own judgement (a pattern, a Python predicate): never flagged, the user decided.
+_USER_RULES = ("override.", "predicate")
+#: Rules of a framework's own validation signal: a pattern does not reach them (``count_model_retry``
+#: counts a retry request), so the flag suggests no pattern for them.
+_FRAMEWORK_RULES = "framework."
 
 
 @dataclass(frozen=True)
@@ -114,16 +119,19 @@ class AllMistakes:
 
     calls: int
     minutes: float
-    suggestion: str
-    """An ``OTEL_BREAKER_FAILURE_ERRORS`` value that would count the tool's top rule."""
+    suggestion: str | None
+    """An ``OTEL_BREAKER_FAILURE_ERRORS`` value that would count the tool's top rule; None
+    when the top rule is a framework's validation signal, which no pattern overrides."""
 
     def message(self) -> str:
         """The flag as the report prints it."""
-        return (
+        text = (
             f"all {self.calls:,} calls were the model's mistakes over {self.minutes:.0f} minutes: "
-            "check the tool's description or whether an error is misjudged; "
-            f"to count it: OTEL_BREAKER_FAILURE_ERRORS='{self.suggestion}'"
+            "check the tool's description or whether an error is misjudged"
         )
+        if self.suggestion is None:
+            return text
+        return f"{text}; to count it: OTEL_BREAKER_FAILURE_ERRORS='{self.suggestion}'"
 
 
 @dataclass(frozen=True)
@@ -194,15 +202,19 @@ def _all_mistakes(
     seconds = outcomes[-1].ts - outcomes[0].ts
     if seconds < ALL_MISTAKES_MIN_SECONDS:
         return None
+    if top and top[0].rule.startswith(_USER_RULES):
+        return None
     return AllMistakes(len(outcomes), seconds / 60.0, _suggestion(tool, top))
 
 
-def _suggestion(tool: str, top: Sequence[RuleCount]) -> str:
+def _suggestion(tool: str, top: Sequence[RuleCount]) -> str | None:
     """``tool=^http\\.404\\b``: the tool's most frequent rule, anchored where the judged text
     starts (``"<rule> <ErrorType>: <message>"``); any error of the tool (``.``) when the
     recording names no plain rule. The list's separators and glob characters in a tool name
     become ``?``, so the value still parses and still matches the tool."""
     rule = top[0].rule if top else ""
+    if rule.startswith(_FRAMEWORK_RULES):
+        return None
     pattern = rf"^{re.escape(rule)}\b" if _PLAIN_RULE.fullmatch(rule) else "."
     glob = re.sub(r"[;=*?\[\]]", "?", tool)
     return f"{glob}={pattern}"

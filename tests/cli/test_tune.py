@@ -417,3 +417,22 @@ def test_calls_neutral_for_another_reason_are_never_blamed_on_the_model(tmp_path
     text = run_cli("tune", trace).stdout
     assert "  outcomes: 0 successes, 0 failures, 0 mistakes, 0 control, 30 other neutral" in text
     assert "flagged:" not in text
+
+
+@pytest.mark.parametrize(
+    ("rule", "flag_ends_with"),
+    [
+        ("framework.mistake", "or whether an error is misjudged"),  # no pattern reaches a framework's signal
+        ("override.neutral", None),  # the user's own pattern made them neutral: nothing to flag
+        ("predicate", None),
+    ],
+)
+def test_the_flag_suggests_a_pattern_only_where_one_would_count_the_error(tmp_path, rule, flag_ends_with):
+    records = [_call("lookup", 30.0 * i, "ignored", "mistake", rule) for i in range(30)]
+    flag = json.loads(run_cli("tune", _write_trace(tmp_path, records), "--json").stdout)["tools"]["lookup"]
+    flag = flag["all_mistakes"]
+    if flag_ends_with is None:
+        assert flag is None
+    else:
+        assert flag["message"].endswith(flag_ends_with)
+        assert flag["otel_breaker_failure_errors"] is None
