@@ -114,16 +114,22 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+#: Where each client keeps the status, in the order read: the first that holds one wins.
+_STATUS_PLACES = (
+    ("response", "status_code"),
+    ("response", "status"),
+    (None, "status_code"),
+    (None, "status"),
+    (None, "code"),
+)
+
+
 def _status_of(exc: BaseException) -> int | None:
+    """The status, read one place at a time: a later place is never touched once one
+    holds a status (aiohttp's deprecated ``code`` warns when read, and its ``status`` comes first)."""
     response = getattr(exc, "response", None)
-    for value in (
-        getattr(response, "status_code", None),
-        getattr(response, "status", None),
-        getattr(exc, "status_code", None),
-        getattr(exc, "status", None),
-        getattr(exc, "code", None),
-    ):
-        status = _int(value)
+    for holder, name in _STATUS_PLACES:
+        status = _int(getattr(exc if holder is None else response, name, None))
         if status is not None and 100 <= status <= 599:
             return status
     return None
@@ -221,8 +227,47 @@ def read_errno(number: Any) -> Reading | None:
     return None
 
 
+#: PEP 3151's OSError subclasses and the errno each stands for, for one raised without an
+#: errno (``asyncio.timeout`` and aiohttp raise a bare ``TimeoutError``; code raises
+#: ``ConnectionRefusedError("...")``). The standard library's other ``TimeoutError`` classes
+#: count too: before Python 3.11, asyncio's and concurrent.futures' are not ``OSError``
+#: (a third party's class of that name is not: urllib3's refused connection is one).
+_ERRNO_OF_CLASS = {
+    "TimeoutError": "ETIMEDOUT",
+    "ConnectionRefusedError": "ECONNREFUSED",
+    "ConnectionResetError": "ECONNRESET",
+    "ConnectionAbortedError": "ECONNABORTED",
+    "BrokenPipeError": "EPIPE",
+    "FileNotFoundError": "ENOENT",
+    "FileExistsError": "EEXIST",
+    "IsADirectoryError": "EISDIR",
+    "NotADirectoryError": "ENOTDIR",
+    "PermissionError": "EACCES",
+    "ProcessLookupError": "ESRCH",
+    "InterruptedError": "EINTR",
+    "BlockingIOError": "EAGAIN",
+}
+
+
+_STDLIB_TIMEOUT_MODULES = frozenset({"builtins", "asyncio", "concurrent"})
+
+
+def _errno_of_class(kind: type) -> int | None:
+    for klass in kind.__mro__:
+        name = klass.__name__
+        module = (getattr(klass, "__module__", "") or "").split(".", 1)[0]
+        if module == "builtins" or (name == "TimeoutError" and module in _STDLIB_TIMEOUT_MODULES):
+            errno_name = _ERRNO_OF_CLASS.get(name)
+            if errno_name is not None:
+                return getattr(errno, errno_name, None)
+    return None
+
+
 def _read_errno(exc: BaseException) -> Reading | None:
-    return read_errno(getattr(exc, "errno", None))
+    number = _int(getattr(exc, "errno", None))
+    if number is None:
+        number = _errno_of_class(type(exc))
+    return read_errno(number)
 
 
 # -- SQL ----------------------------------------------------------------------------------------
@@ -674,7 +719,7 @@ def _reader_names(kind: type) -> tuple[str, ...]:
         "DatabaseError" in names
     ):
         readers.append("sqlstate")
-    if issubclass(kind, OSError):
+    if issubclass(kind, OSError) or "TimeoutError" in names:
         readers.append("errno")
     if "DatabaseError" in names or "InterfaceError" in names:
         readers.append("dbapi")
