@@ -378,6 +378,11 @@ def _read_dbapi(exc: BaseException) -> Reading | None:
         return None
     for name in names:
         if name in _DBAPI_MISTAKE:
+            # A driver also raises ProgrammingError for its own state, whatever the statement:
+            # sqlite3's closed connection, or one used from another thread. Its text says so.
+            text_reading = read_text(exception_message(exc))
+            if text_reading is not None and text_reading.kind == FAILURE:
+                return text_reading
             return Reading(MISTAKE, f"dbapi.{name}")
         if name in _DBAPI_FAILURE:
             text_reading = read_text(exception_message(exc))
@@ -563,7 +568,8 @@ _TEXT_FAILURE = LazyPattern(
     r"(token|credentials?) (has |have )?expired|database (is )?locked|database .{0,80}does not exist|"
     r"unable to open( the)? database|could not connect|cannot connect|no space left|disk (is )?full|"
     r"read-only file system|input/output error|too many open files|out of memory|disk i/o error|"
-    r"database disk image is malformed|file is not a database",
+    r"database disk image is malformed|file is not a database|cannot operate on a closed|"
+    r"(connection|database|cursor|pool) (is |was |has been |already )+closed|can only be used in that same thread",
     re.IGNORECASE,
 )
 _TEXT_STATUS = LazyPattern(
