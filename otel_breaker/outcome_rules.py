@@ -160,7 +160,6 @@ _ERRNO_MISTAKE = _errnos(
     "EDOM",
     "EFBIG",
     "ENOEXEC",
-    "EBADF",
     "ENOTSOCK",
     "EDESTADDRREQ",
     "EAFNOSUPPORT",
@@ -173,7 +172,9 @@ _ERRNO_MISTAKE = _errnos(
 )
 _ERRNO_CONTROL = _errnos("EACCES", "EPERM")
 #: The system's or the network's trouble: every caller meets it.
+#: ``EBADF`` is here: a closed descriptor is the tool's own state, never the model's argument.
 _ERRNO_FAILURE = _errnos(
+    "EBADF",
     "EIO",
     "ENOSPC",
     "EDQUOT",
