@@ -7,7 +7,9 @@ so that each module keeps one job.
 
 from __future__ import annotations
 
+import functools
 import math
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -78,6 +80,13 @@ class CircuitBreakerConfig:
     loop_count: tuple[str, ...] = ("mistakes",)
     """What ends an identical call in a counted way: ``mistakes`` (arguments the tool
     rejects, an unknown tool), ``failures``, ``retries`` (``ModelRetry`` and the like)."""
+    neutral_errors: str | None = None
+    """A regular expression: an error whose ``"<rule> <ErrorType>: <message>"`` it matches
+    (searched, case-insensitively) is the caller's mistake, whatever the built-in rules say
+    (``OTEL_BREAKER_NEUTRAL_ERRORS``; docs/outcomes.md)."""
+    failure_errors: str | None = None
+    """A regular expression: an error it matches counts as a failure of the tool, whatever
+    the built-in rules say; checked before ``neutral_errors`` (``OTEL_BREAKER_FAILURE_ERRORS``)."""
 
     def __post_init__(self) -> None:
         kinds = self.loop_count
@@ -97,6 +106,16 @@ class CircuitBreakerConfig:
             value = getattr(self, name)
             if not isinstance(value, tuple):
                 object.__setattr__(self, name, tuple(value))
+
+    @property
+    def neutral_pattern(self) -> re.Pattern[str] | None:
+        """``neutral_errors`` compiled (once per pattern text)."""
+        return compiled_pattern(self.neutral_errors)
+
+    @property
+    def failure_pattern(self) -> re.Pattern[str] | None:
+        """``failure_errors`` compiled (once per pattern text)."""
+        return compiled_pattern(self.failure_errors)
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> CircuitBreakerConfig:
@@ -119,6 +138,37 @@ class CircuitBreakerConfig:
         except OverflowError:  # after very many failed probes in a row
             grown = math.inf
         return max(base, min(grown, self.max_recovery_timeout))
+
+
+#: Characters an override pattern may have: a pattern is configuration, not data.
+MAX_PATTERN_CHARS = 2000
+
+
+@functools.lru_cache(maxsize=256)
+def _compile(source: str) -> re.Pattern[str]:
+    return re.compile(source, re.IGNORECASE)
+
+
+def compiled_pattern(source: str | None) -> re.Pattern[str] | None:
+    """An override pattern compiled, None for none (validated when the config was made)."""
+    if not source:
+        return None
+    return _compile(source)
+
+
+def pattern_problem(source: Any) -> str | None:
+    """Why an override pattern cannot be used, or None."""
+    if source is None:
+        return None
+    if not isinstance(source, str):
+        return f"expected a regular expression, got {type(source).__name__}"
+    if len(source) > MAX_PATTERN_CHARS:
+        return f"a pattern of at most {MAX_PATTERN_CHARS} characters"
+    try:
+        _compile(source)
+    except re.error as exc:
+        return f"does not compile: {exc}"
+    return None
 
 
 CONFIG_FIELDS = tuple(f.name for f in fields(CircuitBreakerConfig))
@@ -211,4 +261,8 @@ def _config_problems(c: CircuitBreakerConfig):
     kinds = c.loop_count
     if not isinstance(kinds, tuple) or not all(k in LOOP_COUNT_KINDS for k in kinds):
         problems.append(f"loop_count={kinds!r} (must be a subset of {', '.join(LOOP_COUNT_KINDS)})")
+    for name in ("neutral_errors", "failure_errors"):
+        problem = pattern_problem(getattr(c, name))
+        if problem is not None:
+            problems.append(f"{name}: {problem}")
     yield from problems

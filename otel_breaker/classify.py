@@ -27,8 +27,9 @@ from __future__ import annotations
 import errno
 import re
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
+from otel_breaker import outcome_rules
 from otel_breaker.patterns import LazyPattern
 
 SUCCESS = 0
@@ -140,36 +141,183 @@ def is_excluded_name(type_name: str | None) -> bool:
     return name in _EXCLUDED_BUILTIN_NAMES or name in _NEVER_COUNTED_NAMES or bool(_DENIAL_PATTERN.search(name))
 
 
-def classify_exception(exc: BaseException, policy: FailurePolicy, hint: str | None = None) -> int:
-    """Outcome of a call that raised ``exc`` under ``policy``.
+#: Why a neutral outcome is neutral when the user's own configuration said so (a
+#: predicate, an ignore list, an override pattern).
+CONFIGURED = "configured"
+#: Why the tool's breaker leaves an outcome to the upstream's breaker.
+UPSTREAM = "upstream"
 
-    ``hint`` is the adapter's reading of the exception (``MISTAKE``,
-    ``RETRY_REQUEST`` or ``CONTROL``), or None when it has none.
+#: The rule of a failure nothing recognised: counted, so a broken tool is never hidden.
+UNRECOGNISED = "unrecognised"
+#: The rule of a returned value the framework or a validator calls a failure.
+RESULT = "result"
 
-    Order matters: built-in exclusions and the adapter's hint first (a user
-    predicate cannot turn a cancellation or a bad argument into a failure),
-    then the user's ignore list, then the user's predicate, then the record
-    allow-list.
+
+class Verdict(NamedTuple):
+    """How one call ended, decided once: every reader (the breaker, the upstream, the loop
+    guard, the span, the metrics) reads the same verdict."""
+
+    outcome: int
+    """``SUCCESS``, ``FAILURE`` or ``IGNORED``."""
+    reason: str | None = None
+    """Why an ``IGNORED`` outcome is neutral: ``MISTAKE``, ``CONTROL``, ``RETRY_REQUEST``,
+    ``CONFIGURED`` or ``UPSTREAM``; None otherwise."""
+    rule: str | None = None
+    """What decided (``http.404``, ``errno.ENOENT``, ``transport``, ``unrecognised`` ...);
+    None for a success."""
+    may_change: bool = False
+    """An identical call may get another answer later (not found yet): the loop guard
+    does not count it."""
+
+
+SUCCEEDED = Verdict(SUCCESS)
+_FAILED_UNRECOGNISED = Verdict(FAILURE, None, UNRECOGNISED)
+_READING_OUTCOMES = {
+    outcome_rules.MISTAKE: (IGNORED, MISTAKE),
+    outcome_rules.CONTROL: (IGNORED, CONTROL),
+    outcome_rules.FAILURE: (FAILURE, None),
+}
+
+
+def error_description(rule: str | None, exc: BaseException | None, text: str | None = None) -> str:
+    """What override patterns are searched in: ``"<rule> <ErrorType>: <message>"``, bounded."""
+    if exc is not None:
+        message = outcome_rules.exception_message(exc)
+        body = f"{type(exc).__name__}: {message}"
+    else:
+        body = (text or "")[: outcome_rules.MAX_TEXT_CHARS]
+    return f"{rule or UNRECOGNISED} {body}"
+
+
+def _overridden(policy: FailurePolicy, description: str) -> Verdict | None:
+    """The user's override patterns (``failure_errors`` first: counting is the safe side)."""
+    failure = getattr(policy, "failure_pattern", None)
+    if failure is not None and failure.search(description) is not None:
+        return Verdict(FAILURE, None, "override.failure")
+    neutral = getattr(policy, "neutral_pattern", None)
+    if neutral is not None and neutral.search(description) is not None:
+        return Verdict(IGNORED, MISTAKE, "override.neutral")
+    return None
+
+
+def _from_reading(reading: outcome_rules.Reading | None) -> Verdict:
+    if reading is None:
+        return _FAILED_UNRECOGNISED
+    outcome, reason = _READING_OUTCOMES[reading.kind]
+    return Verdict(outcome, reason, reading.rule, reading.may_change and outcome == IGNORED)
+
+
+def judge_exception(exc: BaseException, policy: FailurePolicy, hint: str | None = None) -> Verdict:
+    """The verdict on a call that raised ``exc`` under ``policy``.
+
+    ``hint`` is the adapter's reading of the exception (``MISTAKE``, ``RETRY_REQUEST``
+    or ``CONTROL``: its framework's own validation or control signal), or None.
+
+    Order matters: the upstream's share, the adapter's hint and the built-in
+    exclusions first (nothing turns a cancellation, a denial or a framework's
+    validation error into a failure); then the user's Python predicates (ignore
+    list, ``is_failure``, record list), which win over every default; then the
+    user's override patterns; then the rules of each error's own protocol
+    (:mod:`otel_breaker.outcome_rules`). What nothing recognises is a failure.
     """
     if getattr(exc, UPSTREAM_MARK, None) is not None:
-        return IGNORED  # a transport failure its upstream's breaker counted (see upstream.py)
+        return Verdict(IGNORED, UPSTREAM, "transport")  # its upstream's breaker counted it (upstream.py)
     if hint is not None:
-        if hint == RETRY_REQUEST and getattr(policy, "count_model_retry", False):
-            return FAILURE
-        if hint in (MISTAKE, RETRY_REQUEST, CONTROL):
-            return IGNORED
+        verdict = _hinted(exc, policy, hint)
+        if verdict is not None:
+            return verdict
     if is_excluded(exc):
-        return IGNORED
+        return Verdict(IGNORED, CONTROL, "control." + type(exc).__name__[:64])
     if policy.ignore_exceptions and isinstance(exc, policy.ignore_exceptions):
-        return IGNORED
+        return Verdict(IGNORED, CONFIGURED, "predicate")
     if policy.is_failure is not None:
         try:
-            return FAILURE if policy.is_failure(exc) else IGNORED
+            counted = policy.is_failure(exc)
         except Exception:  # a broken predicate must not hide the tool's error
-            return FAILURE
-    if policy.record_exceptions and not isinstance(exc, policy.record_exceptions):
-        return IGNORED
-    return FAILURE
+            counted = True
+        return Verdict(FAILURE, None, "predicate") if counted else Verdict(IGNORED, CONFIGURED, "predicate")
+    if policy.record_exceptions:
+        if isinstance(exc, policy.record_exceptions):
+            return Verdict(FAILURE, None, "predicate")
+        return Verdict(IGNORED, CONFIGURED, "predicate")
+    reading = outcome_rules.read_exception(exc)
+    if reading is None and is_transport_error(exc):
+        reading = outcome_rules.Reading(outcome_rules.FAILURE, "transport")
+    if getattr(policy, "failure_pattern", None) is not None or getattr(policy, "neutral_pattern", None) is not None:
+        overridden = _overridden(policy, error_description(reading.rule if reading else None, exc))
+        if overridden is not None:
+            return overridden
+    return _from_reading(reading)
+
+
+def _hinted(exc: BaseException, policy: FailurePolicy, hint: str) -> Verdict | None:
+    """The verdict an adapter's hint decides: its rule (and whether an identical retry may
+    heal) from the exception's own reading where it has one."""
+    if hint == RETRY_REQUEST:
+        if getattr(policy, "count_model_retry", False):
+            return Verdict(FAILURE, None, "framework.retry_request")
+        return Verdict(IGNORED, RETRY_REQUEST, "framework.retry_request")
+    if hint == CONTROL:
+        reading = outcome_rules.read_structured(exc)
+        rule = reading.rule if reading is not None and reading.kind == outcome_rules.CONTROL else "framework.control"
+        return Verdict(IGNORED, CONTROL, rule)
+    if hint == MISTAKE:
+        reading = outcome_rules.read_exception(exc)
+        if reading is not None and reading.kind == outcome_rules.MISTAKE:
+            return Verdict(IGNORED, MISTAKE, reading.rule, reading.may_change)
+        return Verdict(IGNORED, MISTAKE, "framework.mistake")
+    return None
+
+
+def judge_text(text: str | None, policy: FailurePolicy, error_type: str | None = None) -> Verdict:
+    """The verdict on an error a framework or a server handed over as text (an MCP
+    ``isError`` answer, a tool's exception a framework turned into a message): the same
+    rules as for an exception, read from the text. Unrecognised: a failure."""
+    reading = outcome_rules.read_text(text)
+    if getattr(policy, "failure_pattern", None) is not None or getattr(policy, "neutral_pattern", None) is not None:
+        description = error_description(reading.rule if reading else None, None, f"{error_type or ''}: {text or ''}")
+        overridden = _overridden(policy, description)
+        if overridden is not None:
+            return overridden
+    return _from_reading(reading)
+
+
+#: Characters of a returned error's text kept (the loop guard's message, the rules' reading).
+MAX_RESULT_TEXT_CHARS = outcome_rules.MAX_TEXT_CHARS
+
+
+def result_text(result: Any) -> str | None:
+    """A returned error's text, bounded: the text content of a tool result (MCP's
+    ``CallToolResult``, a Strands result event, a LangChain ``ToolMessage``, Agno's
+    execution result, an OpenAI Agents tool result) where there is one, else the
+    value as a string. None when it cannot be read."""
+    try:
+        holder = getattr(result, "tool_result", result)
+        for name in ("error", "output"):  # Agno's execution result; an OpenAI Agents tool result
+            text = getattr(holder, name, None)
+            if isinstance(text, str) and text:
+                return text[:MAX_RESULT_TEXT_CHARS]
+        content = holder.get("content") if isinstance(holder, dict) else getattr(holder, "content", None)
+        if isinstance(content, str):
+            return content[:MAX_RESULT_TEXT_CHARS]
+        if isinstance(content, list):
+            texts = []
+            for item in content[:8]:
+                text = item.get("text") if isinstance(item, dict) else getattr(item, "text", None)
+                if isinstance(text, str):
+                    texts.append(text[:MAX_RESULT_TEXT_CHARS])
+            if texts:
+                return " ".join(texts)[:MAX_RESULT_TEXT_CHARS]
+        if isinstance(result, str):
+            return result[:MAX_RESULT_TEXT_CHARS]
+        return str(result)[:MAX_RESULT_TEXT_CHARS]
+    except Exception:
+        return None
+
+
+def classify_exception(exc: BaseException, policy: FailurePolicy, hint: str | None = None) -> int:
+    """Outcome of a call that raised ``exc`` under ``policy``: :func:`judge_exception`'s."""
+    return judge_exception(exc, policy, hint).outcome
 
 
 def result_failed(result: Any, policy: FailurePolicy) -> bool:

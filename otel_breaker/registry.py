@@ -320,7 +320,7 @@ class BreakerRegistry:
             extra["identity"] = ToolKey(agent_name, tool, source if source is not None else origin)
         breaker = store.create(
             tool,
-            self.settings.config_for(tool, config),
+            self.settings.config_for(tool, config, source),
             clock=self._clock,
             agent_name=agent_name,
             session_id=session,

@@ -24,6 +24,7 @@ from otel_breaker.config.values import (
     TOOL_ONLY_OPTIONS,
     PartialValue,
     leniently,
+    parse_error_patterns,
     parse_fallbacks,
     parse_frameworks,
     parse_tool_list,
@@ -75,6 +76,7 @@ KNOWN_VARIABLES = frozenset(
     [PREFIX + suffix for suffix in (*_PLAIN_SETTINGS, *_TEXT_SETTINGS)]
     + [PREFIX + option.upper() for option in BREAKER_OPTIONS if option not in TOOL_ONLY_OPTIONS]
     + [PREFIX + suffix for suffix in ("TOOLS", "FALLBACKS", "UPSTREAMS", "HIGH_STAKES", "FRAMEWORKS", "STORE")]
+    + [PREFIX + suffix for suffix in ("NEUTRAL_ERRORS", "FAILURE_ERRORS")]
 )
 
 
@@ -153,6 +155,13 @@ def load_settings(environ: Mapping[str, str] | None = None, *, strict: bool = Tr
         "",
         lambda v: values.__setitem__("frameworks", v or None),
     )
+    for suffix, name in (("NEUTRAL_ERRORS", "neutral_errors"), ("FAILURE_ERRORS", "failure_errors")):
+        take(
+            PREFIX + suffix,
+            leniently(parse_error_patterns, ";", lambda parts: tuple(entry for part in parts for entry in part)),
+            "format: tool_or_glob=regex;@server_glob=regex",
+            lambda v, name=name: values.__setitem__(name, v),
+        )
     take(PREFIX + "STORE", store_url, "", lambda v: values.__setitem__("store", v))
     for suffix, name in _TEXT_SETTINGS.items():
         raw = env.get(PREFIX + suffix)
@@ -240,6 +249,8 @@ def describe_sources(settings: Settings) -> list[tuple[str, str, str]]:
         "HIGH_STAKES": "high_stakes",
         "FRAMEWORKS": "frameworks",
         "STORE": "store",
+        "NEUTRAL_ERRORS": "neutral_errors",
+        "FAILURE_ERRORS": "failure_errors",
     }
     for suffix, name in {**structured, **_TEXT_SETTINGS}.items():
         var = PREFIX + suffix

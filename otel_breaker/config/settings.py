@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -51,12 +52,26 @@ class Settings:
     status_token: str | None = None
     status_fleet_url: str | None = None
     """The fleet board (``otel-breaker status --serve``) the process board links to."""
+    neutral_errors: tuple[tuple[str, str], ...] = ()
+    """(tool glob or ``@server`` glob, regex): errors that are the caller's mistake
+    (``OTEL_BREAKER_NEUTRAL_ERRORS``)."""
+    failure_errors: tuple[tuple[str, str], ...] = ()
+    """(tool glob or ``@server`` glob, regex): errors that count as failures
+    (``OTEL_BREAKER_FAILURE_ERRORS``)."""
     sources: Mapping[str, str] = field(default_factory=dict)
 
-    def config_for(self, tool: str, base: CircuitBreakerConfig | None = None) -> CircuitBreakerConfig:
-        """The configuration for ``tool``: code config, else env defaults, plus per-tool env overrides."""
+    def config_for(
+        self, tool: str, base: CircuitBreakerConfig | None = None, source: str | None = None
+    ) -> CircuitBreakerConfig:
+        """The configuration for ``tool`` (run on ``source``, an MCP server's identity, when it
+        has one): code config, else env defaults, plus per-tool env overrides and the
+        override patterns whose tool or ``@server`` glob matches."""
         config = base if base is not None else self.defaults
         changes: dict[str, Any] = dict(self.tools.get(tool, {}))
+        for option, rules in (("neutral_errors", self.neutral_errors), ("failure_errors", self.failure_errors)):
+            pattern = _matching_pattern(rules, tool, source, getattr(config, option))
+            if pattern != getattr(config, option):
+                changes[option] = pattern
         fallbacks = self.fallbacks.get(tool)
         if fallbacks and not config.fallbacks:
             changes["fallbacks"] = fallbacks
@@ -69,3 +84,21 @@ class Settings:
         except ValueError as exc:
             logger.warning("otel-breaker: OTEL_BREAKER_TOOLS for %s ignored: %s", quoted(tool), exc)
             return config
+
+
+def _matching_pattern(rules: tuple[tuple[str, str], ...], tool: str, source: str | None, own: str | None) -> str | None:
+    """One regex for ``tool``: its configuration's own pattern and every rule whose target
+    matches the tool name (``glob``) or its server (``@glob``), as alternatives."""
+    if not rules:
+        return own
+    patterns = [own] if own else []
+    for target, pattern in rules:
+        if target.startswith("@"):
+            matched = source is not None and fnmatch.fnmatchcase(source, target[1:])
+        else:
+            matched = fnmatch.fnmatchcase(tool, target)
+        if matched and pattern not in patterns:
+            patterns.append(pattern)
+    if len(patterns) <= 1:
+        return patterns[0] if patterns else None
+    return "|".join(f"(?:{pattern})" for pattern in patterns)

@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from otel_breaker.breaker import LOOP_ACTIONS, LOOP_COUNT_KINDS, PRESETS, CircuitBreakerConfig
+from otel_breaker.breaker_config import pattern_problem
 from otel_breaker.catalogue import ALIASES, FRAMEWORK_IDS
 from otel_breaker.sanitize import quoted
 from otel_breaker.words import FALSE_WORDS, TRUE_WORDS
@@ -207,6 +208,32 @@ def parse_upstreams(raw: str) -> dict[str, tuple[str, ...]]:
             raise ValueError(f"entry {quoted(entry)}: no tool named")
         result[name] = result.get(name, ()) + tuple(found)
     return result
+
+
+def parse_error_patterns(raw: str) -> tuple[tuple[str, str], ...]:
+    """Parse ``OTEL_BREAKER_NEUTRAL_ERRORS`` / ``OTEL_BREAKER_FAILURE_ERRORS``:
+    ``run_sql=no such (table|column);@filesystem*=ENOENT|outside allowed``.
+
+    Each entry is ``target=regex``: the target is a tool name or glob pattern, or
+    ``@`` and a glob of the server (source) the tool runs on; ``*`` is every tool.
+    The regular expression is searched, case-insensitively, in
+    ``"<rule> <ErrorType>: <message>"``. Entries are separated by ``;`` (a regex that
+    needs one writes ``\\x3b``). An entry whose pattern does not compile raises
+    ValueError naming it.
+    """
+    result: list[tuple[str, str]] = []
+    for entry in filter(None, (part.strip() for part in raw.split(";"))):
+        target, sep, pattern = entry.partition("=")
+        target = target.strip()
+        if not sep or not target or not pattern.strip():
+            raise ValueError(f"entry {quoted(entry)}: expected tool_or_glob=regex or @server_glob=regex")
+        if not _GLOB_PATTERN.match(target.removeprefix("@")):
+            raise ValueError(f"entry {quoted(entry)}: invalid tool or server pattern {quoted(target)}")
+        problem = pattern_problem(pattern.strip())
+        if problem is not None:
+            raise ValueError(f"entry {quoted(entry)}: the pattern {problem}")
+        result.append((target, pattern.strip()))
+    return tuple(result)
 
 
 def parse_tool_list(raw: str) -> tuple[str, ...]:
