@@ -23,18 +23,25 @@ import logging
 from collections.abc import Generator
 from typing import Any, Protocol
 
-from otel_breaker import rejection
+from otel_breaker import rejection, streaks
 from otel_breaker import retry_hint as _retry_hints
 from otel_breaker import upstream_gate as _upstream_gate
 from otel_breaker.breaker import REJECTED, SHADOW, CircuitBreaker
 from otel_breaker.classify import (
+    CONTROL,
     FAILURE,
     IGNORED,
     IGNORED_RESULT,
-    SUCCESS,
-    classify_exception,
+    MISTAKE,
+    SUCCEEDED,
+    UNRECOGNISED,
+    Verdict,
+    error_description,
     error_type,
+    judge_exception,
+    judge_text,
     result_failed,
+    result_text,
 )
 from otel_breaker.telemetry import TELEMETRY
 from otel_breaker.toolcall import ToolCall
@@ -155,43 +162,99 @@ def _result_error(breaker: CircuitBreaker, call: ToolCall | None, result: Any, a
     return None
 
 
-def _classify(breaker: CircuitBreaker, exc: BaseException, call: ToolCall | None, adapter: Adapter | None) -> int:
+_TIMED_OUT = Verdict(FAILURE, None, TIMEOUT_ERROR_TYPE)
+_INVALID_RESULT = Verdict(FAILURE, None, "predicate")
+_UNRECOGNISED = Verdict(FAILURE, None, UNRECOGNISED)
+_DISTINCT_MISTAKE = Verdict(IGNORED, MISTAKE, streaks.STREAK_RULE)
+
+
+def _arguments(call: ToolCall | None) -> Any:
+    return call.arguments if call is not None else None
+
+
+def _judge_raised(
+    breaker: CircuitBreaker, exc: BaseException, call: ToolCall | None, adapter: Adapter | None
+) -> Verdict:
     try:
         hint = None
         if adapter is not None:
             read = getattr(adapter, "exception_hint", None)
             if read is not None:
                 hint = read(call, exc)
-        return classify_exception(exc, breaker.config, hint)
+        verdict = judge_exception(exc, breaker.config, hint)
+        if verdict.rule == UNRECOGNISED and streaks.distinct_mistake(
+            breaker, error_description(None, exc), _arguments(call)
+        ):
+            return _DISTINCT_MISTAKE
+        return verdict
     except Exception:
         bookkeeping_failed("classifying an exception")
-        return FAILURE
+        return _UNRECOGNISED
 
 
 def raised(
     breaker: CircuitBreaker, call: ToolCall | None, adapter: Adapter | None, exc: BaseException
-) -> tuple[int, str | None]:
-    """(outcome, ``error.type``) of a call that raised ``exc``."""
+) -> tuple[Verdict, str | None]:
+    """(verdict, ``error.type``) of a call that raised ``exc``."""
     if isinstance(exc, ToolTimeoutError):
-        return FAILURE, TIMEOUT_ERROR_TYPE
-    outcome = _classify(breaker, exc, call, adapter)
-    return outcome, (error_type(exc) if outcome == FAILURE else None)
+        return _TIMED_OUT, TIMEOUT_ERROR_TYPE
+    verdict = _judge_raised(breaker, exc, call, adapter)
+    return verdict, (error_type(exc) if verdict.outcome == FAILURE else None)
+
+
+def _ignored_result(call: ToolCall | None, result: Any, adapter: Adapter | None) -> Verdict:
+    """The verdict on a value the adapter calls neither outcome: the model's mistake when
+    the adapter's ``result_hint`` says so (arguments its schema refused), else control."""
+    try:
+        read = getattr(adapter, "result_hint", None)
+        if read is not None and read(call, result) == MISTAKE:
+            return Verdict(IGNORED, MISTAKE, "framework.mistake")
+    except Exception:
+        bookkeeping_failed("classifying a result")
+    return Verdict(IGNORED, CONTROL, "framework.control")
+
+
+def _judge_error_result(breaker: CircuitBreaker, call: ToolCall | None, result: Any, err: str) -> Verdict:
+    """The verdict on a failure the framework turned into a value (an MCP ``isError``
+    answer, a tool's exception as text): the rules read its text."""
+    try:
+        text = result_text(result)
+        verdict = judge_text(text, breaker.config, err)
+        if verdict.rule == UNRECOGNISED and streaks.distinct_mistake(breaker, f"{err}: {text}", _arguments(call)):
+            return _DISTINCT_MISTAKE
+        return verdict
+    except Exception:
+        bookkeeping_failed("classifying a result")
+        return _UNRECOGNISED
 
 
 def returned(
     breaker: CircuitBreaker, call: ToolCall | None, adapter: Adapter | None, result: Any, start: float, timed: bool
-) -> tuple[int, str | None, float]:
-    """(outcome, ``error.type``, elapsed seconds) of a call that returned ``result``."""
+) -> tuple[Verdict, str | None, float]:
+    """(verdict, ``error.type``, elapsed seconds) of a call that returned ``result``."""
     elapsed = breaker.clock() - start if timed else 0.0
     config = breaker.config
     err = None
     if config.timeout is not None and elapsed > config.timeout:
-        err = TIMEOUT_ERROR_TYPE
-    elif adapter is not None or config.is_failure_result is not None:
+        return _TIMED_OUT, TIMEOUT_ERROR_TYPE, elapsed
+    if adapter is not None or config.is_failure_result is not None:
         err = _result_error(breaker, call, result, adapter)
+    if err is None:
+        return SUCCEEDED, None, elapsed
     if err == IGNORED_RESULT:
-        return IGNORED, None, elapsed
-    return (SUCCESS if err is None else FAILURE), err, elapsed
+        return _ignored_result(call, result, adapter), None, elapsed
+    if err == INVALID_RESULT_ERROR_TYPE:
+        return _INVALID_RESULT, err, elapsed
+    verdict = _judge_error_result(breaker, call, result, err)
+    return verdict, (err if verdict.outcome == FAILURE else None), elapsed
+
+
+def _count_neutral(breaker: CircuitBreaker, verdict: Verdict) -> None:
+    """A neutral outcome, by its reason and rule, for ``otel_breaker.calls.neutral``."""
+    try:
+        TELEMETRY.count_neutral(breaker, verdict.reason, verdict.rule)
+    except Exception:
+        bookkeeping_failed("counting a neutral outcome")
 
 
 def retry_hint(breaker: CircuitBreaker, outcome: int, exc: BaseException) -> None:
@@ -220,9 +283,11 @@ def settle(breaker: CircuitBreaker, permit: Any, outcome: int) -> None:
 def after_raise(breaker: CircuitBreaker, permit: Any, exc: BaseException) -> None:
     """Classify and settle a call that raised, on the quick route (nobody watching,
     no adapter, no upstream, a plain configuration, state in memory)."""
-    outcome = raised(breaker, None, None, exc)[0]
-    settle(breaker, permit, outcome)
-    retry_hint(breaker, outcome, exc)
+    verdict = raised(breaker, None, None, exc)[0]
+    settle(breaker, permit, verdict.outcome)
+    if verdict.outcome == IGNORED:
+        _count_neutral(breaker, verdict)
+    retry_hint(breaker, verdict.outcome, exc)
 
 
 def _start(breaker: CircuitBreaker, call: ToolCall | None) -> tuple[ToolCall, Any]:
@@ -244,9 +309,10 @@ def _end(
     err: str | None,
     exc: BaseException | None,
     permit: Any,
+    verdict: Verdict,
 ) -> None:
     try:
-        TELEMETRY.finish(span, call, breaker, elapsed, err, exc, permit)
+        TELEMETRY.finish(span, call, breaker, elapsed, err, exc, permit, verdict=verdict)
     except Exception:
         bookkeeping_failed("ending a span")
 
@@ -318,19 +384,23 @@ def steps(
         except BaseException as exc:
             if up_permit is not None:
                 yield (SETTLE, upstream, up_permit, _upstream_gate.outcome_of_exception(upstream, exc))
-            outcome, err = raised(breaker, call, adapter, exc)
-            yield (SETTLE, breaker, permit, outcome)
-            retry_hint(breaker, outcome, exc)
+            verdict, err = raised(breaker, call, adapter, exc)
+            yield (SETTLE, breaker, permit, verdict.outcome)
+            if verdict.outcome == IGNORED:
+                _count_neutral(breaker, verdict)
+            retry_hint(breaker, verdict.outcome, exc)
             if observed:
-                _end(breaker, call, span, breaker.clock() - start, err, exc, permit)
+                _end(breaker, call, span, breaker.clock() - start, err, exc, permit, verdict)
             return Raised(exc)
         if up_permit is not None:
             yield (SETTLE, upstream, up_permit, _upstream_gate.outcome_of_answer(adapter, call, result))
-        outcome, err, elapsed = returned(breaker, call, adapter, result, start, timed)
-        yield (SETTLE, breaker, permit, outcome)
+        verdict, err, elapsed = returned(breaker, call, adapter, result, start, timed)
+        yield (SETTLE, breaker, permit, verdict.outcome)
+        if verdict.outcome == IGNORED:
+            _count_neutral(breaker, verdict)
         _slow(breaker, elapsed)
         if observed:
-            _end(breaker, call, span, elapsed, err, None, permit)
+            _end(breaker, call, span, elapsed, err, None, permit, verdict)
         return result
     finally:
         if span is not None:

@@ -66,6 +66,11 @@ ATTR_TO_STATE = "otel_breaker.to_state"
 ATTR_REASON = "otel_breaker.reason"
 ATTR_RETRY_AFTER = "otel_breaker.retry_after_s"
 ATTR_OUTCOME = "otel_breaker.outcome"
+#: Why a neutral outcome is neutral: ``mistake``, ``control``, ``retry_request``, ``configured``, ``upstream``.
+ATTR_OUTCOME_REASON = "otel_breaker.outcome.reason"
+#: The rule that judged an outcome (``http.404``, ``errno.ENOENT``, ``sqlstate.42P01``, ``unrecognised`` ...):
+#: a bounded vocabulary (docs/outcomes.md).
+ATTR_OUTCOME_RULE = "otel_breaker.outcome.rule"
 ATTR_ESTIMATE_SOURCE = "otel_breaker.estimate.source"
 ATTR_STORE = "otel_breaker.store"
 
@@ -175,6 +180,14 @@ DURATION = Instrument(
     "Duration of tool executions.",
 )
 
+NEUTRAL = Instrument(
+    "otel_breaker.calls.neutral",
+    COUNTER,
+    "{call}",
+    "Tool calls that ran and ended in an error that does not count against the tool "
+    "(the caller's mistake, control flow, a user's rule), by reason and by the rule that decided.",
+)
+
 LOOPS = Instrument(
     "otel_breaker.loops",
     COUNTER,
@@ -182,7 +195,18 @@ LOOPS = Instrument(
     "Identical repeated tool calls the loop guard saw and let run (loop_action=warn).",
 )
 
-INSTRUMENTS = (STATE, TRANSITIONS, CALLS, REJECTED, LOOPS, TOKENS_SAVED, COST_SAVED, STORE_ERRORS, DURATION)
+INSTRUMENTS = (
+    STATE,
+    TRANSITIONS,
+    CALLS,
+    NEUTRAL,
+    REJECTED,
+    LOOPS,
+    TOKENS_SAVED,
+    COST_SAVED,
+    STORE_ERRORS,
+    DURATION,
+)
 
 
 def prometheus_label(attribute: str) -> str:

@@ -55,6 +55,8 @@ class Telemetry(Providers, Spans, Events, Metrics):
         self._transitions: dict[tuple[str, str | None, str, str, str | None, str | None], int] = {}
         #: (tool, agent, source, origin) -> the state its breaker last entered (the gauge of a pruned one).
         self._last_state: dict[tuple[str, str | None, str | None, str | None], State] = {}
+        #: (tool, agent, source, origin, reason, rule) -> calls that ended neutral that way.
+        self._neutral: dict[tuple[str, str | None, str | None, str | None, str, str], int] = {}
         self._settings_read = False
         # ``explicit`` lives in a slot the breaker reads on every call (see observing).
         self._explicit: dict[str, Any] = {"explicit": None}
@@ -119,6 +121,7 @@ class Telemetry(Providers, Spans, Events, Metrics):
             if counts:
                 self._transitions.clear()
                 self._last_state.clear()
+                self._neutral.clear()
                 self.estimator = TokenEstimator(self.estimator.tokens_per_call)
                 self._registry = None
                 for breaker in breaker_module.all_breakers():

@@ -28,6 +28,8 @@ from otel_breaker.semconv import (
     ATTR_MODE,
     ATTR_MODEL,
     ATTR_OUTCOME,
+    ATTR_OUTCOME_REASON,
+    ATTR_OUTCOME_RULE,
     ATTR_STATE,
     ATTR_STORE,
     ATTR_TO_STATE,
@@ -49,6 +51,9 @@ OUTCOMES = ("success", "failure", "ignored")
 STATES = (State.CLOSED, State.OPEN, State.HALF_OPEN)
 #: The OpenTelemetry SDK's default limit of series (attribute sets) per instrument.
 SDK_CARDINALITY_LIMIT = 2000
+#: Distinct rules kept per tool in ``otel_breaker.calls.neutral``; the rest count as ``other``.
+MAX_RULES_PER_TOOL = 32
+OTHER_RULE = "other"
 
 _CARDINALITY_WARNED: set[str] = set()
 
@@ -95,6 +100,7 @@ class Metrics:
     estimator: TokenEstimator
     _transitions: dict[tuple[str, str | None, str, str, str | None, str | None], int]
     _last_state: dict[tuple[str, str | None, str | None, str | None], State]
+    _neutral: dict[tuple[str, str | None, str | None, str | None, str, str], int]
     meter_provider: Callable[[Any], Any]
     _read_settings: Callable[[], None]
 
@@ -127,6 +133,7 @@ class Metrics:
         counters = (
             (semconv.TRANSITIONS, self._observe_transitions),
             (semconv.CALLS, self._observe_calls),
+            (semconv.NEUTRAL, self._observe_neutral),
             (semconv.REJECTED, self._observe_rejected),
             (semconv.TOKENS_SAVED, self._observe_tokens),
             (semconv.COST_SAVED, self._observe_cost),
@@ -248,6 +255,26 @@ class Metrics:
             labels = key_labels(tool, agent, source, origin)
             for outcome, value in zip(OUTCOMES, totals, strict=True):
                 yield Observation(value, {**labels, ATTR_OUTCOME: outcome})
+
+    def count_neutral(self, breaker: CircuitBreaker, reason: str | None, rule: str | None) -> None:
+        """One call of ``breaker``'s tool that ended neutral, for ``otel_breaker.calls.neutral``
+        (counted whether or not anything watches, like every other count)."""
+        tool_key = (breaker.name, breaker.agent_name, breaker.source, breaker.origin)
+        rule_name = bounded(rule or "unknown")
+        with self._lock:
+            key = (*tool_key, reason or "unknown", rule_name)
+            if key not in self._neutral:
+                rules = sum(1 for existing in self._neutral if existing[:4] == tool_key)
+                if rules >= MAX_RULES_PER_TOOL:
+                    key = (*tool_key, reason or "unknown", OTHER_RULE)
+            self._neutral[key] = self._neutral.get(key, 0) + 1
+
+    def _observe_neutral(self, options: CallbackOptions) -> Iterable[Observation]:
+        with self._lock:
+            items = list(self._neutral.items())
+        for (tool, agent, source, origin, reason, rule), value in items:
+            labels = key_labels(tool, agent, source, origin)
+            yield Observation(value, {**labels, ATTR_OUTCOME_REASON: reason, ATTR_OUTCOME_RULE: rule})
 
     def _observe_loops(self, options: CallbackOptions) -> Iterable[Observation]:
         for source in LOOP_SOURCES:

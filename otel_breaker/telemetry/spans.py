@@ -27,6 +27,9 @@ from otel_breaker.semconv import (
     ATTR_FRAMEWORK,
     ATTR_GUARDED,
     ATTR_OPERATION,
+    ATTR_OUTCOME,
+    ATTR_OUTCOME_REASON,
+    ATTR_OUTCOME_RULE,
     ATTR_REJECTED,
     ATTR_RETRY_AFTER,
     ATTR_STATE,
@@ -119,6 +122,9 @@ def _annotate_native(span: Any, shape: CachedSpanAttributes, call: ToolCall, sta
     span.set_attributes(attributes)
 
 
+#: ``otel_breaker.outcome`` of each outcome (``classify.SUCCESS``, ``FAILURE``, ``IGNORED``).
+_OUTCOME_TEXT = ("success", "failure", "ignored")
+
 # ``State.X.value`` is an enum property (slow on a per-call path): the texts, read once.
 _STATE_TEXT: dict[State, str] = {state: state.value for state in State}
 _CLOSED_TEXT, _OPEN_TEXT, _HALF_OPEN_TEXT = State.CLOSED.value, State.OPEN.value, State.HALF_OPEN.value
@@ -207,8 +213,11 @@ class Spans:
         exc: BaseException | None,
         permit: Any = None,
         end_time: int | None = None,
+        verdict: Any = None,
     ) -> None:
-        """Record the duration and end the span of a call that ran."""
+        """Record the duration and end the span of a call that ran. ``verdict`` (a
+        :class:`~otel_breaker.classify.Verdict`) of a call that did not succeed puts its
+        outcome, reason and rule on the span."""
         duration = self._duration
         if duration is not None:
             self._record_duration(duration, call, breaker, elapsed, err)
@@ -217,12 +226,18 @@ class Spans:
         span = handle[0]
         try:
             admitted = _CLOSED_TEXT if permit.__class__ is int and permit != SHADOW else _admitted_state(permit)
-            if (admitted != handle[2] or err is not None) and span.is_recording():
+            judged = verdict is not None and verdict.rule is not None
+            if (admitted != handle[2] or err is not None or judged) and span.is_recording():
                 attributes = {ATTR_STATE: admitted}
                 if permit == SHADOW:
                     attributes[ATTR_WOULD_REJECT] = True
                 if err is not None:
                     attributes[ATTR_ERROR_TYPE] = err
+                if judged:
+                    attributes[ATTR_OUTCOME] = _OUTCOME_TEXT[verdict.outcome]
+                    attributes[ATTR_OUTCOME_RULE] = bounded(verdict.rule)
+                    if verdict.reason is not None:
+                        attributes[ATTR_OUTCOME_REASON] = verdict.reason
                 span.set_attributes(attributes)
                 if err is not None:
                     description = exception_message(exc) if (exc is not None and self.capture_content) else None

@@ -24,6 +24,7 @@ COUNTERS = {
     "otel_breaker_transitions_total",
     "otel_breaker_calls_total",
     "otel_breaker_calls_rejected_total",
+    "otel_breaker_calls_neutral_total",
     "otel_breaker_loops_total",
     "otel_breaker_tokens_saved_total",
     "otel_breaker_cost_saved_total",
