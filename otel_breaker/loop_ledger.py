@@ -82,13 +82,18 @@ class LoopGuard:
         return (scope, tool) in self._tools
 
     def count(self, scope: str, sig: str) -> tuple[int, str | None]:
+        """How many times the identical call ended in a counted way, and its last error.
+        Asking is a repeat: it keeps the entry from going idle, so a block lasts as long as
+        the repeats do, and ends :data:`IDLE_SECONDS` after the last one."""
+        now = self.clock()
         with self._lock:
             entry = self._entries.get((scope, sig))
             if entry is None:
                 return 0, None
-            if self.clock() - entry.seen > IDLE_SECONDS:
+            if now - entry.seen > IDLE_SECONDS:
                 self._forget((scope, sig), entry)
                 return 0, None
+            entry.seen = now
             return entry.count, entry.last_error
 
     def counted(self, scope: str, tool: str, sig: str, error: str | None) -> int:

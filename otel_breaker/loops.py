@@ -38,7 +38,17 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from otel_breaker import rejection
-from otel_breaker.classify import FAILURE, IGNORED_RESULT, MISTAKE, RETRY_REQUEST, classify_exception, error_type
+from otel_breaker.classify import (
+    FAILURE,
+    IGNORED_RESULT,
+    MISTAKE,
+    RETRY_REQUEST,
+    Verdict,
+    error_type,
+    judge_exception,
+    judge_text,
+    result_text,
+)
 from otel_breaker.loop_signature import MAX_ERROR_CHARS, arguments_of, signature
 from otel_breaker.sanitize import bounded, safe_name, sanitize
 from otel_breaker.toolcall import ToolCall
@@ -170,6 +180,19 @@ def __getattr__(name: str) -> Any:
 # -- the call path's questions ---------------------------------------------------------------
 
 
+def _kind_of_verdict(verdict: Verdict) -> str | None:
+    """The loop kind of a verdict: only what an identical retry cannot heal is a counted
+    mistake. A "not found (yet)" (a 404, ``ENOENT``, a -32602 saying not found) may
+    change while the model polls, and control flow never counts."""
+    if verdict.reason == MISTAKE:
+        return None if verdict.may_change else MISTAKES
+    if verdict.reason == RETRY_REQUEST:
+        return RETRIES
+    if verdict.outcome == FAILURE:
+        return FAILURES
+    return None
+
+
 def _kind_of_exception(
     breaker: CircuitBreaker, call: ToolCall, adapter: Any, exc: BaseException
 ) -> tuple[str | None, str]:
@@ -182,20 +205,16 @@ def _kind_of_exception(
         except Exception:
             hint = None
     text = f"{error_type(exc)}: {exc}"[:MAX_ERROR_CHARS]
-    if hint == MISTAKE:
-        return MISTAKES, text
-    if hint == RETRY_REQUEST:
-        return RETRIES, text
-    if hint is not None:
-        return None, text
     try:
-        outcome = classify_exception(exc, breaker.config)
+        verdict = judge_exception(exc, breaker.config, hint)
     except Exception:
         return None, text
-    return (FAILURES if outcome == FAILURE else None), text
+    return _kind_of_verdict(verdict), text
 
 
-def _kind_of_result(call: ToolCall, adapter: Any, result: Any) -> tuple[str | None, str | None]:
+def _kind_of_result(
+    breaker: CircuitBreaker, call: ToolCall, adapter: Any, result: Any
+) -> tuple[str | None, str | None]:
     if adapter is None:
         return None, None
     try:
@@ -210,33 +229,18 @@ def _kind_of_result(call: ToolCall, adapter: Any, result: Any) -> tuple[str | No
         return "success", None
     if err == IGNORED_RESULT or not isinstance(err, str):
         return None, None
-    return FAILURES, _text(result) or err
+    text = result_text(result)
+    try:
+        verdict = judge_text(text, breaker.config, err)
+    except Exception:
+        return FAILURES, _text(result) or err
+    return _kind_of_verdict(verdict), (text[:MAX_ERROR_CHARS] if text else err)
 
 
 def _text(result: Any) -> str | None:
-    """A returned error's text, bounded, for :class:`ToolLoopError` and the loop message:
-    the text content of a tool result (MCP's ``CallToolResult``, a Strands result event,
-    a LangChain ``ToolMessage``) where there is one, else the value as a string."""
-    try:
-        holder = getattr(result, "tool_result", result)
-        for name in ("error", "output"):  # Agno's execution result; an OpenAI Agents tool result
-            text = getattr(holder, name, None)
-            if isinstance(text, str) and text:
-                return text[:MAX_ERROR_CHARS]
-        content = holder.get("content") if isinstance(holder, dict) else getattr(holder, "content", None)
-        if isinstance(content, str):
-            return content[:MAX_ERROR_CHARS]
-        if isinstance(content, list):
-            texts = []
-            for item in content[:8]:
-                text = item.get("text") if isinstance(item, dict) else getattr(item, "text", None)
-                if isinstance(text, str):
-                    texts.append(text)
-            if texts:
-                return " ".join(texts)[:MAX_ERROR_CHARS]
-        return str(result)[:MAX_ERROR_CHARS]
-    except Exception:
-        return None
+    """A returned error's text, bounded for :class:`ToolLoopError` and the loop message."""
+    text = result_text(result)
+    return None if text is None else text[:MAX_ERROR_CHARS]
 
 
 class Watch:
@@ -274,7 +278,7 @@ class Watch:
         self.ended(*_kind_of_exception(self.breaker, self.call, self.adapter, exc))
 
     def returned(self, result: Any) -> None:
-        self.ended(*_kind_of_result(self.call, self.adapter, result))
+        self.ended(*_kind_of_result(self.breaker, self.call, self.adapter, result))
 
     def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``fn`` judged as it ends (awaited results too); only calls that ran are judged."""
