@@ -23,6 +23,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import StatusCode
 
+from otel_breaker import outcome_rules
 from otel_breaker.call_path import NO_OUTPUT, CallPath
 from otel_breaker.classify import FAILURE, IGNORED, SUCCESS, is_excluded_name
 from otel_breaker.registry import BreakerRegistry, default_registry
@@ -65,6 +66,65 @@ def usage_of(attributes: Any) -> tuple[int, int, str | None] | None:
         model = model or attributes.get("llm.model_name")
         return int(tokens_in or 0), int(tokens_out or 0), (str(model) if model else None)
     return None
+
+
+#: gRPC status codes by number (``rpc.grpc.status_code`` on a span).
+_GRPC_CODES = (
+    "OK",
+    "CANCELLED",
+    "UNKNOWN",
+    "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION",
+    "ABORTED",
+    "OUT_OF_RANGE",
+    "UNIMPLEMENTED",
+    "INTERNAL",
+    "UNAVAILABLE",
+    "DATA_LOSS",
+    "UNAUTHENTICATED",
+)
+
+
+def _span_reading(span: ReadableSpan, attributes: Any) -> outcome_rules.Reading | None:
+    """What a failed foreign tool span says of its error, by the same rules as an exception:
+    the semantic conventions' status attributes first, then the exception event's text."""
+    reading = outcome_rules.read_status(attributes.get("http.response.status_code"))
+    if reading is not None:
+        return reading
+    grpc_code = attributes.get("rpc.grpc.status_code")
+    if isinstance(grpc_code, int) and 0 < grpc_code < len(_GRPC_CODES):
+        return outcome_rules.read_grpc(_GRPC_CODES[grpc_code])
+    reading = outcome_rules.read_sqlstate(attributes.get("db.response.status_code"))
+    if reading is not None:
+        return reading
+    error_type = attributes.get("error.type")
+    if isinstance(error_type, str) and error_type.lstrip("-").isdigit() and len(error_type) <= 6:
+        reading = outcome_rules.read_jsonrpc(int(error_type))  # MCP spans: error.type is the JSON-RPC code
+        if reading is not None:
+            return reading
+    for event in span.events:
+        if event.name == "exception" and event.attributes:
+            kind = event.attributes.get("exception.type") or ""
+            message = event.attributes.get("exception.message") or ""
+            return outcome_rules.read_text(f"{kind}: {message}"[: outcome_rules.MAX_TEXT_CHARS])
+    return None
+
+
+def _neutral_error(span: ReadableSpan, attributes: Any) -> bool:
+    """Whether a failed foreign tool span is neutral: control flow, or an error its own
+    protocol calls the caller's mistake. Never raises."""
+    try:
+        if is_excluded_name(_exception_type(span)):
+            return True
+        reading = _span_reading(span, attributes)
+    except Exception:
+        return False
+    return reading is not None and reading.kind != outcome_rules.FAILURE
 
 
 def _exception_type(span: ReadableSpan) -> str | None:
@@ -163,7 +223,7 @@ class BreakerSpanProcessor(SpanProcessor):
         agent_name = attributes.get(ATTR_AGENT)
         call = ToolCall(tool, framework="span", agent_name=str(agent_name) if agent_name else None)
         if status is StatusCode.ERROR:
-            outcome = IGNORED if is_excluded_name(_exception_type(span)) else FAILURE
+            outcome = IGNORED if _neutral_error(span, attributes) else FAILURE
             output: Any = NO_OUTPUT
         else:
             outcome = SUCCESS

@@ -66,11 +66,22 @@ class LangChainAdapter(SpecAdapter):
         )  # fmt: skip
 
     def exception_hint(self, call: ToolCall, exc: BaseException) -> str | None:
+        """``MISTAKE`` for the model's arguments refused while langchain-core parsed them: raised
+        under its ``_parse_input``/``_to_args_and_kwargs`` by langchain-core or pydantic itself.
+        A tool's own override that fails there (a ``NotImplementedError``) is a bug in the tool."""
+        if isinstance(exc, NotImplementedError):
+            return None
+        hint, raised_in = None, ""
         for frame, _ in walk_tb(exc.__traceback__):  # raised parsing the model's arguments, or in the body?
-            name = frame.f_code.co_name
-            if name in _FRAMES and str(frame.f_globals.get("__name__", "")).startswith("langchain_core.tools"):
-                return _FRAMES[name]
-        return None
+            name, module = frame.f_code.co_name, str(frame.f_globals.get("__name__", ""))
+            if hint is None and name in _FRAMES and module.startswith("langchain_core.tools"):
+                hint = _FRAMES[name]
+                if hint is None:
+                    return None  # in the tool's body
+            raised_in = module
+        if hint == MISTAKE and not raised_in.startswith(("langchain_core", "pydantic")):
+            return None  # the tool's own parsing code failed: not the model's arguments
+        return hint
 
     def result_error(self, call: ToolCall, result: Any) -> str | None:
         if (frame := guarded_call()) is not None and frame.notes:  # langchain-core answered an error: _note

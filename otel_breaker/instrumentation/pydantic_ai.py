@@ -115,8 +115,17 @@ class PydanticAIAdapter(SpecAdapter):
         )
 
     def exception_hint(self, call: ToolCall, exc: BaseException) -> str | None:
-        # After a nested failure: an MCP toolset's retry for an error result the session below counted.
-        return RETRY_REQUEST if type(exc).__name__ == "ToolRetryError" and not nested_failure() else None
+        """The tool's request to retry (``ModelRetry``): ``ToolRetryError``, or the run's
+        ``UnexpectedModelBehavior`` raised from one once the retry budget is spent. After a
+        nested failure it is an MCP toolset's retry for an error result the session below
+        already counted."""
+        if nested_failure():
+            return None
+        if type(exc).__name__ == "ToolRetryError":
+            return RETRY_REQUEST
+        if type(exc).__name__ == "UnexpectedModelBehavior" and type(exc.__cause__).__name__ == "ToolRetryError":
+            return RETRY_REQUEST
+        return None
 
     def rejection(self, call: ToolCall, info: Rejection) -> Any:
         """Raise the run's own "tool failed" signal; returning a value would read as success."""
