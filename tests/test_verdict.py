@@ -127,7 +127,8 @@ def test_a_plain_runtime_error_still_counts(clock):
 
 def _missing_file_error() -> FileNotFoundError:
     try:
-        open("/nonexistent/otel-breaker/file")
+        with open("/nonexistent/otel-breaker/file"):
+            pass
     except FileNotFoundError as exc:
         return exc
     raise AssertionError("the file exists")
@@ -299,7 +300,7 @@ def test_a_backend_whose_every_error_differs_is_counted_from_twice_the_threshold
 
 def test_an_old_streak_is_evidence_of_nothing(clock):
     breaker = CircuitBreaker("lookup", CircuitBreakerConfig(failure_threshold=2, monitor_window=60), clock=clock)
-    lookup, runs = _lookup_tool({"a": "first", "b": "second"})
+    lookup, _ = _lookup_tool({"a": "first", "b": "second"})
     breaker.call(lookup, "ok")
     with pytest.raises(RuntimeError):
         breaker.call(lookup, "a")
