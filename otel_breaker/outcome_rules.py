@@ -577,12 +577,15 @@ _TEXT_FAILURE = LazyPattern(
     r"database disk image is malformed|file is not a database|cannot operate on a closed|"
     r"(connection|database|cursor|pool) (is |was |has been |already )+closed|can only be used in that same thread",
 )
+#: A status in an error's text: after a word that announces one, before its reason phrase,
+#: in requests' "409 Client Error: Conflict for url" and aiohttp's "409, message='Conflict'".
 _TEXT_STATUS = LazyPattern(
     r"(?:\bhttp(?:/\d(?:\.\d)?)?|\bstatus(?:[ _]?code)?|\berror(?: code)?|\bresponse|\breturned|\bgot)"
-    r"[\s:=(\[\"']{0,3}([45]\d\d)\b|\b([45]\d\d)[\s:-]{1,3}(?:not found|bad request|unauthori[sz]ed|forbidden|"
+    r"[\s:=(\[\"']{0,3}([45]\d\d)\b|\b([45]\d\d)(?:[\s:-]{1,3}(?:not found|bad request|unauthori[sz]ed|forbidden|"
     r"method not allowed|conflict|gone|unprocessable|payment required|internal server error|bad gateway|"
     r"service unavailable|gateway time-?out|too many requests|request time-?out|not acceptable|"
-    r"precondition failed|payload too large|uri too long|unsupported media type)",
+    r"precondition failed|payload too large|uri too long|unsupported media type|(?:client|server) error\b)|"
+    r", message=)",
     re.IGNORECASE,
 )
 _TEXT_ERRNO_NUMBER = LazyPattern(r"\[errno (-?\d{1,5})\]", re.IGNORECASE)
