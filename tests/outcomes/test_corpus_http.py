@@ -19,7 +19,7 @@ import pytest
 import requests
 from corpus import caught, expect
 
-from otel_breaker.outcome_rules import CONTROL, FAILURE, MISTAKE
+from otel_breaker.outcome_rules import CONTROL, FAILURE, MISTAKE, read_text
 
 #: Generous for a busy machine: a case's server answers at once.
 ANSWER_TIMEOUT = 30.0
@@ -79,6 +79,17 @@ CLIENT_IDS = ["httpx", "requests", "urllib", "aiohttp"]
 @pytest.mark.parametrize(("status", "kind"), STATUSES, ids=STATUS_IDS)
 def test_status_error(get, status: int, kind: str, http_url: str) -> None:
     expect(caught(get, f"{http_url}/status/{status}"), kind, f"http.{status}")
+
+
+@pytest.mark.parametrize("get", CLIENTS, ids=CLIENT_IDS)
+@pytest.mark.parametrize(("status", "kind"), STATUSES, ids=STATUS_IDS)
+def test_status_error_as_text(get, status: int, kind: str, http_url: str) -> None:
+    """A framework that hands over only the error's text gets the same reading from it:
+    each client words its status differently ("HTTP Error 404: Not Found",
+    "409 Client Error: Conflict for url", "409, message='Conflict'")."""
+    exc = caught(get, f"{http_url}/status/{status}")
+    reading = read_text(str(exc))
+    assert reading is not None and (reading.kind, reading.rule) == (kind, f"http.{status}"), (str(exc), reading)
 
 
 @pytest.mark.parametrize("get", CLIENTS, ids=CLIENT_IDS)
