@@ -456,7 +456,9 @@ _AWS_FAILURE_CODES = frozenset(
         "RequestTimeoutException",
         "InternalError",
         "InternalFailure",
+        "InternalServerError",
         "ServiceUnavailable",
+        "ServiceUnavailableException",
         "InvalidClientTokenId",
         "UnrecognizedClientException",
         "InvalidAccessKeyId",
@@ -473,6 +475,23 @@ _AWS_FAILURE_CODES = frozenset(
 )
 _AWS_CONTROL_CODES = frozenset({"AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "Forbidden"})
 _AWS_MAY_CHANGE_SUFFIXES = ("NotFound", "NotFoundException", "NoSuchKey", "NoSuchBucket", "NoSuchEntity")
+#: Codes that name the request's own fault in every AWS service, read when no status comes
+#: with them (an error's text names only the code).
+_AWS_MISTAKE_CODES = frozenset(
+    {
+        "ValidationException",
+        "ValidationError",
+        "InvalidArgument",
+        "InvalidParameter",
+        "InvalidParameterValue",
+        "InvalidParameterException",
+        "InvalidParameterCombination",
+        "MissingParameter",
+        "MalformedQueryString",
+        "SerializationException",
+        "ConditionalCheckFailedException",
+    }
+)
 
 
 def read_aws(code: Any, status: Any) -> Reading | None:
@@ -486,7 +505,9 @@ def read_aws(code: Any, status: Any) -> Reading | None:
         return Reading(CONTROL, rule)
     by_status = read_status(status)
     if by_status is None:
-        return None
+        if code.startswith("NoSuch") or code.endswith(_AWS_MAY_CHANGE_SUFFIXES):
+            return Reading(MISTAKE, rule, True)
+        return Reading(MISTAKE, rule) if code in _AWS_MISTAKE_CODES else None
     may_change = by_status.may_change or code.startswith("NoSuch") or code.endswith(_AWS_MAY_CHANGE_SUFFIXES)
     return Reading(by_status.kind, rule, may_change if by_status.kind == MISTAKE else False)
 
@@ -574,7 +595,8 @@ _TEXT_FAILURE = LazyPattern(
     r"(token|credentials?) (has |have )?expired|database (is )?locked|database .{0,80}does not exist|"
     r"unable to open( the)? database|could not connect|cannot connect|no space left|disk (is )?full|"
     r"read-only file system|input/output error|too many open files|out of memory|disk i/o error|"
-    r"database disk image is malformed|file is not a database|cannot operate on a closed|"
+    r"database disk image is malformed|file is not a database|cannot operate on a closed|read-?only database|"
+    r"terminating connection|the database system is (starting up|shutting down|in recovery)|"
     r"(connection|database|cursor|pool) (is |was |has been |already )+closed|can only be used in that same thread",
 )
 #: A status in an error's text: after a word that announces one, before its reason phrase,
@@ -604,12 +626,14 @@ _ERRNO_MESSAGES = (
 )
 _TEXT_SQLSTATE = LazyPattern(r"\bsql ?state[\s:=\[(\"']{0,3}([0-9A-Z]{5})\b", re.IGNORECASE)
 _TEXT_GRPC = LazyPattern(r"\bStatusCode\.([A-Z_]{2,24})\b")
+#: botocore's ``ClientError`` text: "An error occurred (NoSuchKey) when calling the GetObject operation".
+_TEXT_AWS = LazyPattern(r"\bAn error occurred \(([A-Za-z0-9.]{2,100})\) when calling the \w{1,100} operation")
 _TEXT_SQL_MISTAKE = LazyPattern(
     r"no such (table|column|function|index|view|collation|savepoint|module)|syntax error|"
     r"(relation|column|table|function|schema|type|operator|index|view|constraint) .{0,160}does not exist|"
     r"unknown column|ambiguous column|duplicate (key|column|entry)|violates .{0,80}constraint|"
     r"(unique|not null|check|foreign key|primary key) constraint failed|datatype mismatch|"
-    r"incorrect number of bindings|has no column named|wrong number of arguments to function",
+    r"incorrect number of bindings|has no column named|wrong number of arguments to function|division by zero",
 )
 _NOT_FOUND = LazyPattern(
     r"not found|does not exist|doesn'?t exist|no such\b|cannot find|can'?t find|could not find|"
@@ -659,6 +683,11 @@ def _read_text(sample: str) -> Reading | None:
     match = _TEXT_GRPC.search(sample)
     if match is not None:
         reading = read_grpc(match.group(1))
+        if reading is not None:
+            return reading
+    match = _TEXT_AWS.search(sample)
+    if match is not None:
+        reading = read_aws(match.group(1), None)
         if reading is not None:
             return reading
     lowered = sample.lower()
