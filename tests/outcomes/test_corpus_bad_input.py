@@ -4,7 +4,8 @@ read, huge texts, exception groups and ``raise ... from`` chains.
 Whatever an exception holds, reading it never raises and never guesses: a status,
 errno or code of the wrong type is not read (the error stays unrecognised, which the
 caller counts as a failure), a text is read only to its first ``MAX_TEXT_CHARS``
-characters, and causes are followed only ``MAX_DEPTH`` deep.
+characters, and causes are followed only ``MAX_DEPTH`` deep. (The cases' own texts say
+nothing: ``expect(..., text=False)``.)
 """
 
 from __future__ import annotations
@@ -132,12 +133,12 @@ def test_errno_of_the_wrong_type_falls_back_to_the_class() -> None:
     """``FileNotFoundError`` stands for ENOENT even when its errno attribute is not a number."""
     exc = FileNotFoundError("settings.yaml")
     exc.errno = "ENOENT"  # type: ignore[assignment]
-    expect(exc, MISTAKE, "errno.ENOENT")
+    expect(exc, MISTAKE, "errno.ENOENT", text=False)
 
 
 def test_aws_code_of_the_wrong_type_falls_back_to_the_status() -> None:
     exc = BotocoreShaped({"Error": {"Code": 404}, "ResponseMetadata": {"HTTPStatusCode": 503}})
-    expect(exc, FAILURE, "http.503")
+    expect(exc, FAILURE, "http.503", text=False)
 
 
 # -- huge texts -----------------------------------------------------------------------------------
@@ -153,13 +154,13 @@ def test_word_after_the_limit_is_not_seen() -> None:
 
 def test_word_before_the_limit_is_seen() -> None:
     text = "x" * (MAX_TEXT_CHARS - 20) + " not found " + "x" * FIFTY_MB
-    expect(RuntimeError(text), MISTAKE, "text.not_found")
+    expect(RuntimeError(text), MISTAKE, "text.not_found", text=False)
 
 
 def test_huge_text_of_many_args() -> None:
     """``str()`` of several args is built by Python, then cut: still only its start is read."""
     exc = RuntimeError("timed out", "x" * FIFTY_MB)
-    expect(exc, FAILURE, "text.unavailable")
+    expect(exc, FAILURE, "text.unavailable", text=False)
 
 
 # -- chains ---------------------------------------------------------------------------------------
@@ -183,7 +184,7 @@ def test_raise_from_reads_the_cause(tmp_path: Path) -> None:
         except OSError as exc:
             raise ToolError("could not load the report") from exc
 
-    expect(caught(tool), MISTAKE, "errno.ENOENT")
+    expect(caught(tool), MISTAKE, "errno.ENOENT", text=False)
 
 
 def test_implicit_context_is_read(tmp_path: Path) -> None:
@@ -194,7 +195,7 @@ def test_implicit_context_is_read(tmp_path: Path) -> None:
         except OSError:
             raise ToolError("could not load the report")  # noqa: B904 - the implicit chain is the case
 
-    expect(caught(tool), MISTAKE, "errno.ENOENT")
+    expect(caught(tool), MISTAKE, "errno.ENOENT", text=False)
 
 
 def test_from_none_hides_the_cause(tmp_path: Path) -> None:
@@ -232,7 +233,7 @@ def test_http_error_wrapped_by_the_tool(http_url: str) -> None:
         except httpx.HTTPError as exc:
             raise ToolError("lookup failed") from exc
 
-    expect(caught(tool), MISTAKE, "http.404")
+    expect(caught(tool), MISTAKE, "http.404", text=False)
 
 
 # -- exception groups -----------------------------------------------------------------------------
@@ -255,14 +256,14 @@ def _group_from_task_group(*failures: BaseException) -> BaseException:
 def test_group_of_mistakes_is_a_mistake(tmp_path: Path) -> None:
     exc = _group_from_task_group(_missing_file(tmp_path), FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST)))
     assert isinstance(exc, ExceptionGroup), exc
-    expect(exc, MISTAKE, "errno.ENOENT")
+    expect(exc, MISTAKE, "errno.ENOENT", text=False)
 
 
 def test_group_with_a_failure_is_a_failure(tmp_path: Path) -> None:
     refused = ConnectionRefusedError(errno.ECONNREFUSED, os.strerror(errno.ECONNREFUSED))
     exc = _group_from_task_group(_missing_file(tmp_path), refused)
     assert isinstance(exc, ExceptionGroup), exc
-    expect(exc, FAILURE, "errno.ECONNREFUSED")
+    expect(exc, FAILURE, "errno.ECONNREFUSED", text=False)
 
 
 def test_group_with_an_unrecognised_member_is_unrecognised(tmp_path: Path) -> None:
@@ -274,10 +275,10 @@ def test_group_with_an_unrecognised_member_is_unrecognised(tmp_path: Path) -> No
 def test_nested_group(tmp_path: Path) -> None:
     inner = ExceptionGroup("inner", [_missing_file(tmp_path)])
     outer = ExceptionGroup("outer", [inner, NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))])
-    expect(outer, MISTAKE, "errno.ENOENT")
+    expect(outer, MISTAKE, "errno.ENOENT", text=False)
 
 
 def test_wide_group_is_bounded() -> None:
     """Only the first members are read: a group of a thousand errors costs no more than sixteen."""
     members = [FileNotFoundError(errno.ENOENT, "missing")] * 1000 + [ConnectionRefusedError(errno.ECONNREFUSED, "")]
-    expect(ExceptionGroup("many", members), MISTAKE, "errno.ENOENT")
+    expect(ExceptionGroup("many", members), MISTAKE, "errno.ENOENT", text=False)
