@@ -14,29 +14,32 @@ Open tools: breakers live in the calling process, so hiding is client-side:
 ``Client.list_tools`` (the list agent integrations build their menu from) leaves
 out the tools open here; ``list_tools_mcp`` still returns the server's answer. A
 FastMCP *server* keeps its ``tools/list`` whole: it answers many clients, each
-with breakers of its own.
+with breakers of its own. The listing is noted (:data:`.mcp_identity.LISTINGS`) so
+that a listed tool answering "Tool not found" is not taken for an unknown tool.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from otel_breaker.degrade import Rejection
-from otel_breaker.instrumentation import mcp_results
 from otel_breaker.instrumentation.base import active_call
-from otel_breaker.instrumentation.mcp_identity import implementation_identity, mcp_call
-from otel_breaker.instrumentation.spec import SpecAdapter, argument, menu_patch, tool_patch
+from otel_breaker.instrumentation.mcp_identity import LISTINGS, implementation_identity, mcp_call
+from otel_breaker.instrumentation.mcp_results import MCPAnswers
+from otel_breaker.instrumentation.spec import SpecAdapter, argument, menu_patch, observe_patch, tool_patch
 from otel_breaker.menu import visible_tools
 from otel_breaker.toolcall import ToolCall
 
 _TOOLS = "fastmcp.client.mixins.tools"
 
 
-class FastMCPAdapter(SpecAdapter):
+class FastMCPAdapter(MCPAnswers, SpecAdapter):
+    """The logical call of a FastMCP client, judged with MCP's answers (:class:`.mcp_results.MCPAnswers`)."""
+
     name = "fastmcp"
-    error_results_are_answers = True  # an isError result: the server answered
     patches = (
         tool_patch(_TOOLS, "ClientToolsMixin.call_tool_mcp"),
+        # Applied first, so inside the menu patch: the listing is noted whole, before any hiding.
+        observe_patch(_TOOLS, "ClientToolsMixin.list_tools", "note_listing", "async"),
         menu_patch(_TOOLS, "ClientToolsMixin.list_tools", "async", "visible", after=True),
     )
 
@@ -54,14 +57,11 @@ class FastMCPAdapter(SpecAdapter):
         kept = visible_tools(tools, lambda t: t.name, lambda t: source, agent=outer.agent if outer else None)
         return None if kept is tools else kept
 
-    def result_error(self, call: ToolCall, result: Any) -> str | None:
-        return mcp_results.result_error(result)
-
-    def result_hint(self, call: ToolCall, result: Any) -> str | None:
-        return mcp_results.result_hint(result)
-
-    def rejection(self, call: ToolCall, info: Rejection) -> Any:
-        return mcp_results.rejection(info.message)
+    def note_listing(self, instance: Any, args: tuple, kwargs: dict, tools: Any) -> None:
+        """Note the server's whole listing (``list_tools`` reads every page): a listed
+        tool answering "Tool not found" is then no unknown tool."""
+        if isinstance(tools, list):
+            LISTINGS.note(_server_of(instance), (getattr(t, "name", None) for t in tools), first_page=True)
 
 
 def _server_of(client: Any) -> str | None:

@@ -12,7 +12,9 @@ series: its first call runs as without us and, once the server has shown it is a
 real tool, is counted after the fact through the call path's ``observe`` (the
 upstream's share included) and given its span. Menu: ``ClientSession.list_tools``
 and ``Client.list_tools`` return a copy without this server's open tools; the
-session's state and the client's cache keep it all.
+session's state and the client's cache keep it all. Every listing the session
+receives is noted (:data:`.mcp_identity.LISTINGS`): a listed tool that answers
+"Tool not found" is reporting a missing thing of its own, not an unknown tool.
 """
 
 from __future__ import annotations
@@ -27,9 +29,9 @@ from otel_breaker import loops
 from otel_breaker.classify import is_excluded
 from otel_breaker.instrumentation import mcp_results
 from otel_breaker.instrumentation.base import GuardedCall, _active_call, active_call, same_logical_call
-from otel_breaker.instrumentation.mcp_identity import mcp_call, server_identity
+from otel_breaker.instrumentation.mcp_identity import LISTINGS, mcp_call, server_identity
 from otel_breaker.instrumentation.mcp_results import MCPAnswers
-from otel_breaker.instrumentation.patches import argument, context_patch, menu_patch, tool_patch
+from otel_breaker.instrumentation.patches import argument, context_patch, menu_patch, observe_patch, tool_patch
 from otel_breaker.instrumentation.spec import SpecAdapter
 from otel_breaker.menu import visible_tools
 from otel_breaker.toolcall import ToolCall
@@ -50,6 +52,8 @@ class MCPAdapter(MCPAnswers, SpecAdapter):
     patches = (
         tool_patch(_CLIENT, "Client.call_tool"),
         tool_patch(_SESSION, "ClientSession.call_tool"),
+        # Applied first, so inside the menu patch: the listing is noted whole, before any hiding.
+        observe_patch(_SESSION, "ClientSession.list_tools", "note_listing", "async"),
         menu_patch(_SESSION, "ClientSession.list_tools", "async", "visible", after=True),
         context_patch(_CLIENT, "Client.list_tools", _client_listing, lambda *_: True),
         menu_patch(_CLIENT, "Client.list_tools", "async", "visible", after=True),
@@ -88,6 +92,13 @@ class MCPAdapter(MCPAnswers, SpecAdapter):
         kept = visible_tools(tools, lambda t: t.name, lambda t: source, agent=outer.agent if outer else None)
         return None if kept is tools else result.model_copy(update={"tools": list(kept)})
 
+    def note_listing(self, instance: Any, args: tuple, kwargs: dict, result: Any) -> None:
+        """Note the tools a session's ``tools/list`` answered (the whole page, before any
+        hiding): a listed tool answering "Tool not found" is then no unknown tool."""
+        tools = getattr(result, "tools", None)
+        if isinstance(tools, list):
+            LISTINGS.note(server_identity(instance), (t.name for t in tools), first_page=_first_page(kwargs))
+
     # -- unknown tool names: no breaker, no metric series ------------------------------------
 
     def _known(self, instance: Any, call: ToolCall) -> bool:
@@ -112,7 +123,7 @@ class MCPAdapter(MCPAnswers, SpecAdapter):
             raise
         finally:
             _active_call.reset(token)
-        if mcp_results.is_unknown_tool_result(result):
+        if mcp_results.is_unknown_tool_result(result, call.tool, self.tool_listed(call)):
             loops.unknown_tool_called(call, mcp_results.result_text(result))
         else:
             self._observe(call, start_ns, result, None)
@@ -121,7 +132,8 @@ class MCPAdapter(MCPAnswers, SpecAdapter):
     def _observe(self, call: ToolCall, start_ns: int, result: Any, exc: BaseException | None) -> None:
         """Count a first call that turned out to be a real tool's through the call path's
         ``observe``, judged as the call path judges one (and so is its span)."""
-        from otel_breaker.call_path import NO_OUTPUT  # loaded with the first call, not the import
+        from otel_breaker import call_steps  # loaded with the first call, not the import
+        from otel_breaker.call_path import NO_OUTPUT
         from otel_breaker.telemetry import TELEMETRY
 
         end_ns = time.time_ns()
@@ -133,11 +145,19 @@ class MCPAdapter(MCPAnswers, SpecAdapter):
             breaker = self.guard.breaker_for(call)
             if breaker is None:
                 return
-            # Before the upstream's share, which leaves a transport failure neutral for the
-            # tool: its span still shows the failure, as on the call path.
-            err = None if exc is not None else self.result_error(call, result)
-            outcome, err = mcp_results.past_outcome(breaker.config, err, exc)
-            self.guard.observe(call, outcome, NO_OUTPUT if exc is not None else result, exc, self)
+            # Judged by the call path's own steps, before the upstream's share, which leaves a
+            # transport failure neutral for the tool: its span still shows the failure, as on the call path.
+            if exc is not None:
+                verdict, err = call_steps.raised(breaker, call, self, exc)
+            else:
+                verdict, err, _ = call_steps.returned(breaker, call, self, result, 0.0, False)
+            self.guard.observe(call, verdict.outcome, NO_OUTPUT if exc is not None else result, exc, self)
             TELEMETRY.past_call(call, breaker, start_ns, end_ns, err, exc, None)
         except Exception:
             logger.debug("otel-breaker: mcp: could not count a first call", exc_info=True)
+
+
+def _first_page(kwargs: dict) -> bool:
+    """Whether a session's ``list_tools`` asked for the first page (no ``params.cursor``):
+    a later page adds to the listing noted before."""
+    return getattr(kwargs.get("params"), "cursor", None) is None

@@ -21,6 +21,9 @@ framework made from MCP tools, for frameworks whose tool objects forget it
 (:meth:`ToolSources.remembering` wraps the function that makes them), or links
 such a tool to its server object (:func:`link_server`), and
 :func:`noting_initialize` keeps ``serverInfo`` for sessions that drop it.
+:data:`LISTINGS` remembers the tool names each server last listed, so an answer
+"Tool not found" is read as the model's unknown tool only for a name its server
+does not list.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from __future__ import annotations
 import hashlib
 import threading
 import weakref
-from collections.abc import Callable, Mapping
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from otel_breaker.loglines import logger
@@ -224,3 +228,57 @@ class ToolSources:
         if entry is None or entry[0]() is not tool:
             return None
         return entry[1]
+
+
+class ToolListings:
+    """The tool names each server last listed, by server identity.
+
+    A server that answers ``Tool not found`` for a name it lists is a tool reporting
+    a missing thing of its own (a job, a record): the answer is judged like any other
+    error text, never as the model asking for a tool that does not exist. Bounded: the
+    most recently listed :attr:`max_servers` servers, :attr:`max_tools` names each.
+    """
+
+    max_servers = 256
+    max_tools = 10_000
+    #: A longer name is no tool name a model could send back: not kept.
+    max_name_chars = 256
+
+    def __init__(self) -> None:
+        self._names: OrderedDict[str, set[str]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def note(self, source: str | None, names: Iterable[Any], *, first_page: bool) -> None:
+        """Note a listing of ``source``'s tools: a first page replaces what was known,
+        a later page (a cursor's) adds to it."""
+        if source is None:
+            return
+        kept = [n for n in names if isinstance(n, str) and len(n) <= self.max_name_chars]
+        with self._lock:
+            known = self._names.get(source)
+            if known is None or first_page:
+                known = self._names[source] = set()
+            self._names.move_to_end(source)
+            for name in kept:
+                if len(known) >= self.max_tools:
+                    break
+                known.add(name)
+            while len(self._names) > self.max_servers:
+                self._names.popitem(last=False)
+
+    def lists(self, source: str | None, tool: str) -> bool | None:
+        """Whether ``source`` listed ``tool``; None when no listing of it was seen."""
+        if source is None:
+            return None
+        with self._lock:
+            known = self._names.get(source)
+            return None if known is None else tool in known
+
+    def clear(self) -> None:
+        """Forget every listing."""
+        with self._lock:
+            self._names.clear()
+
+
+#: The listings every adapter that sees a ``tools/list`` answer notes.
+LISTINGS = ToolListings()

@@ -1,12 +1,26 @@
 """What an MCP answer means for a breaker, for every adapter that speaks MCP.
 
 A tool that fails on the server comes back as a normal ``CallToolResult`` with
-``isError`` set: a failure. Protocol errors and timeouts raise and are counted
-by the guard. The model's mistakes are neutral: an unknown tool name
-(``Unknown tool: ...`` or the JSON-RPC invalid-params / method-not-found
-errors) and arguments the server's schema rejects. So is the
-URL-elicitation-required error (-32042), an auth gate. Results that are not
-final (``InputRequiredResult``: the logical call goes on) are neither outcome.
+``isError`` set; the call path reads its text with the same rules as any error
+(:mod:`otel_breaker.outcome_rules`): ``ENOENT``, "not found", "invalid ..." are the
+model's mistakes, "outside allowed directories" is authorization, and a text
+nothing recognises is a failure of the tool. This module adds only what MCP
+itself defines:
+
+* an unknown tool: the answer ``Unknown tool: ...`` / ``Tool not found`` (or the
+  TypeScript SDK's ``Tool <name> not found``) for a name the server does not list.
+  A server that answers so for a name it lists is a tool reporting a missing thing
+  of its own, judged by its text like any other answer;
+* arguments the server's schema rejects (the SDKs' validation texts);
+* JSON-RPC errors: invalid params (-32602) and method not found (-32601) are the
+  caller's mistake (whether an identical call may succeed later, "job 42 not found",
+  is the outcome rules' reading of the code and message); a missing client
+  capability (-32021), an unsupported protocol version (-32022) and the
+  URL-elicitation auth gate (-32042) are neither outcome. Every other code (a rate
+  limit, -32023, whose ``retryAfter`` opens the breaker for that long) is left to
+  the outcome rules;
+* results that are not final (``InputRequiredResult``: the logical call goes on)
+  are neither outcome.
 
 A rejection is a ``CallToolResult`` with ``isError`` set and the rejection
 text, exactly what a failing server tool returns, so every MCP client loop
@@ -18,28 +32,29 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from otel_breaker.classify import (
-    CONTROL,
-    FAILURE,
-    IGNORED,
-    IGNORED_RESULT,
-    MISTAKE,
-    SUCCESS,
-    classify_exception,
-    error_type,
-)
+from otel_breaker.classify import CONTROL, IGNORED_RESULT, MISTAKE
 from otel_breaker.degrade import Rejection
+from otel_breaker.instrumentation.mcp_identity import LISTINGS
 from otel_breaker.semconv import ERROR_TOOL
 from otel_breaker.toolcall import ToolCall
 
-# JSON-RPC codes that mean the caller got it wrong, and MCP's auth gate.
-_INVALID_PARAMS = -32602
-_METHOD_NOT_FOUND = -32601
-_URL_ELICITATION_REQUIRED = -32042
-# What servers answer for a name they do not have, and for arguments their schema
-# rejects (MCPServer's argument model is ``<tool>Arguments``; FastMCP validates ``call[<tool>]``).
-_UNKNOWN_TOOL = re.compile(r"^\s*(Unknown tool|Tool not found)\b", re.IGNORECASE)
-_BAD_ARGUMENTS = re.compile(r"validation errors? for (\w*Arguments\b|call\[)")
+# JSON-RPC codes that mean the caller got it wrong.
+_MISTAKE_CODES = frozenset({-32602, -32601})  # invalid params, method not found
+# MCP's codes that are neither outcome: a missing client capability, an unsupported
+# protocol version, the URL-elicitation auth gate.
+_CONTROL_CODES = frozenset({-32021, -32022, -32042})
+# What servers answer for a name they do not have: the Python SDK's and most servers'
+# ``Unknown tool: x`` / ``Tool not found``, the TypeScript SDK's ``Tool x not found``
+# (sent as text after ``MCP error -32602: ``). The name is checked apart, literally.
+_UNKNOWN_TOOL = re.compile(r"^\s*(?:MCP error -32602:\s*)?(Unknown tool|Tool not found)\b", re.IGNORECASE)
+_NAMED_NOT_FOUND = re.compile(r"^\s*(?:MCP error -32602:\s*)?Tool (.{1,256}?) not found\b")
+# Arguments the server's schema rejects: MCPServer's argument model is ``<tool>Arguments``,
+# FastMCP validates ``call[<tool>]``, the TypeScript SDK says "Invalid arguments for tool".
+_BAD_ARGUMENTS = re.compile(
+    r"validation errors? for (\w*Arguments\b|call\[)|Input validation error: Invalid arguments for tool\b"
+)
+# Characters of a result's text read for MCP's own answers (they are at its start).
+_MAX_READ_CHARS = 2000
 
 
 def result_text(result: Any) -> str:
@@ -58,44 +73,61 @@ def _flagged(result: Any) -> bool:
     return bool(flagged)
 
 
-def is_unknown_tool_result(result: Any) -> bool:
-    """The server's answer to a tool name it does not have."""
+def says_unknown_tool(text: str, tool: str | None) -> bool:
+    """True when ``text`` is a server's answer to a tool name it does not have."""
+    sample = text[:_MAX_READ_CHARS]
+    if _UNKNOWN_TOOL.match(sample):
+        return True
+    match = _NAMED_NOT_FOUND.match(sample)
+    return match is not None and tool is not None and match.group(1).strip("'\"`") == tool
+
+
+def is_unknown_tool_result(result: Any, tool: str | None = None, listed: bool | None = None) -> bool:
+    """The server's answer to a tool name it does not have: an ``isError`` result that
+    says so, for a name the server does not list (``listed`` False, or None when no
+    listing of the server was seen)."""
     return (
-        type(result).__name__ == "CallToolResult"
-        and bool(getattr(result, "is_error", False))
-        and bool(_UNKNOWN_TOOL.match(result_text(result)))
+        listed is not True
+        and type(result).__name__ == "CallToolResult"
+        and _flagged(result)
+        and says_unknown_tool(result_text(result), tool)
     )
 
 
-def _is_mistake(result: Any) -> bool:
-    text = result_text(result)
-    return bool(_UNKNOWN_TOOL.match(text) or _BAD_ARGUMENTS.search(text))
+def _is_mistake(result: Any, tool: str | None, listed: bool | None) -> bool:
+    """An unknown tool, or arguments the schema rejected: the model's, whatever the text says next."""
+    if _BAD_ARGUMENTS.search(result_text(result)[:_MAX_READ_CHARS]):
+        return True
+    return is_unknown_tool_result(result, tool, listed)
 
 
-def result_error(result: Any) -> str | None:
-    """``error.type`` of a failed tool result; ``IGNORED_RESULT`` for what is neither outcome."""
+def result_error(result: Any, tool: str | None = None, listed: bool | None = None) -> str | None:
+    """``error.type`` of a failed tool result (its text is then judged by the call path's
+    rules); ``IGNORED_RESULT`` for what is neither outcome: a result that is not final, an
+    unknown tool (``tool`` not ``listed``) or arguments the schema rejected."""
     if type(result).__name__ != "CallToolResult":
         return IGNORED_RESULT  # not final: the logical call goes on
     if not _flagged(result):
         return None
-    return IGNORED_RESULT if _is_mistake(result) else ERROR_TOOL
+    return IGNORED_RESULT if _is_mistake(result, tool, listed) else ERROR_TOOL
 
 
-def result_hint(result: Any) -> str | None:
+def result_hint(result: Any, tool: str | None = None, listed: bool | None = None) -> str | None:
     """``MISTAKE`` for the server's answer to an unknown name or refused arguments."""
     if type(result).__name__ != "CallToolResult" or not _flagged(result):
         return None
-    return MISTAKE if _is_mistake(result) else None
+    return MISTAKE if _is_mistake(result, tool, listed) else None
 
 
 def exception_hint(exc: BaseException) -> str | None:
-    """``CONTROL`` for the auth gate, ``MISTAKE`` for JSON-RPC invalid params / unknown method."""
+    """``MISTAKE`` for JSON-RPC invalid params / unknown method, ``CONTROL`` for a missing
+    capability, an unsupported version and the auth gate; None for every other error."""
     code = getattr(getattr(exc, "error", None), "code", None)
-    if not isinstance(code, int):
+    if not isinstance(code, int) or isinstance(code, bool):
         return None
-    if code == _URL_ELICITATION_REQUIRED:
+    if code in _CONTROL_CODES:
         return CONTROL
-    if code in (_INVALID_PARAMS, _METHOD_NOT_FOUND):
+    if code in _MISTAKE_CODES:
         return MISTAKE
     return None
 
@@ -113,25 +145,22 @@ class MCPAnswers:
 
     error_results_are_answers = True  # an isError result: the server answered
 
+    def tool_listed(self, call: ToolCall) -> bool | None:
+        """Whether ``call``'s server lists its tool (None: no listing of it was seen)."""
+        return LISTINGS.lists(call.source, call.tool)
+
     def exception_hint(self, call: ToolCall, exc: BaseException) -> str | None:
         return exception_hint(exc)
 
     def result_error(self, call: ToolCall, result: Any) -> str | None:
-        return result_error(result)
+        return result_error(result, call.tool, self._listed_if_flagged(call, result))
 
     def result_hint(self, call: ToolCall, result: Any) -> str | None:
-        return result_hint(result)
+        return result_hint(result, call.tool, self._listed_if_flagged(call, result))
+
+    def _listed_if_flagged(self, call: ToolCall, result: Any) -> bool | None:
+        """The listing is looked up only for an ``isError`` answer: a success costs nothing."""
+        return self.tool_listed(call) if _flagged(result) else None
 
     def rejection(self, call: ToolCall, info: Rejection) -> Any:
         return rejection(info.message)
-
-
-def past_outcome(config: Any, err: str | None, exc: BaseException | None) -> tuple[int, str | None]:
-    """``(outcome, error.type)`` of a call that already ran (an MCP name its server first
-    had to confirm), from the exception it raised or :func:`result_error` of its result."""
-    if exc is not None:
-        outcome = classify_exception(exc, config)
-        return outcome, (error_type(exc) if outcome == FAILURE else None)
-    if err == IGNORED_RESULT:
-        return IGNORED, None
-    return (SUCCESS, None) if err is None else (FAILURE, err)

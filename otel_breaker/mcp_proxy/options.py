@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from otel_breaker.config.values import parse_error_patterns
 from otel_breaker.status_server import is_loopback
 
 #: Name of the one server of a proxy started with a command or ``--upstream``.
@@ -25,6 +26,8 @@ _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}$")
 _SERVER_NAME = re.compile(r"^[\w.@+-]{1,64}$")
 _MAX_CONFIG_BYTES = 1 << 20
 _MAX_SERVERS = 64
+#: The outcome overrides the proxy's breakers read from its environment (``tool=regex;@server=regex``).
+ERROR_PATTERN_VARIABLES = ("OTEL_BREAKER_NEUTRAL_ERRORS", "OTEL_BREAKER_FAILURE_ERRORS")
 
 
 class OptionsError(ValueError):
@@ -189,6 +192,20 @@ def _spec_from_entry(name: str, entry: Mapping[str, Any], where: str) -> ServerS
     return ServerSpec(name=name, command=command, args=tuple(args), env=dict(env), cwd=cwd)
 
 
+def check_error_patterns(environ: Mapping[str, str]) -> None:
+    """The outcome overrides in the proxy's environment, each entry's pattern compiled: one
+    that does not compile stops the start with a line naming it, instead of a proxy that
+    judges every error of that server by the built-in rules only."""
+    for name in ERROR_PATTERN_VARIABLES:
+        raw = environ.get(name)
+        if not raw:
+            continue
+        try:
+            parse_error_patterns(raw)
+        except ValueError as exc:
+            raise OptionsError(f"{name}: {exc}") from None
+
+
 def build(
     command: Sequence[str] = (),
     *,
@@ -200,9 +217,11 @@ def build(
     restart_delay: float = 0.5,
     max_restart_delay: float = 30.0,
     watch_interval: float = 1.0,
+    environ: Mapping[str, str] | None = None,
 ) -> ProxyOptions:
     """Validated options from the command line's values (exactly one of a command,
-    ``upstream`` or ``config`` names the servers)."""
+    ``upstream`` or ``config`` names the servers) and the outcome overrides of
+    ``environ`` (the process's environment when None)."""
     command = list(command)
     if command and command[0] == "--":
         command = command[1:]
@@ -226,6 +245,7 @@ def build(
     restart_delay = _seconds(restart_delay, "--restart-delay", 0.01)
     max_restart_delay = _seconds(max_restart_delay, "--max-restart-delay", restart_delay)
     watch_interval = _seconds(watch_interval, "--watch-interval", 0.05)
+    check_error_patterns(os.environ if environ is None else environ)
     return ProxyOptions(
         servers=servers,
         listen=parse_listen(listen, allow_remote) if listen is not None else None,

@@ -6,7 +6,10 @@ parsing it into the SDK's models and writing it out again on both sides was
 most of the proxy's cost per call, and a result that is passed on untouched is
 exactly the server's. What the breakers need from it is one flag (``isError``)
 and, for a flagged result only, its text: :class:`WireAdapter` reads those off
-the dict, with MCP's own rules (the MCP adapter's too).
+the dict, with MCP's own rules (the MCP adapter's too); the call path then judges
+a flagged result's text with the same outcome rules as every adapter's
+(:mod:`otel_breaker.outcome_rules`), and a JSON-RPC error the server answered with
+through :meth:`~otel_breaker.instrumentation.mcp_results.MCPAnswers.exception_hint`.
 """
 
 from __future__ import annotations
@@ -29,6 +32,11 @@ class WireAdapter(MCPAnswers):
     adapter; a flagged one is read as the SDK's model (it is rare, and the adapter's
     rules for telling a failure from the model's mistake read its text); anything
     that is not a final tool result (a task handle) is neutral."""
+
+    def tool_listed(self, call: ToolCall) -> bool:
+        """Always: the proxy guards only the names its server listed, so a guarded tool
+        answering "Tool not found" is reporting a missing thing of its own."""
+        return True
 
     def result_error(self, call: ToolCall, result: Any) -> str | None:
         if not isinstance(result, dict):
