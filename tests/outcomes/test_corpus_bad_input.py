@@ -19,14 +19,13 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from corpus import caught, expect
+from corpus import caught, expect, expect_unrecognised
 
 from otel_breaker.outcome_rules import (
     FAILURE,
     MAX_DEPTH,
     MAX_TEXT_CHARS,
     MISTAKE,
-    read_exception,
     read_text,
 )
 
@@ -126,7 +125,7 @@ UNRECOGNISED: list[tuple[str, BaseException]] = [
 
 @pytest.mark.parametrize("exc", [exc for _, exc in UNRECOGNISED], ids=[name for name, _ in UNRECOGNISED])
 def test_unrecognised_never_raises(exc: BaseException) -> None:
-    assert read_exception(exc) is None
+    expect_unrecognised(exc)
 
 
 def test_errno_of_the_wrong_type_falls_back_to_the_class() -> None:
@@ -148,7 +147,7 @@ FIFTY_MB = 50 * 1024 * 1024
 
 def test_word_after_the_limit_is_not_seen() -> None:
     exc = RuntimeError("x" * FIFTY_MB + " not found")
-    assert read_exception(exc) is None
+    expect_unrecognised(exc)
     assert read_text(str(exc)) is None
 
 
@@ -206,7 +205,7 @@ def test_from_none_hides_the_cause(tmp_path: Path) -> None:
         except OSError:
             raise ToolError("the report service crashed") from None
 
-    assert read_exception(caught(tool)) is None
+    expect_unrecognised(caught(tool))
 
 
 def test_cause_deeper_than_the_limit_is_not_read(tmp_path: Path) -> None:
@@ -215,7 +214,7 @@ def test_cause_deeper_than_the_limit_is_not_read(tmp_path: Path) -> None:
         wrapper = ToolError(f"layer {level}")
         wrapper.__cause__ = exc
         exc = wrapper
-    assert read_exception(exc) is None
+    expect_unrecognised(exc)
 
 
 def test_cause_cycle_ends() -> None:
@@ -223,7 +222,7 @@ def test_cause_cycle_ends() -> None:
     second = ToolError("second")
     first.__cause__ = second
     second.__cause__ = first
-    assert read_exception(first) is None
+    expect_unrecognised(first)
 
 
 def test_http_error_wrapped_by_the_tool(http_url: str) -> None:
@@ -269,7 +268,7 @@ def test_group_with_a_failure_is_a_failure(tmp_path: Path) -> None:
 def test_group_with_an_unrecognised_member_is_unrecognised(tmp_path: Path) -> None:
     exc = _group_from_task_group(_missing_file(tmp_path), KeyError("result"))
     assert isinstance(exc, ExceptionGroup), exc
-    assert read_exception(exc) is None
+    expect_unrecognised(exc)
 
 
 def test_nested_group(tmp_path: Path) -> None:
