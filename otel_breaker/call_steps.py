@@ -214,18 +214,26 @@ def _ignored_result(call: ToolCall | None, result: Any, adapter: Adapter | None)
     return Verdict(IGNORED, CONTROL, "framework.control")
 
 
-def _judge_error_result(breaker: CircuitBreaker, call: ToolCall | None, result: Any, err: str) -> Verdict:
+def judge_error_result(breaker: CircuitBreaker, call: ToolCall | None, result: Any, err: str, adapter: Any) -> Verdict:
     """The verdict on a failure the framework turned into a value (an MCP ``isError``
-    answer, a tool's exception as text): the rules read its text."""
+    answer, a tool's exception as text): the exception itself where the adapter saw it
+    (``swallowed``), else the rules read the value's text. Never raises."""
     try:
-        text = result_text(result)
-        verdict = judge_text(text, breaker.config, err)
-        if verdict.rule == UNRECOGNISED and streaks.distinct_mistake(breaker, f"{err}: {text}", _arguments(call)):
-            return _DISTINCT_MISTAKE
-        return verdict
+        swallowed = getattr(adapter, "swallowed", None)
+        if isinstance(swallowed, BaseException):
+            return judge_exception(swallowed, breaker.config)
+        return judge_text(result_text(result), breaker.config, err)
     except Exception:
         bookkeeping_failed("classifying a result")
         return _UNRECOGNISED
+
+
+def _error_result_text(result: Any, err: str, adapter: Any) -> str:
+    """What the second signal compares of a failed result: the swallowed exception, else the text."""
+    swallowed = getattr(adapter, "swallowed", None)
+    if isinstance(swallowed, BaseException):
+        return error_description(None, swallowed)
+    return f"{err}: {result_text(result)}"
 
 
 def returned(
@@ -245,7 +253,11 @@ def returned(
         return _ignored_result(call, result, adapter), None, elapsed
     if err == INVALID_RESULT_ERROR_TYPE:
         return _INVALID_RESULT, err, elapsed
-    verdict = _judge_error_result(breaker, call, result, err)
+    verdict = judge_error_result(breaker, call, result, err, adapter)
+    if verdict.rule == UNRECOGNISED and streaks.distinct_mistake(
+        breaker, _error_result_text(result, err, adapter), _arguments(call)
+    ):
+        verdict = _DISTINCT_MISTAKE
     return verdict, (err if verdict.outcome == FAILURE else None), elapsed
 
 

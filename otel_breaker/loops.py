@@ -38,6 +38,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from otel_breaker import rejection
+from otel_breaker.call_steps import judge_error_result
 from otel_breaker.classify import (
     FAILURE,
     IGNORED_RESULT,
@@ -46,7 +47,6 @@ from otel_breaker.classify import (
     Verdict,
     error_type,
     judge_exception,
-    judge_text,
     result_text,
 )
 from otel_breaker.loop_signature import MAX_ERROR_CHARS, arguments_of, signature
@@ -230,10 +230,7 @@ def _kind_of_result(
     if err == IGNORED_RESULT or not isinstance(err, str):
         return None, None
     text = result_text(result)
-    try:
-        verdict = judge_text(text, breaker.config, err)
-    except Exception:
-        return FAILURES, _text(result) or err
+    verdict = judge_error_result(breaker, call, result, err, adapter)
     return _kind_of_verdict(verdict), (text[:MAX_ERROR_CHARS] if text else err)
 
 

@@ -106,12 +106,15 @@ class GuardedCall:
     A nested patched layer of the same call passes straight through, and the
     span processor skips spans of calls that are already guarded."""
 
-    __slots__ = ("call", "nested", "notes")
+    __slots__ = ("call", "nested", "notes", "swallowed")
 
     def __init__(self, call: ToolCall) -> None:
         self.call = call
         self.nested: list[str] = []
         self.notes: list[Any] = []
+        #: The exception the framework turned into a returned value (its error text), where
+        #: the adapter saw it: the verdict reads the exception itself, not the text.
+        self.swallowed: BaseException | None = None
 
 
 _active_call: contextvars.ContextVar[GuardedCall | None] = contextvars.ContextVar(

@@ -80,11 +80,14 @@ class OpenAIAgentsAdapter(SpecAdapter):
         """Note the exception the SDK is about to turn into text on the guarded call it ends (a
         mutable frame, seen from the task the SDK may run the tool in too); bad arguments: neither outcome."""
         with suppress(Exception):  # bookkeeping must never disturb the SDK's error handling
-            call, error = guarded_call().call, kwargs.get("error")  # type: ignore[union-attr]
+            frame = guarded_call()
+            call, error = frame.call, kwargs.get("error")  # type: ignore[union-attr]
             ours = (call.framework, call.tool) == (self.name, kwargs["function_tool"].name) and noted(_NOTE) is None
             if ours and call.call_id in (None, getattr(kwargs.get("context"), "tool_call_id", None)):
                 failure = IGNORED_RESULT if _invalid_arguments(error) else type(error).__name__
                 note(_NOTE, failure if isinstance(error, Exception) else None)
+                if isinstance(error, Exception) and failure != IGNORED_RESULT:
+                    frame.swallowed = error  # the verdict reads the exception, not the SDK's text
         return await wrapped(*args, **kwargs)
 
     def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
