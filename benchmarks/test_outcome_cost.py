@@ -4,7 +4,8 @@
   path reads no error, so the outcome rules add nothing there);
 * a failed call: ``read_exception`` on real errors (a FileNotFoundError, an httpx 404
   ``HTTPStatusError``, an sqlite3 ``OperationalError``), and on a plain ``RuntimeError``
-  no rule knows, whose text is read to the end of the vocabulary;
+  no rule knows, whose text is read to the end of the vocabulary; and the breaker's
+  whole judgement (``classify_exception``) on two of them;
 * the per-class plan cache: the first error of a class works out which readers apply
   (its MRO's names and modules), every later one reuses that.
 
@@ -20,7 +21,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from otel_breaker import CircuitBreaker, guard, outcome_rules
+from otel_breaker import CircuitBreaker, classify, guard, outcome_rules
+from otel_breaker.breaker import CircuitBreakerConfig
 from otel_breaker.outcome_rules import read_exception
 
 
@@ -97,6 +99,15 @@ def test_read_exception(benchmark, name: str):
     exc = make()
     reading = benchmark(read_exception, exc)
     assert (reading.kind if reading is not None else None) == kind
+
+
+@pytest.mark.benchmark(group="outcome: reading a failed call's error", min_rounds=50, warmup=True)
+@pytest.mark.parametrize("name", ["FileNotFoundError", "RuntimeError-text-read"])
+def test_classify_exception(benchmark, name: str):
+    """The breaker's whole judgement (exclusions, the user's predicates, then the rules)."""
+    make, kind = ERRORS[name]
+    outcome = benchmark(classify.classify_exception, make(), CircuitBreakerConfig())
+    assert outcome == (classify.IGNORED if kind == "mistake" else classify.FAILURE)
 
 
 # -- the per-class plan cache -------------------------------------------------------------------
