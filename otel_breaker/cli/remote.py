@@ -24,10 +24,23 @@ TIMEOUT = 5.0
 MAX_PAGES = 100
 
 
+#: Listening on every interface is reached through this machine's loopback.
+_ANY_INTERFACE = {"0.0.0.0": "127.0.0.1", "[::]": "[::1]"}
+
+
 def _base(url: str) -> str:
-    parsed = urllib.parse.urlsplit(url.strip())
+    """``http(s)://HOST:PORT`` of the endpoint. ``HOST:PORT`` alone (the form of
+    ``OTEL_BREAKER_STATUS_ADDR``) means plain HTTP, and a wildcard host the loopback."""
+    text = url.strip()
+    if "://" not in text:
+        host, sep, port = text.rpartition(":")
+        if sep and host and port.isascii() and port.isdigit():
+            text = f"http://{_ANY_INTERFACE.get(host, host)}:{port}"
+    parsed = urllib.parse.urlsplit(text)
     if parsed.scheme not in ("http", "https") or not parsed.netloc:
-        raise UsageError(f"--url {url!r}: expected http://HOST:PORT (the agent's OTEL_BREAKER_STATUS_ADDR)")
+        raise UsageError(
+            f"--url {url!r}: expected http://HOST:PORT or HOST:PORT (the agent's OTEL_BREAKER_STATUS_ADDR)"
+        )
     return f"{parsed.scheme}://{parsed.netloc}"
 
 

@@ -34,7 +34,11 @@ def register(subparsers: Any) -> None:
         "redis+sentinel://host:26379/service (default: $OTEL_BREAKER_STORE)",
     )
     common.add_argument("--prefix", help="key prefix (default: $OTEL_BREAKER_REDIS_PREFIX or otel_breaker)")
-    common.add_argument("--url", help="a process's status endpoint, http://127.0.0.1:PORT ($OTEL_BREAKER_STATUS_ADDR)")
+    common.add_argument(
+        "--url",
+        help="a process's status endpoint, 127.0.0.1:PORT or http://127.0.0.1:PORT (default: "
+        "$OTEL_BREAKER_STATUS_ADDR when no store is named)",
+    )
 
     status = subparsers.add_parser(
         "status",
@@ -94,6 +98,20 @@ def _connect(args: argparse.Namespace) -> Any:
     return store
 
 
+def _use_status_addr(args: argparse.Namespace) -> None:
+    """With neither ``--url`` nor a store named, ask the endpoint ``OTEL_BREAKER_STATUS_ADDR`` names.
+
+    The variable that opens a process's endpoint is the one a person has at hand in that
+    process's environment, so the verbs read it as ``--url``'s default; a named store
+    (``--store`` or ``OTEL_BREAKER_STORE``) is the fleet and wins."""
+    if args.url or args.store or getattr(args, "serve", None):
+        return
+    store = os.environ.get("OTEL_BREAKER_STORE", "").strip()
+    addr = os.environ.get("OTEL_BREAKER_STATUS_ADDR", "").strip()
+    if addr and (not store or store == "memory"):
+        args.url = addr
+
+
 def _run(store: Any, action: Any) -> Any:
     from otel_breaker.store.redis import describe_error
 
@@ -108,6 +126,7 @@ def _run(store: Any, action: Any) -> Any:
 
 
 def _status(args: argparse.Namespace) -> int:
+    _use_status_addr(args)
     if args.url and args.serve:
         raise UsageError("--serve shows the shared store; a process's own board is already at its --url")
     if args.url:
@@ -213,6 +232,7 @@ def _targets(store: Any, tool: str | None, create: bool) -> list[dict[str, Any]]
 
 def _apply(args: argparse.Namespace, op: str, tool: str | None, *extra: Any, create: bool = False) -> int:
     done = {"reset": "reset", "open": "opened", "close": "closed"}[op]
+    _use_status_addr(args)
     if args.url:
         from otel_breaker.cli import remote
 
