@@ -35,6 +35,7 @@ FRAMEWORK_MODULES = frozenset(
         "praisonaiagents",
         "mcp",
         "google.adk",
+        "google.genai",
         "strands",
         "agent_framework",
         "semantic_kernel",

@@ -111,6 +111,13 @@ CATALOGUE: tuple[Framework, ...] = (
         ("google-adk", "adk"),
     ),
     Framework(
+        "google_genai",
+        _ADAPTERS + "google_genai:GoogleGenAIAdapter",
+        "google-genai>=3.6,<4",
+        ("google.genai",),
+        ("google-genai",),
+    ),
+    Framework(
         "strands",
         _ADAPTERS + "strands:StrandsAdapter",
         "strands-agents>=1.62,<2",
