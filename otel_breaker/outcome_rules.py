@@ -638,18 +638,20 @@ _TEXT_SQL_MISTAKE = LazyPattern(
 _NOT_FOUND = LazyPattern(
     r"not found|does not exist|doesn'?t exist|no such\b|cannot find|can'?t find|could not find|"
     r"unable to find|no (matching |such )?(file|directory|record|row|entry|item|resource|object|user|page)s? "
-    r"(found|exists?|matche[sd]|with)|not exist",
+    r"(found|exists?|matche[sd]|with)|not exist|\bno [\w ]{1,30} found\b|did not resolve|could not resolve (?!host)",
 )
 _TEXT_CONTROL = LazyPattern(
     r"access (is )?denied|permission denied|forbidden|not (allowed|permitted)|outside (the )?allowed|"
+    r"(is )?outside (of )?the (repository|workspace|root|sandbox|allowed)|"
     r"outside of (the )?allowed|not authori[sz]ed to|insufficient (privileges?|permissions?)|"
     r"approval (required|denied)|(denied|rejected|declined) by (the )?(user|policy|human)",
 )
 _TEXT_MISTAKE = LazyPattern(
     r"\binvalid (argument|input|parameter|param|value|request|query|path|url|uri|id|identifier|format|"
-    r"syntax|json|date|time|type|name|option|field|filter|range|number|email|selector|expression|pattern|"
+    r"syntax|json|date|time|timezone|time ?zone|type|name|option|field|filter|range|number|email|selector|"
+    r"expression|pattern|"
     r"regex|regular expression|params|arguments|values|choice|enum|length|offset|limit|page|sort|column)s?\b|"
-    r"validation (error|failed)|failed validation|missing (required )?(argument|parameter|field|property|key)|"
+    r"missing (required )?(argument|parameter|field|property|key)|"
     r"required (argument|parameter|field|property) .{0,40}missing|is required\b|unexpected (keyword )?argument|"
     r"must be (a |an |one of |at least |at most |between |of )|expected .{1,40} (but )?got\b|"
     r"unknown (argument|parameter|field|option|property|key)|malformed|bad request|cannot parse|"
@@ -824,7 +826,37 @@ def _read_exception(exc: BaseException, depth: int) -> Reading | None:
             reading = _read_exception(cause, depth + 1)
             if reading is not None:
                 return reading
+    if _texts_say_nothing(type(exc)):
+        return None
     return read_text(exception_message(exc))
+
+
+#: Python's own exceptions for a bug in the code that raised them: their texts are the
+#: interpreter's ("division by zero", "has no attribute"), never a verdict on the input.
+_BUG_CLASSES: tuple[type[BaseException], ...] = (
+    ArithmeticError,
+    AttributeError,
+    NameError,
+    AssertionError,
+    ImportError,
+    RecursionError,
+    MemoryError,
+    SyntaxError,
+    NotImplementedError,
+    SystemError,
+)
+
+
+def _texts_say_nothing(kind: type) -> bool:
+    """True for an exception class whose text is no verdict on the call's input: Python's
+    own bug classes, and a pydantic ``ValidationError`` that no adapter attributed to the
+    model's arguments (raised in a tool's body, it says the tool's own data was malformed)."""
+    if issubclass(kind, _BUG_CLASSES):
+        return True
+    return any(
+        klass.__name__ == "ValidationError" and (getattr(klass, "__module__", "") or "").startswith("pydantic")
+        for klass in kind.__mro__
+    )
 
 
 def _read_group(members: Any, depth: int) -> Reading | None:
