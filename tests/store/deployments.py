@@ -58,7 +58,7 @@ class Cluster:
         _poll(self.healthy, 30, "the cluster to be ready")
 
     def client(self, node: RedisServer) -> redis.Redis:
-        return redis.Redis(port=node.port, password=self.password, socket_timeout=1)
+        return redis.Redis(port=node.port, password=self.password, socket_timeout=5)
 
     def healthy(self) -> bool:
         """Every live node sees the whole cluster OK, and every replica is in sync."""
@@ -150,7 +150,7 @@ class SentinelSet:
         )
 
     def sentinel_client(self) -> redis.Redis:
-        return redis.Redis(port=self.sentinel.port, password=self.sentinel_password, socket_timeout=1)
+        return redis.Redis(port=self.sentinel.port, password=self.sentinel_password, socket_timeout=5)
 
     def primary_port(self) -> int:
         with self.sentinel_client() as client:
@@ -170,7 +170,7 @@ class SentinelSet:
         )
 
     def _replica_in_sync(self) -> bool:
-        with redis.Redis(port=self.replica.port, password=self.password, socket_timeout=1) as client:
+        with redis.Redis(port=self.replica.port, password=self.password, socket_timeout=5) as client:
             return client.info("replication").get("master_link_status") == "up"
 
     def url(self) -> str:

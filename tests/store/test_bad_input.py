@@ -11,6 +11,7 @@ from otel_breaker.registry import BreakerRegistry
 from otel_breaker.store import store_from_url
 from otel_breaker.store.memory import MemoryStore
 from otel_breaker.store.redis import RedisStore, StoreError
+from tests.store.conftest import SOCKET_TIMEOUT
 
 
 @pytest.mark.parametrize(
@@ -60,7 +61,7 @@ def test_wrong_password(make_server, capsys):
     # the right password from OTEL_BREAKER_REDIS_PASSWORD
     set_settings(Settings(redis_password="right-one"))
     try:
-        good = RedisStore.from_url(server.url, prefix="pw")
+        good = RedisStore.from_url(server.url, prefix="pw", socket_timeout=SOCKET_TIMEOUT)
         good.check()
         assert good.create("api", CircuitBreakerConfig()).call(lambda: "ok") == "ok"
         assert good.error_count == 0

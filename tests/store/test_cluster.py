@@ -12,7 +12,7 @@ from redis.crc import key_slot
 from otel_breaker.breaker import CircuitBreakerConfig, State
 from otel_breaker.cli import main
 from otel_breaker.store.redis import RedisStore, StoreError
-from tests.store.conftest import wait_for, wait_watching
+from tests.store.conftest import SOCKET_TIMEOUT, wait_for, wait_watching
 from tests.store.multiproc import run_workers
 
 THRESHOLD = 3
@@ -38,6 +38,7 @@ def cluster_store(cluster, prefix):
 
     def make(url: str | None = None, **options) -> RedisStore:
         options.setdefault("prefix", prefix)
+        options.setdefault("socket_timeout", SOCKET_TIMEOUT)
         store = RedisStore.from_url(url or cluster.url(), **options)
         stores.append(store)
         return store
@@ -136,7 +137,7 @@ def test_cli_verbs_cover_every_primary(cluster, cluster_store, prefix, capsys):
 
 
 def test_retry_storm_on_a_cluster_is_bounded_for_every_tool(cluster, redis_server, prefix):
-    probe = RedisStore.from_url(cluster.url(), prefix=prefix, watch=False)
+    probe = RedisStore.from_url(cluster.url(), prefix=prefix, watch=False, socket_timeout=SOCKET_TIMEOUT)
     try:
         tools = tools_on_every_node(cluster, probe)
     finally:
@@ -167,7 +168,10 @@ def test_retry_storm_on_a_cluster_is_bounded_for_every_tool(cluster, redis_serve
 def test_cluster_with_a_password(make_cluster, prefix):
     cluster = make_cluster(password="cluster-secret")
     store = RedisStore.from_url(
-        f"redis+cluster://127.0.0.1:{cluster.nodes[1].port}", password="cluster-secret", prefix=prefix
+        f"redis+cluster://127.0.0.1:{cluster.nodes[1].port}",
+        password="cluster-secret",
+        prefix=prefix,
+        socket_timeout=SOCKET_TIMEOUT,
     )
     try:
         breakers = [store.create(tool, CircuitBreakerConfig()) for tool in tools_on_every_node(cluster, store, 1)]
@@ -176,7 +180,7 @@ def test_cluster_with_a_password(make_cluster, prefix):
     finally:
         store.close()
     # the password in the URL, any node, detected as a cluster
-    store = RedisStore.from_url(cluster.url(), prefix=prefix)
+    store = RedisStore.from_url(cluster.url(), prefix=prefix, socket_timeout=SOCKET_TIMEOUT)
     try:
         store.check()
         assert store.mode == "cluster"

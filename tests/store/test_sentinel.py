@@ -11,7 +11,7 @@ import redis
 
 from otel_breaker.breaker import CircuitBreakerConfig, State
 from otel_breaker.store.redis import RedisStore, StoreError
-from tests.store.conftest import wait_for, wait_watching
+from tests.store.conftest import SOCKET_TIMEOUT, wait_for, wait_watching
 
 
 def test_store_follows_sentinel_through_a_promotion(make_sentinel, prefix):
@@ -61,7 +61,7 @@ def test_store_follows_sentinel_through_a_promotion(make_sentinel, prefix):
                 return False
             errors = [store.error_count for store in stores]
             a.force_close()  # a write; the old primary no longer replicates to the new one
-            with redis.Redis(port=new_port, password="data-secret", socket_timeout=1) as client:
+            with redis.Redis(port=new_port, password="data-secret", socket_timeout=SOCKET_TIMEOUT) as client:
                 landed = client.hget(stores[0].key_for("flaky"), "st") == b"0"
             return landed and [store.error_count for store in stores] == errors
 
@@ -69,7 +69,7 @@ def test_store_follows_sentinel_through_a_promotion(make_sentinel, prefix):
         converged = time.monotonic() - started
 
         def old_primary_demoted() -> bool:
-            with redis.Redis(port=old_port, password="data-secret", socket_timeout=1) as client:
+            with redis.Redis(port=old_port, password="data-secret", socket_timeout=SOCKET_TIMEOUT) as client:
                 return client.info("replication")["role"] == "slave"
 
         wait_for(old_primary_demoted, timeout=30, what="sentinel to demote the old primary")
@@ -114,7 +114,7 @@ def test_sentinel_credentials_are_checked(make_sentinel, prefix):
     deployment = make_sentinel(password="data-secret", sentinel_password="sentinel-secret")
     port = deployment.sentinel.port
     good = f"redis+sentinel://:data-secret@127.0.0.1:{port}/mymaster?sentinel_password=sentinel-secret"
-    store = RedisStore.from_url(good, prefix=prefix)
+    store = RedisStore.from_url(good, prefix=prefix, socket_timeout=SOCKET_TIMEOUT)
     try:
         store.check()
     finally:
@@ -125,7 +125,9 @@ def test_sentinel_credentials_are_checked(make_sentinel, prefix):
     from redis.sentinel import Sentinel
 
     sentinel = Sentinel([("127.0.0.1", port)], sentinel_kwargs={"password": "sentinel-secret"})
-    client = sentinel.master_for("mymaster", password="data-secret", socket_timeout=0.5, retry=Retry(NoBackoff(), 0))
+    client = sentinel.master_for(
+        "mymaster", password="data-secret", socket_timeout=SOCKET_TIMEOUT, retry=Retry(NoBackoff(), 0)
+    )
     store = RedisStore(client, prefix=prefix)
     try:
         assert store.create("own_client", CircuitBreakerConfig()).call(lambda: "ok") == "ok"

@@ -63,7 +63,7 @@ def main() -> None:
         store = MemoryStore()
     else:
         store = RedisStore.from_url(
-            opts["store"], prefix=opts["prefix"], socket_timeout=opts.get("socket_timeout", 0.05)
+            opts["store"], prefix=opts["prefix"], socket_timeout=opts.get("socket_timeout", 5.0)
         )
     registry = BreakerRegistry(store=store, clock=clock)
     tools = opts.get("tools") or [opts.get("tool", "web_search")]
