@@ -43,6 +43,7 @@ FRAMEWORK_MODULES = frozenset(
         "dspy",
         "haystack",
         "fastmcp",
+        "claude_agent_sdk",
     }
 )
 

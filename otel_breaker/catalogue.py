@@ -138,6 +138,14 @@ CATALOGUE: tuple[Framework, ...] = (
         ("semantic_kernel",),
         ("semantic-kernel", "semantickernel"),
     ),
+    Framework(
+        "claude_agent_sdk",
+        _ADAPTERS + "claude_agent_sdk:ClaudeAgentSDKAdapter",
+        "claude-agent-sdk>=0.2.190,<0.3",
+        ("claude_agent_sdk",),
+        ("claude-agent-sdk", "claude"),
+        ("mcp>=2.3,<3",),  # the proxy that fronts its external stdio MCP servers
+    ),
 )
 
 #: Identifier -> entry, in the catalogue's order.
