@@ -50,7 +50,7 @@ def function(spec: Tool) -> Callable[[int], str]:
     return body
 
 
-def config(functions: list[Any], instructions: str | None = PROMPT, **more: Any) -> types.GenerateContentConfig:
+def config(functions: list[Any], instructions: Any = PROMPT, **more: Any) -> types.GenerateContentConfig:
     return types.GenerateContentConfig(
         system_instruction=instructions,
         tools=functions,

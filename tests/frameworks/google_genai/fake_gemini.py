@@ -46,6 +46,7 @@ class FakeGemini:
     def __init__(self) -> None:
         self._scripts: dict[str, list[Step]] = {}
         self._requests: dict[str, list[dict[str, Any]]] = {}
+        self._paths: dict[str, list[str]] = {}
         self._names = itertools.count(1)
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -69,6 +70,7 @@ class FakeGemini:
             model = f"scripted-{next(self._names)}"
             self._scripts[model] = list(steps)
             self._requests[model] = []
+            self._paths[model] = []
         return model
 
     def requests(self, model: str) -> list[dict[str, Any]]:
@@ -76,9 +78,15 @@ class FakeGemini:
         with self._lock:
             return list(self._requests.get(model, ()))
 
-    def _answer(self, model: str, body: dict[str, Any]) -> dict[str, Any]:
+    def paths(self, model: str) -> list[str]:
+        """The URL path of each request ``model`` received (the API version and resource name)."""
+        with self._lock:
+            return list(self._paths.get(model, ()))
+
+    def _answer(self, model: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
         with self._lock:
             self._requests.setdefault(model, []).append(body)
+            self._paths.setdefault(model, []).append(path)
             script = self._scripts.get(model) or []
             step = script.pop(0) if script else EXHAUSTED
         return response_of(step, model)
@@ -106,7 +114,7 @@ class FakeGemini:
                     error = {"error": {"code": 404, "message": f"unsupported path {self.path}", "status": "NOT_FOUND"}}
                     self._send(json.dumps(error).encode(), "application/json", 404)
                     return
-                answer = server._answer(model, body)
+                answer = server._answer(model, path, body)
                 if method == "generateContent":
                     self._send(json.dumps(answer).encode(), "application/json")
                 else:
