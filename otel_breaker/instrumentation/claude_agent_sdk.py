@@ -44,6 +44,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
+from otel_breaker.breaker_state import REJECTED
 from otel_breaker.classify import FAILURE, IGNORED, SUCCESS, judge_text
 from otel_breaker.degrade import Rejection
 from otel_breaker.instrumentation.base import PatchTarget
@@ -162,17 +163,21 @@ def is_proxied(entry: Any) -> bool:
     return "mcp-proxy" in args and (command == "otel-breaker" or "otel_breaker" in args)
 
 
-def proxied(entry: Any, python: str | None = None) -> Any:
+def proxied(entry: Any, python: str | None = None, environ: Mapping[str, str] | None = None) -> Any:
     """A stdio ``mcp_servers`` entry rewritten to start its server behind the proxy
-    (``python -m otel_breaker mcp-proxy -- <command> <args>``, its ``env`` kept); any
-    other entry (SDK, HTTP, SSE, already proxied) unchanged."""
+    (``python -m otel_breaker mcp-proxy -- <command> <args>``); any other entry (SDK,
+    HTTP, SSE, already proxied) unchanged. The proxy gets this process's ``OTEL_*``
+    settings (the CLI does not pass its whole environment to a server), under the
+    entry's own ``env``, which wins."""
     if not isinstance(entry, Mapping) or entry.get("type", "stdio") != "stdio" or is_proxied(entry):
         return entry
     command = entry.get("command")
     if not isinstance(command, str) or not command:
         return entry
     args = [*PROXY_ARGUMENTS, command, *(str(a) for a in entry.get("args") or ())]
-    return {**entry, "command": python or sys.executable, "args": args}
+    settings = {k: v for k, v in (os.environ if environ is None else environ).items() if k.startswith("OTEL_")}
+    env = {**settings, **(entry.get("env") or {})}
+    return {**entry, "command": python or sys.executable, "args": args, **({"env": env} if env else {})}
 
 
 class _Servers:
@@ -337,6 +342,10 @@ class ClaudeAgentSDKAdapter(MCPAnswers, SpecAdapter):
             call = self._hook_call(servers, hook_input, tool_use_id)
             breaker = None if call is None else self.guard.breaker_for(call)
             if breaker is None or breaker.retry_after <= 0:
+                return {}  # admitted: its outcome is counted with its admission once it has run
+            permit = breaker.try_acquire()
+            if permit is not REJECTED:
+                breaker.on_ignored(permit)  # its cooldown ended meanwhile (or observe mode): it runs
                 return {}
             from otel_breaker import call_steps  # loaded with the first call, not the import
 
