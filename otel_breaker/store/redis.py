@@ -36,7 +36,7 @@ How a decision is made:
 
 Each transition is reported (listeners, the transitions metric) once, by the
 worker whose script made it; the script also publishes it on
-``{prefix}:events`` and the other workers update their local state (and so the
+``{prefix:events}`` and the other workers update their local state (and so the
 state gauge) without reporting it again.
 
 Redis failing never stops a tool call: on a connection error or timeout

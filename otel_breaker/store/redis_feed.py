@@ -1,7 +1,9 @@
 """The change feed: a background thread that follows other workers' transitions.
 
 Every script that changes a breaker publishes ``ver|gen|state|retry|cf|free|key``
-on ``{prefix}:events`` with classic ``PUBLISH``. On one node and under Sentinel
+on ``{prefix:events}`` with classic ``PUBLISH`` (named like the keys, ``{prefix:...}``, so a
+Redis ACL user given the keys' pattern as a channel pattern too, ``&{prefix:*``, may publish
+and subscribe; the hash tag plays no part for classic publishing). On one node and under Sentinel
 that reaches every subscriber of the primary (and of its replicas, which receive
 it through replication). On a Cluster, classic ``PUBLISH`` is broadcast to every
 node over the cluster bus, so the feed subscribes to any one node (a random
@@ -38,6 +40,8 @@ logger = logging.getLogger("otel_breaker")
 
 #: Seconds between asking Sentinel whether the primary moved.
 PRIMARY_CHECK_INTERVAL = 1.0
+#: Seconds ``check_subscribe`` waits for the server to confirm the subscription.
+CHECK_TIMEOUT = 5.0
 
 
 class _PrimaryMoved(Exception):
@@ -74,6 +78,20 @@ class ChangeFeed:
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=2.0)
 
+    def check_subscribe(self) -> None:
+        """Subscribe to the channel once and leave: raises what Redis answers (NOPERM for a
+        user refused the channel), so the store's permission check names it in its one line
+        (the feed itself retries quietly: an administrator may grant the channel later)."""
+        pubsub = self._subscribe()
+        try:
+            deadline = time.monotonic() + CHECK_TIMEOUT
+            while time.monotonic() < deadline:
+                message = pubsub.get_message(timeout=0.2)
+                if message is not None and text(message.get("type")) == "subscribe":
+                    return
+        finally:
+            pubsub.close()
+
     def _subscribe(self) -> Any:
         client = self._store._clients.sync()
         # on a Cluster any node hears every message: a random one spreads the subscribers
@@ -107,6 +125,7 @@ class ChangeFeed:
                 if store.watching:
                     store._set_watching(False)
                     logger.debug("otel-breaker: Redis change feed lost: %s", exc)
+
                 self._refresh_topology()
                 self._stop.wait(min(store.rejoin_interval, 1.0))
             finally:
@@ -136,6 +155,8 @@ class ChangeFeed:
                 pass
 
     def _apply(self, data: Any) -> None:
+        if not data:  # the permission check's empty message
+            return
         try:
             ver, gen, st, retry, cf, free, key = text(data).split("|", 6)
             group = self._store._breakers.get(key)

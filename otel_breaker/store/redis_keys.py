@@ -42,6 +42,19 @@ def breaker_key(prefix: str, key: ToolKey, session_id: str | None = None) -> str
     return "{" + f"{prefix}:{scope}{parts}" + "}"
 
 
+def channel_name(prefix: str) -> str:
+    """The change feed's channel: ``{prefix:events}``, inside the keys' pattern ``{prefix:*``, so
+    a Redis ACL user limited to the breakers' keys is given the channel by the same pattern
+    (``~{prefix:* &{prefix:*``)."""
+    return "{" + f"{prefix}:events" + "}"
+
+
+def access_keys(prefix: str) -> tuple[str, str, str]:
+    """The keys the permission check and ``ping`` run on: a breaker's three, under the prefix."""
+    key = "{" + f"{prefix}:check" + "}"
+    return (key, key + ":leases", key + ":pending")
+
+
 def identity_of_key(redis_key: str) -> ToolKey | None:
     """The :class:`ToolKey` a breaker's Redis key was made from (None for a key of another shape)."""
     inner = redis_key.strip("{}")

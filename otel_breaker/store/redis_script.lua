@@ -22,6 +22,28 @@ local origin, channel = string.match(ARGV[2], '^(%x+)@(.+)$')
 if not channel then
   origin, channel = '', ARGV[2]
 end
+-- 'access': every command the decisions below run, on this breaker's three keys and the
+-- channel, each tried with redis.pcall and left as found (the fields and members are
+-- removed again). Reply: one "COMMAND target: error" per refused command (empty: all
+-- allowed). A Redis ACL user refused any of them would otherwise fail at its first opening.
+if ARGV[1] == 'access' then
+  local probes = {
+    {'TIME'},
+    {'HMGET', KEYS[1], 'access'}, {'HGET', KEYS[1], 'access'}, {'HSET', KEYS[1], 'access', '1'},
+    {'HINCRBY', KEYS[1], 'access', '0'}, {'HDEL', KEYS[1], 'access'}, {'PEXPIRE', KEYS[1], '1000'},
+    {'ZADD', KEYS[2], '0', 'access'}, {'ZCARD', KEYS[2]}, {'ZREMRANGEBYSCORE', KEYS[2], '-inf', '-inf'},
+    {'ZREM', KEYS[2], 'access'}, {'DEL', KEYS[3]},
+    {'PUBLISH', channel, ''},
+  }
+  local refused = {}
+  for _, probe in ipairs(probes) do
+    local reply = redis.pcall(unpack(probe))
+    if type(reply) == 'table' and reply.err then
+      table.insert(refused, probe[1] .. ' ' .. (probe[2] or '') .. ': ' .. reply.err)
+    end
+  end
+  return refused
+end
 local op, at = string.match(ARGV[1], '^(%a+)@(%-?%d+)$')
 local now
 if op then
@@ -176,6 +198,16 @@ elseif op == 'record' then
     redis.call('HINCRBY', H, 'successes', 1)
   elseif outcome == 1 then
     redis.call('HINCRBY', H, 'failures', 1)
+  end
+  if st ~= 0 and outcome ~= 2 then
+    -- outside the closed state the streak decides nothing (closing clears it), so it
+    -- stays what it is shown as: the failures since the last success
+    if outcome == 0 then
+      cf = 0
+    else
+      cf = cf + 1
+    end
+    dirty = true
   end
   if kind == 'p' then
     -- a probe counts only for its own half-open period and while its lease lives

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
+from otel_breaker.sanitize import bounded
 from otel_breaker.words import parse_switch
 
 try:  # imported when a Redis store is configured, never during a tool call
@@ -195,13 +196,40 @@ def parse_url(url: str) -> tuple[Target, dict[str, str]]:
     return target, ours
 
 
-def describe_error(exc: BaseException, url: str | None = None) -> str:
+#: Longest Redis error text quoted in a line about missing permissions.
+_MAX_REASON_CHARS = 160
+
+
+def acl_grant(prefix: str, username: str | None) -> str:
+    """The ``ACL SETUSER`` line that gives ``username`` what the shared breakers under ``prefix`` need."""
+    return f"ACL SETUSER {username or '<user>'} ~{{{prefix}:* &{{{prefix}:* +@all"
+
+
+def missing_permissions(prefix: str, refused: list[str], username: str | None, url: str | None = None) -> str:
+    """One line naming each command the Redis user was refused (``"COMMAND target: error"``
+    items), one reason, and the ACL line that grants what is missing."""
+    where = f" at {mask_url(url)}" if url else ""
+    user = f"Redis user {username!r}" if username else "the Redis user"
+    commands = ", ".join(dict.fromkeys(item.partition(": ")[0].strip() for item in refused))
+    reason = bounded(refused[0].partition(": ")[2], _MAX_REASON_CHARS)
+    return (
+        f"{user}{where} may not run {commands} ({reason}); the shared breakers need the keys and the channel "
+        f"under {{{prefix}: {acl_grant(prefix, username)} (or the minimal set in docs/redis.md)"
+    )
+
+
+def describe_error(
+    exc: BaseException, url: str | None = None, prefix: str | None = None, username: str | None = None
+) -> str:
     """One line saying what went wrong talking to Redis."""
     where = f" at {mask_url(url)}" if url else ""
     text = str(exc) or type(exc).__name__
     lowered = text.lower()
     if isinstance(exc, StoreError) or redis is None:
         return text
+    if is_permission_error(exc):
+        command = _refused_command(text)
+        return missing_permissions(prefix or DEFAULT_PREFIX, [f"{command}: {text}"], username, url)
     if isinstance(exc, redis.AuthenticationError) or any(
         word in lowered for word in ("wrongpass", "noauth", "invalid password", "authentication required")
     ):
@@ -226,6 +254,23 @@ def describe_error(exc: BaseException, url: str | None = None) -> str:
     if isinstance(exc, redis.exceptions.RedisClusterException):
         return f"Redis Cluster{where} is not usable: {text}"
     return f"Redis{where} failed: {text}"
+
+
+def is_permission_error(exc: BaseException) -> bool:
+    """Redis refused a command, key or channel to this user (ACL ``NOPERM``)."""
+    if redis is None:
+        return False
+    return isinstance(exc, redis.exceptions.NoPermissionError) or str(exc).lower().startswith("noperm")
+
+
+def _refused_command(text: str) -> str:
+    """The command a NOPERM error names ("... to run the 'evalsha' command"), else what it refers to."""
+    _, quote, rest = text.partition("'")
+    if quote and "command" in rest:
+        return rest.partition("'")[0].upper()
+    if "channel" in text:
+        return "PUBLISH/SUBSCRIBE"
+    return "a command on a key"
 
 
 def is_async_client(client: Any) -> bool:
@@ -377,6 +422,13 @@ class Clients:
             if key.startswith("ssl_"):
                 kwargs[key] = value
         return kwargs
+
+    @property
+    def username(self) -> str | None:
+        """The Redis user the store logs in as (None: ``default``), for messages."""
+        if self._options is not None:
+            return self._options.get("username")
+        return self.target.username if self.target is not None else None
 
     def _startup(self) -> list[tuple[str, int]]:
         if self._options is not None:

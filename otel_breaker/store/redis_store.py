@@ -17,19 +17,20 @@ import otel_breaker.store.redis_admin as redis_admin
 from otel_breaker.breaker import CircuitBreaker, CircuitBreakerConfig, Clock
 from otel_breaker.identity import ToolKey
 from otel_breaker.store.redis_feed import ChangeFeed
-from otel_breaker.store.redis_keys import breaker_key
+from otel_breaker.store.redis_keys import access_keys, breaker_key, channel_name
 from otel_breaker.store.redis_setup import (
-    AUTO,
     DEFAULT_PREFIX,
     DEFAULT_SOCKET_TIMEOUT,
     Clients,
     StoreError,
     describe_error,
+    is_permission_error,
     mask_url,
+    missing_permissions,
     parse_url,
     require_redis,
 )
-from otel_breaker.store.redis_storage import AGENT_TTL, SESSION_TTL, TOOL_TTL, RedisStorage
+from otel_breaker.store.redis_storage import AGENT_TTL, SESSION_TTL, TOOL_TTL, RedisStorage, text
 from otel_breaker.store.redis_thread import run_blocking, running_asyncio
 from otel_breaker.words import parse_switch
 
@@ -77,7 +78,8 @@ class RedisStore:
         self.cautious = cautious
         self.rejoin_interval = rejoin_interval
         self.url = url
-        self.channel = f"{prefix}:events"
+        # Named like the keys ({prefix:...}), so one ACL pattern covers both: `~{prefix:* &{prefix:*`.
+        self.channel = channel_name(prefix)
         #: This store's id on the change feed (new in a forked child): its own changes are not followed.
         self.origin = secrets.token_hex(6)
         #: Errors talking to Redis (exported as ``otel_breaker.store.errors``).
@@ -209,13 +211,36 @@ class RedisStore:
 
     # -- talking to Redis ------------------------------------------------------------
 
-    def _eval(self, keys: tuple[str, ...], op: str, args: Iterable[Any], extra: Iterable[Any] = ()) -> list[Any]:
-        """One script run (EVALSHA; redis-py's Script loads it again after NOSCRIPT)."""
+    def _sync_script(self) -> Any:
+        """The script on the sync client. The first time on a client (the store's first
+        connection, and again after a fork or a rebuilt Cluster client), the Redis user's
+        permissions are checked: a user refused the channel or a command would otherwise
+        share nothing from the first opening on, with an error naming neither."""
         client = self._clients.sync()
         script = self._script
         if script is None or script.registered_client is not client:
-            script = self._script = client.register_script(SCRIPT)
-        return script(keys, (op, *args, *extra))
+            script = client.register_script(SCRIPT)
+            self._require_access(script)
+            self._script = script
+        return script
+
+    def _require_access(self, script: Any) -> None:
+        """Raise :class:`StoreError` naming every command the Redis user may not run here."""
+        reply = script(access_keys(self.prefix), ("access", f"{self.origin}@{self.channel}"))
+        refused = [text(line) for line in reply or ()]
+        if self._watch:
+            try:
+                self._feed.check_subscribe()
+            except Exception as exc:
+                if not is_permission_error(exc):
+                    raise
+                refused.append(f"SUBSCRIBE {self.channel}: {exc}")
+        if refused:
+            raise StoreError(missing_permissions(self.prefix, refused, self._clients.username, self.url))
+
+    def _eval(self, keys: tuple[str, ...], op: str, args: Iterable[Any], extra: Iterable[Any] = ()) -> list[Any]:
+        """One script run (EVALSHA; redis-py's Script loads it again after NOSCRIPT)."""
+        return self._sync_script()(keys, (op, *args, *extra))
 
     async def _aeval(self, keys: tuple[str, ...], op: str, args: Iterable[Any], extra: Iterable[Any] = ()) -> list[Any]:
         """The same for an async call: the event loop never waits on a socket.
@@ -231,20 +256,23 @@ class RedisStore:
         # An asyncio client runs only in an asyncio loop; under trio the sync client runs in the pool.
         if client is None or not running_asyncio():
             return await run_blocking(_executor(), self._eval, keys, op, args, extra)
-        if clients.mode == AUTO:
-            await run_blocking(_executor(), clients.sync)  # ask the server what it is, once
+        if self._script is None:  # ask the server what it is, and check the user's permissions, once
+            await run_blocking(_executor(), self._sync_script)
         script = self._ascript
         if script is None:
             script = self._ascript = client.register_script(SCRIPT)
         return await script(keys, (op, *args, *extra))
 
     def check(self) -> None:
-        """Connect, authenticate and run the script once; raises :class:`StoreError` saying what is wrong."""
+        """Connect, authenticate, check the user's permissions (every command of the script, the
+        change feed's channel) and run the script once; raises :class:`StoreError` saying what is
+        wrong in one line."""
         try:
             self._clients.sync().ping()
-            self._eval(("{" + self.prefix + ":check}",) * 3, "ping", ())
+            self._script = None  # check the permissions now, even on a client already used
+            self._eval(access_keys(self.prefix), "ping", ())
         except Exception as exc:
-            raise StoreError(describe_error(exc, self.url)) from None
+            raise StoreError(describe_error(exc, self.url, self.prefix, self._clients.username)) from None
 
     # -- outage handling -----------------------------------------------------------------
 
@@ -255,7 +283,7 @@ class RedisStore:
             self._retry_at = time.monotonic() + self.rejoin_interval
             first = not self.degraded
             self.degraded = True
-            self.last_error = describe_error(exc, self.url)
+            self.last_error = describe_error(exc, self.url, self.prefix, self._clients.username)
         if first:
             self._invalidate()
             logger.warning(
