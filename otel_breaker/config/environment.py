@@ -12,6 +12,7 @@ Every resolved value remembers where it came from (default, env or code), so
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
 from collections.abc import Mapping
@@ -78,6 +79,12 @@ KNOWN_VARIABLES = frozenset(
     + [PREFIX + suffix for suffix in ("TOOLS", "FALLBACKS", "UPSTREAMS", "HIGH_STAKES", "FRAMEWORKS", "STORE")]
     + [PREFIX + suffix for suffix in ("NEUTRAL_ERRORS", "FAILURE_ERRORS")]
 )
+
+
+def closest_variable(var: str) -> str | None:
+    """The known ``OTEL_BREAKER_*`` variable a misspelt ``var`` most likely means (None: none is close)."""
+    matches = difflib.get_close_matches(var, sorted(KNOWN_VARIABLES), n=1, cutoff=0.8)
+    return matches[0] if matches else None
 
 
 def load_settings(environ: Mapping[str, str] | None = None, *, strict: bool = True) -> Settings:
@@ -176,7 +183,9 @@ def load_settings(environ: Mapping[str, str] | None = None, *, strict: bool = Tr
             sources[PREFIX + suffix] = "env"
     for var in sorted(env):
         if var.startswith(PREFIX) and var not in KNOWN_VARIABLES:
-            problems.append(f"{quoted(var)[1:-1]} is not an otel-breaker setting (misspelt?); it is ignored")
+            closest = closest_variable(var)
+            hint = f"; did you mean {closest}?" if closest else ""
+            problems.append(f"{quoted(var)[1:-1]} is not an otel-breaker setting (misspelt?); it is ignored{hint}")
 
     defaults = CircuitBreakerConfig()
     if breaker_options:

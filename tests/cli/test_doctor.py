@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import http.server
 import re
+import socket
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 from cli_helpers import clean_env, run_cli
@@ -17,13 +21,13 @@ def test_doctor_on_a_clean_environment():
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
     assert re.match(r"otel-breaker \S+ on Python 3\.\d+\.\d+ \(", out)
-    assert re.search(r"^  OTEL_BREAKER_FAILURE_THRESHOLD\s+5\s+default$", out, re.M)
-    assert re.search(r"^  OTEL_BREAKER_STATUS_IN_PROMPT\s+False\s+default$", out, re.M)
-    for name in ADAPTERS:  # every framework is reported: installed, not installed or adapter not available
-        assert re.search(rf"^  {name}\s+(.+)$", out.split("Frameworks")[1], re.M), name
-    assert re.search(r"^  opentelemetry-sdk\s+\d+\.\d+", out, re.M)
+    assert len(out.splitlines()) < 40, out  # short when all is well
+    frameworks = out.split("Frameworks")[1].split("\n\n")[0]
+    for name in ADAPTERS:  # every framework is reported, once: installed, not installed or adapter not available
+        assert len(re.findall(rf"\b{name}\b", frameworks)) == 1, (name, frameworks)
+        assert len(re.findall(rf"\b{name}\b", out)) == 1, name
     assert "instrumentor entry point otel_breaker: registered" in out
-    assert re.search(r"^    OTEL_EXPORTER_OTLP_ENDPOINT\s+\(not set\)$", out, re.M)
+    assert "OTEL_EXPORTER_OTLP_ENDPOINT" not in out  # nothing set: nothing listed
     # nothing asked for: nothing exported (and doctor says so, not a default endpoint)
     for signal in ("traces", "metrics", "logs"):
         assert f"    {signal}: not exported (nothing asked for" in out
@@ -33,6 +37,18 @@ def test_doctor_on_a_clean_environment():
     assert result.stderr == ""
 
 
+def test_doctor_verbose_lists_every_value_package_and_variable():
+    out = run_cli("doctor", "--verbose").stdout
+    assert re.search(r"^  OTEL_BREAKER_FAILURE_THRESHOLD\s+5\s+default$", out, re.M)
+    assert re.search(r"^  OTEL_BREAKER_STATUS_IN_PROMPT\s+False\s+default$", out, re.M)
+    assert re.search(r"^    opentelemetry-sdk\s+\d+\.\d+", out, re.M)
+    assert re.search(r"^    OTEL_EXPORTER_OTLP_ENDPOINT\s+\(not set\)$", out, re.M)
+    frameworks = out.split("Frameworks")[1].split("\n\n")[0]
+    for name in ADAPTERS:
+        assert re.search(rf"^  {name}\s+(.+)$", frameworks, re.M), name
+    assert run_cli("doctor", "--all").stdout.count("OTEL_BREAKER_FAILURE_THRESHOLD") == 1
+
+
 def test_doctor_shows_each_frameworks_tested_range_from_its_adapter():
     """The one source of a tested range (an adapter's requirement) is what doctor prints."""
     from packaging.specifiers import SpecifierSet
@@ -40,7 +56,7 @@ def test_doctor_shows_each_frameworks_tested_range_from_its_adapter():
     from otel_breaker.instrumentation.instrumentor import requirements
     from otel_breaker.instrumentation.spec import split_requirement
 
-    out = run_cli("doctor").stdout.split("Frameworks")[1]
+    out = run_cli("doctor", "--verbose").stdout.split("Frameworks")[1]
     for name, requirement in requirements().items():
         distribution, specifier = split_requirement(requirement)
         line = re.search(rf"^  {name}\s+(.+)$", out, re.M).group(1)
@@ -59,7 +75,9 @@ def test_doctor_names_the_source_of_each_value():
     )
     out = run_cli("doctor", env=env).stdout
     assert re.search(r"^  OTEL_BREAKER_FAILURE_THRESHOLD\s+3\s+env$", out, re.M)
-    assert re.search(r"^  OTEL_BREAKER_RECOVERY_TIMEOUT\s+60\.0\s+default$", out, re.M)
+    assert "OTEL_BREAKER_RECOVERY_TIMEOUT" not in out  # a default: only with --verbose
+    verbose = run_cli("doctor", "--verbose", env=env).stdout
+    assert re.search(r"^  OTEL_BREAKER_RECOVERY_TIMEOUT\s+60\.0\s+default$", verbose, re.M)
     assert re.search(r"^  OTEL_BREAKER_FALLBACKS\s+\{'web_search': \('backup_search',\)\}\s+env$", out, re.M)
     assert re.search(r"^  OTEL_BREAKER_STATUS_IN_PROMPT\s+True\s+env$", out, re.M)
     # the protocol comes from OTEL_EXPORTER_OTLP_PROTOCOL (gRPC when unset), never from the port
@@ -84,8 +102,21 @@ def test_doctor_reports_every_problem_and_exits_1():
     assert "OTEL_BREAKER_FAILURE_TRESHOLD is not an otel-breaker setting (misspelt?)" in out
     assert "traces not exported: OTEL_TRACES_EXPORTER=nosuchexporter names no installed exporter" in out
     assert "4 problem(s) found:" in out
+    # each problem once, with its fix
+    assert out.count("OTEL_BREAKER_FAILURE_THRESHOLD='zero'") == 1
+    assert out.count("OTEL_BREAKER_FAILURE_TRESHOLD") == 1
+    assert out.count("PROBLEM:") == 4 and out.count("    fix: ") == 4
+    assert "fix: rename it to OTEL_BREAKER_FAILURE_THRESHOLD" in out
     # the lenient loader's warnings are not repeated on stderr: each problem is in the report
     assert result.stderr == ""
+
+
+def test_doctor_suggests_the_variable_a_misspelt_one_means():
+    result = run_cli("doctor", env=clean_env(OTEL_BREAKER_RECOVERY_TIMOUT="30"))
+    assert result.returncode == 1
+    assert "did you mean OTEL_BREAKER_RECOVERY_TIMEOUT?" in result.stdout
+    assert "    fix: rename it to OTEL_BREAKER_RECOVERY_TIMEOUT" in result.stdout
+    assert result.stdout.count("OTEL_BREAKER_RECOVERY_TIMOUT") == 1
 
 
 def test_doctor_flags_a_requested_framework_that_cannot_be_enabled():
@@ -110,10 +141,10 @@ def test_doctor_flags_a_requested_framework_that_cannot_be_enabled():
     assert f"OTEL_BREAKER_FRAMEWORKS asks for {name}, but {why}" in result.stdout
 
 
-def test_doctor_takes_no_arguments():
-    result = run_cli("doctor", "--verbose")
+def test_doctor_takes_no_other_arguments():
+    result = run_cli("doctor", "--frobnicate")
     assert result.returncode == 2
-    assert "unrecognized arguments: --verbose" in result.stderr
+    assert "unrecognized arguments: --frobnicate" in result.stderr
 
 
 def test_doctor_shows_the_start_up_hook_waiting_for_a_framework():
@@ -243,4 +274,106 @@ def test_doctor_reports_each_signal_and_names_a_port_clash():
     assert "    metrics not exported: the Prometheus exporter's port 9470 is also OTEL_BREAKER_STATUS_ADDR=" in out
     assert "    logs not exported: OTEL_LOGS_EXPORTER=zipkin_json" in out
     assert "pip install opentelemetry-exporter-zipkin" in out
-    assert "opentelemetry-distro is not installed" in out
+    assert "without opentelemetry-distro" in out
+
+
+# -- OTLP endpoints: does the configured one answer, in the protocol it will be sent? -------------
+
+
+class _OtlpHttpReceiver(http.server.BaseHTTPRequestHandler):
+    """Answers as an OTLP/HTTP receiver (the collector on 4318) does: POST /v1/<signal> is 200 with
+    an empty protobuf response; anything else is 404."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        known = self.path in ("/v1/traces", "/v1/metrics", "/v1/logs")
+        self.send_response(200 if known else 404)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def do_GET(self) -> None:
+        self.send_response(404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Quiet: the test reads doctor's output, not the server's."""
+
+
+@pytest.fixture
+def otlp_http_receiver():
+    """A real HTTP server on a free loopback port answering like an OTLP/HTTP receiver; yields its URL."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _OtlpHttpReceiver)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _problems(out: str) -> list[str]:
+    return [line for line in out.splitlines() if "PROBLEM:" in line]
+
+
+def test_doctor_flags_grpc_sent_to_an_otlp_http_receiver(otlp_http_receiver):
+    """The trap of a recipe without a protocol: gRPC (the default) to a port that answers HTTP."""
+    result = run_cli("doctor", env=clean_env(OTEL_EXPORTER_OTLP_ENDPOINT=otlp_http_receiver))
+    assert result.returncode == 1, result.stdout
+    (problem,) = _problems(result.stdout)
+    assert (
+        f"traces, metrics and logs use gRPC (OTEL_EXPORTER_OTLP_PROTOCOL is not http/protobuf) to {otlp_http_receiver}"
+        in problem
+    )
+    assert "answers HTTP/1.1" in problem
+    assert "    fix: set OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf" in result.stdout
+    assert "No problems found" not in result.stdout
+    # the same receiver, the protocol stated: it answers, nothing to fix
+    fixed = run_cli(
+        "doctor",
+        env=clean_env(OTEL_EXPORTER_OTLP_ENDPOINT=otlp_http_receiver, OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf"),
+    )
+    assert fixed.returncode == 0, fixed.stdout
+    assert f"    {otlp_http_receiver}: answers (HTTP/1.1)" in fixed.stdout
+    assert fixed.stdout.rstrip().endswith("No problems found.")
+
+
+def test_doctor_flags_otlp_http_sent_to_a_grpc_receiver():
+    grpc = pytest.importorskip("grpc", reason="grpcio comes with the OTLP/gRPC exporter")
+    from concurrent.futures import ThreadPoolExecutor
+
+    server = grpc.server(ThreadPoolExecutor(max_workers=1))  # a real HTTP/2 gRPC server, as on 4317
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        env = clean_env(
+            OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}", OTEL_EXPORTER_OTLP_PROTOCOL="http/protobuf"
+        )
+        result = run_cli("doctor", env=env)
+        assert result.returncode == 1, result.stdout
+        (problem,) = _problems(result.stdout)
+        assert "does not answer HTTP/1.1" in problem
+        assert "    fix: set OTEL_EXPORTER_OTLP_PROTOCOL=grpc" in result.stdout
+        # gRPC to it: it answers, as a gRPC receiver does
+        ok = run_cli("doctor", env=clean_env(OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}"))
+        assert ok.returncode == 0, ok.stdout
+        assert "answers (not HTTP/1.1, as a gRPC receiver)" in ok.stdout
+    finally:
+        server.stop(grace=None)
+
+
+def test_doctor_says_plainly_that_nothing_answers_at_a_dead_endpoint():
+    with socket.socket() as sock:  # a port nothing listens on: bound, never listening
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+        started = time.monotonic()
+        result = run_cli("doctor", env=clean_env(OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}"))
+        took = time.monotonic() - started
+    assert result.returncode == 1, result.stdout
+    (problem,) = _problems(result.stdout)
+    assert f"nothing answers at http://127.0.0.1:{port}" in problem
+    assert f"    http://127.0.0.1:{port}: nothing answers (" in result.stdout
+    assert "fix: start the collector, or correct OTEL_EXPORTER_OTLP_ENDPOINT" in result.stdout
+    assert took < 30  # bounded: a refused connection is immediate, a silent one waits at most seconds
