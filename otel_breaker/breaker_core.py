@@ -331,6 +331,10 @@ class StateMachine:
         state = self._state
         if self._unguarded:
             return None  # counted, never judged: the overflow of a full registry
+        if state is not _CLOSED and outcome != IGNORED:
+            # Outside the closed state the streak decides nothing (closing clears it), so it
+            # stays what it is shown as: the failures since the last success.
+            self._consecutive = 0 if outcome == SUCCESS else self._consecutive + 1
         if isinstance(permit, tuple):
             generation, lease = permit
             if state is not _HALF_OPEN or generation != self.generation:

@@ -79,8 +79,14 @@ class Model:
         self.rejected += 1
         return None
 
+    def streak(self, outcome: int) -> None:
+        """Outside the closed state the streak decides nothing; it stays the failures since the last success."""
+        if self.state != "closed" and outcome != IGNORED:
+            self.consecutive = 0 if outcome == SUCCESS else self.consecutive + 1
+
     def record(self, permit, outcome: int, now: float) -> None:
         self.counts[outcome] += 1
+        self.streak(outcome)
         if permit[0] == "probe":
             _, generation, lease = permit
             if self.state != "half_open" or generation != self.generation or lease not in self.leases:
@@ -389,6 +395,7 @@ class ObserveMachine(_Registered):
             self.model.record(("closed", self.model.generation), outcome, self.now)
         else:
             self.model.counts[outcome] += 1
+            self.model.streak(outcome)
 
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
