@@ -47,6 +47,7 @@ from otel_breaker.board.server import (
     MAX_WORKERS,
     OPERATIONS,
     BoardServer,
+    matches,
     serve_in_thread,
 )
 from otel_breaker.breaker import CircuitBreaker, State
@@ -148,12 +149,26 @@ def snapshot(registry: BreakerRegistry) -> list[dict[str, Any]]:
     return rows
 
 
-def control(registry: BreakerRegistry, op: str, tool: str | None, duration: float | None = None) -> int:
-    """Apply ``op`` to every breaker of ``tool`` (all breakers when None). Returns how
-    many; raises LookupError for a tool with no breaker (never creates one)."""
-    breakers = [b for b in registry.breakers() if tool is None or b.name == tool]
+def control(
+    registry: BreakerRegistry,
+    op: str,
+    tool: str | None,
+    duration: float | None = None,
+    identity: dict[str, str | None] | None = None,
+) -> int:
+    """Apply ``op`` to every breaker of ``tool`` (all breakers when None), or only to
+    those whose agent, session and source are what ``identity`` names. Returns how
+    many; raises LookupError when none matches (never creates one)."""
+    breakers = [
+        b
+        for b in registry.breakers()
+        if (tool is None or b.name == tool) and (not identity or matches(identity, _identity_of(b)))
+    ]
     if not breakers:
-        raise LookupError(f"no breaker for {'tool ' + repr(tool) if tool else 'any tool'} in this process")
+        named = "any tool" if not tool else "tool " + repr(tool)
+        if identity:
+            named += " with " + ", ".join(f"{k} {v!r}" for k, v in identity.items())
+        raise LookupError(f"no breaker for {named} in this process")
     for breaker in breakers:
         if op == "reset":
             breaker.reset()
@@ -164,6 +179,14 @@ def control(registry: BreakerRegistry, op: str, tool: str | None, duration: floa
         else:  # pragma: no cover - checked by the caller
             raise ValueError(op)
     return len(breakers)
+
+
+def _identity_of(breaker: CircuitBreaker) -> dict[str, Any]:
+    return {
+        "agent": breaker.agent_name or None,
+        "session": getattr(breaker, "session_id", None) or None,
+        "where": breaker.source if breaker.source is not None else breaker.origin,
+    }
 
 
 class ProcessSource:
@@ -178,6 +201,9 @@ class ProcessSource:
     10,000 breakers and the default turn, every row is at most ten reads old,
     and one read touches every breaker lightly and 1,000 fully.
     """
+
+    #: Rejections are counted per breaker here (the shared store does not count them).
+    counts_rejections = True
 
     def __init__(self, registry: BreakerRegistry, per_read: int = 1000) -> None:
         self.registry = registry
@@ -215,7 +241,7 @@ class ProcessSource:
                 row = breaker_row(breaker, wall_ms, breaker.clock())
                 same = entry is not None and entry[0] is breaker
                 row["upstream"] = entry[2]["upstream"] if same else label_of(breaker.name, breaker.source)
-                row["calls"] = sum(breaker.lifetime_counts())
+                row["rejected"] = breaker.stats.rejected_requests
                 row["read_ms"] = wall_ms  # a kept row's age is moved on by the time since
             fresh[id(breaker)] = (breaker, quick, row)
         if fresh.keys() != known.keys():  # breakers came or went: sort again
@@ -244,6 +270,7 @@ class StatusServer:
         max_workers: int = MAX_WORKERS,
         fleet_url: str | None = None,
         board_clock: Callable[[], float] | None = None,
+        sampling: bool = True,
     ) -> None:
         if control_token is not None and len(control_token) < MIN_TOKEN_CHARS:
             raise ValueError(f"the control token must have at least {MIN_TOKEN_CHARS} characters")
@@ -262,11 +289,13 @@ class StatusServer:
             idle_timeout=idle_timeout,
             max_workers=max_workers,
         )
-        self.board.document_for_start()  # breakers that exist now are the history's baseline
+        self.board.document_for_start()  # breakers that exist now are the counts' baseline
+        if sampling:  # every second's counts, watched or not (tests drive an injected clock instead)
+            self.board.start_sampling()
         self._thread = serve_in_thread(self._server, "otel-breaker-status")
 
-    def _control(self, op: str, tool: str | None, duration: float | None) -> int:
-        count = control(self.registry, op, tool, duration)
+    def _control(self, op: str, tool: str | None, duration: float | None, identity: dict[str, str | None]) -> int:
+        count = control(self.registry, op, tool, duration, identity)
         self.board.invalidate()  # the next poll shows the change at once
         return count
 
@@ -281,6 +310,7 @@ class StatusServer:
         return self._server.threads
 
     def close(self) -> None:
+        self.board.stop_sampling()
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(5)

@@ -1,8 +1,8 @@
 """The status endpoint cannot hurt the agent, and only loopback clients reach it.
 
 Bounded work per request (one snapshot per second whatever the polling, compact
-pages), the Host check against DNS rebinding, idle timeouts and a bounded pool
-of handler threads, over real sockets.
+pages), the Host check against DNS rebinding, idle timeouts, and handler threads
+that only ever take whole requests, over real sockets.
 """
 
 from __future__ import annotations
@@ -153,7 +153,7 @@ def test_the_default_idle_timeout_is_within_30_seconds():
     assert 0 < IDLE_TIMEOUT <= 30
 
 
-def test_idle_clients_cannot_grow_threads(registry):
+def test_idle_clients_grow_no_threads(registry):
     running = StatusServer("127.0.0.1", 0, registry=registry, idle_timeout=5.0)
     port = int(running.url.rsplit(":", 1)[1])
     before = threading.active_count()
@@ -161,30 +161,68 @@ def test_idle_clients_cannot_grow_threads(registry):
     try:
         for _ in range(300):
             sockets.append(socket.create_connection(("127.0.0.1", port)))
-        time.sleep(0.5)  # let the server accept them all
-        assert running.threads <= 64
-        assert threading.active_count() - before <= 64
+        assert request(running, "/status")[0] == 200  # answered while 300 wait...
+        assert running.threads <= 1  # ...by one thread: idle connections hold none
+        assert threading.active_count() - before <= 1
     finally:
         for sock in sockets:
             sock.close()
         running.close()
 
 
-def test_past_the_waiting_room_a_connection_is_closed_at_once(registry):
+#: Long enough that a request stuck behind idle connections would plainly wait for it.
+LONG_IDLE_TIMEOUT = 20.0
+
+
+@pytest.mark.parametrize("idle", [2, 20, 200])
+def test_half_requests_never_delay_a_whole_one(registry, idle):
+    """Connections that sent part of a request (or nothing) hold no handler thread: a
+    whole request is answered at once. Before, it waited for the idle timeout."""
+    running = StatusServer("127.0.0.1", 0, registry=registry, idle_timeout=LONG_IDLE_TIMEOUT)
+    port = int(running.url.rsplit(":", 1)[1])
+    sockets = []
+    try:
+        for index in range(idle):
+            sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+            if index % 2 == 0:
+                sock.sendall(b"GET /status HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # never ends its head
+            sockets.append(sock)
+        started = time.monotonic()
+        code, body, _ = request(running, "/status?tool=search")
+        took = time.monotonic() - started
+        print(f"\n{idle} half-open connections: GET /status answered in {took * 1000:.1f} ms")
+        assert code == 200 and json.loads(body)["breakers"][0]["state"] == "open"
+        assert took < LONG_IDLE_TIMEOUT / 10  # well before the idle timeout the old pool waited for
+        assert running.threads <= 2  # the half-open connections hold none
+    finally:
+        for sock in sockets:
+            sock.close()
+        running.close()
+
+
+def test_past_the_waiting_room_the_longest_waiting_connection_is_closed(registry):
     from otel_breaker.board.model import Board
     from otel_breaker.board.server import BoardServer, serve_in_thread
     from otel_breaker.status_server import ProcessSource
 
     server = BoardServer(
-        ("127.0.0.1", 0), Board(ProcessSource(registry)), idle_timeout=5.0, max_workers=2, max_waiting=3
+        ("127.0.0.1", 0), Board(ProcessSource(registry)), idle_timeout=30.0, max_workers=2, max_waiting=3
     )
     thread = serve_in_thread(server, "test-board")
     port = server.server_address[1]
-    sockets = [socket.create_connection(("127.0.0.1", port)) for _ in range(8)]
+    sockets = []
     try:
-        late = sockets[-1]
-        assert _closed_within(late, 3.0)
-        assert server.threads == 2 and server.refused >= 1
+        for _ in range(4):
+            sockets.append(socket.create_connection(("127.0.0.1", port)))
+            deadline = time.monotonic() + 10  # each accepted before the next, so "longest" is defined
+            while server.waiting + server.refused < len(sockets) and time.monotonic() < deadline:
+                time.sleep(0.01)
+        assert _closed_within(sockets[0], 5.0)  # the first made room for the fourth
+        assert server.refused == 1 and server.waiting == 3
+        sockets[-1].sendall(b"GET /status HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        sockets[-1].settimeout(10)
+        assert sockets[-1].recv(64).startswith(b"HTTP/1.0 200")
+        assert server.threads == 1
     finally:
         for sock in sockets:
             sock.close()

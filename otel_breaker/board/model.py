@@ -1,23 +1,29 @@
 """The board's data: breaker rows in, cached compact documents out.
 
 A *source* gives the rows (one process's registry, or the shared store): the
-fields of ``otel-breaker status --json`` plus ``calls`` (lifetime calls) and
-``upstream``. :class:`Board` takes one snapshot of the source at most once
-per ``ttl`` however many clients poll, keeps a short history per breaker (the
-sparkline, calls per minute and the recent failure rate come from the
-deltas between snapshots, so both sources mean the same by them), and caches
-each encoded answer until the next snapshot. A request therefore costs the
-agent at most one snapshot per second plus a filter over a list, and its
-answer is bounded by ``limit``.
+fields of ``otel-breaker status --json`` plus ``upstream`` and, where the
+source counts them, ``rejected`` (lifetime rejections). :class:`Board` reads
+the source at most once per ``ttl`` however many clients poll, and
+:meth:`Board.sample` reads it on a clock of its own, watched or not, so the
+per-second counts in :class:`~otel_breaker.board.window.Window` (calls per
+minute, failures, rejections, the sparkline) are the same whenever the page
+first looks. Each encoded answer is cached until the next read. A request
+therefore costs the agent at most one read per second plus a filter over a
+list, and its answer is bounded by ``limit``.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
+
+from otel_breaker.board.window import Totals, Window
+
+logger = logging.getLogger("otel_breaker")
 
 STATES = ("open", "half_open", "closed")
 _ORDER = {state: rank for rank, state in enumerate(STATES)}
@@ -30,23 +36,44 @@ _MAX_CACHED = 64
 BUSY_SHARE = 20
 UPSTREAM_PREFIX = "upstream:"
 #: Row fields only the board uses: ``/status`` keeps the shared store's fields exactly.
-_BOARD_ONLY = frozenset({"calls", "upstream", "read_ms"})
+_BOARD_ONLY = frozenset({"rejected", "upstream", "read_ms"})
 #: The columns of a board row, in order (the page reads them by position: compact JSON).
 COLUMNS = (
     "tool",
     "agent",
     "session",
+    "where",
     "upstream",
     "state",
     "failure_rate",
     "calls_per_min",
+    "failures_per_min",
+    "rejected_per_min",
     "spark",
     "retry_after_s",
     "forced_open",
     "consecutive_failures",
     "failures",
+    "successes",
     "opened",
 )
+_C = {name: index for index, name in enumerate(COLUMNS)}
+#: ``sort`` values of ``/board.json``: a column, and whether its natural order is highest first.
+SORTS = {
+    "state": False,
+    "tool": False,
+    "agent": False,
+    "upstream": False,
+    "calls_per_min": True,
+    "failure_rate": True,
+    "failures_per_min": True,
+    "rejected_per_min": True,
+    "consecutive_failures": True,
+    "failures": True,
+    "successes": True,
+    "opened": True,
+    "retry_after_s": False,
+}
 
 
 class Source(Protocol):
@@ -59,52 +86,6 @@ class Source(Protocol):
 
 class QueryError(ValueError):
     """A filter or page parameter the endpoint cannot use."""
-
-
-class History:
-    """Calls, failures and successes per breaker in ``buckets`` buckets of ``bucket_s`` seconds."""
-
-    def __init__(self, bucket_s: float = 10.0, buckets: int = 12) -> None:
-        self.bucket_s = bucket_s
-        self.buckets = buckets
-        self._seen: dict[str, list[Any]] = {}
-
-    def update(self, key: str, totals: tuple[int, int, int], now: float, baseline: bool) -> list[Any]:
-        """Record the lifetime (calls, failures, successes) seen now. A breaker seen
-        for the first time at the very first snapshot is a baseline (its past is
-        not "recent"); one that appeared later counts all its calls as new."""
-        index = int(now // self.bucket_s)
-        entry = self._seen.get(key)
-        if entry is None:
-            last = list(totals) if baseline else [0, 0, 0]
-            entry = [last, index, [[0] * self.buckets for _ in range(3)]]
-            self._seen[key] = entry
-        shift = index - entry[1]
-        if shift > 0:
-            keep = self.buckets - min(shift, self.buckets)
-            entry[2] = [series[self.buckets - keep :] + [0] * (self.buckets - keep) for series in entry[2]]
-            entry[1] = index
-        last = entry[0]
-        new = [total - before for total, before in zip(totals, last, strict=True)]
-        if min(new) < 0:  # a reset: start again from here
-            new = [0, 0, 0]
-        entry[0] = list(totals)
-        for series, added in zip(entry[2], new, strict=True):
-            series[-1] += added
-        return entry
-
-    def keep_only(self, keys: set[str]) -> None:
-        if len(keys) != len(self._seen):
-            for key in [k for k in self._seen if k not in keys]:
-                del self._seen[key]
-
-    def summary(self, entry: list[Any]) -> tuple[float | None, int, list[int]]:
-        """(failure rate of the last minute's outcomes, calls in the last minute, calls per bucket)."""
-        last_minute = max(1, round(60 / self.bucket_s))
-        calls, failures, successes = (sum(series[-last_minute:]) for series in entry[2])
-        outcomes = failures + successes
-        rate = None if not outcomes else round(failures / outcomes, 3)
-        return rate, calls, list(entry[2][0])
 
 
 def row_key(row: Mapping[str, Any]) -> str:
@@ -126,7 +107,7 @@ class _Snapshot:
 
 
 class Board:
-    """Cached documents over one source."""
+    """Cached documents over one source, and the per-second counts of its breakers."""
 
     def __init__(
         self,
@@ -134,7 +115,7 @@ class Board:
         *,
         ttl: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
-        history: History | None = None,
+        window: Window | None = None,
         control: bool = False,
         fleet_url: str | None = None,
     ) -> None:
@@ -143,18 +124,46 @@ class Board:
         self.control = control
         self.fleet_url = fleet_url
         self._clock = clock
-        self._history = history or History()
+        self._window = window or Window()
         self._lock = threading.Lock()
         self._snapshot: _Snapshot | None = None
         self._taken_at = float("-inf")
         self._version = 0
         self._interval = ttl
-        self._compact: dict[str, tuple[tuple[Any, ...], int, list[Any], bool]] = {}
+        self._compact: dict[str, tuple[tuple[Any, ...], int, list[Any]]] = {}
         self._by_row: dict[int, Any] = {}
         self._cache: dict[tuple[str, str], tuple[bytes, str]] = {}
+        self._sampler: threading.Thread | None = None
+        self._stop = threading.Event()
         self.snapshots = 0  # how many times the source was read (tests and benchmarks look)
 
     # -- snapshots ---------------------------------------------------------------------------------
+
+    def sample(self) -> None:
+        """Read the source if a read is due: what the sampler does every second, watched or not."""
+        self._fresh()
+
+    def start_sampling(self) -> None:
+        """Sample in a daemon thread about once per ``ttl`` (real time), so the counts of
+        every second are kept while nobody watches; :meth:`stop_sampling` ends it."""
+        if self._sampler is not None:
+            return
+        self._stop.clear()
+        self._sampler = threading.Thread(target=self._sample_forever, name="otel-breaker-board-sampler", daemon=True)
+        self._sampler.start()
+
+    def stop_sampling(self) -> None:
+        self._stop.set()
+        if self._sampler is not None:
+            self._sampler.join(5)
+            self._sampler = None
+
+    def _sample_forever(self) -> None:
+        while not self._stop.wait(self.ttl):
+            try:
+                self.sample()
+            except Exception:  # a store that does not answer: the next second tries again
+                logger.debug("otel-breaker: board sample failed", exc_info=True)
 
     def _fresh(self) -> _Snapshot:
         now = self._clock()
@@ -178,94 +187,79 @@ class Board:
         rows = self.source.rows()
         read_ms = getattr(self.source, "read_ms", None)
         first = self._snapshot is None
-        history = self._history
-        index = int(now // history.bucket_s)
-        previous: dict[str, tuple[tuple[Any, ...], int, list[Any], bool]] = self._compact
-        current: dict[str, tuple[tuple[Any, ...], int, list[Any], bool]] = {}
+        window = self._window
+        second = int(now)
+        previous = self._compact
+        current: dict[str, tuple[tuple[Any, ...], int, list[Any]]] = {}
         changed = False
         by_row = self._by_row
-        seen: dict[int, tuple[dict[str, Any], str, tuple[tuple[Any, ...], int, list[Any], bool]]] = {}
+        seen: dict[int, tuple[dict[str, Any], str, tuple[tuple[Any, ...], int, list[Any]]]] = {}
         for row in rows:
             hit = by_row.get(id(row))
-            if hit is not None and hit[0] is row and (hit[2][1] == index or hit[2][3]):
-                # the very row object of the last snapshot: a source (the process's) kept it unchanged
+            if hit is not None and hit[0] is row and (hit[2][1] == second or not window.busy(hit[1], now)):
+                # the very row object of the last snapshot (a source kept it unchanged), and quiet
                 current[hit[1]] = hit[2]
                 seen[id(row)] = hit
                 continue
             key = row_key(row)
             while key in current:  # two breakers with the same names (agents that share a name): two tiles
                 key += "\x00+"
-            state = row["state"]
-            retry = row.get("retry_after_s")
+            failures = int(row.get("failures") or 0)
+            successes = int(row.get("successes") or 0)
+            rejected = row.get("rejected")
             signature = (
-                row.get("calls"),
-                row.get("failures"),
-                row.get("successes"),
-                state,
-                retry,
+                failures,
+                successes,
+                rejected,
+                row["state"],
+                row.get("retry_after_s"),
                 row.get("forced_open"),
                 row.get("consecutive_failures"),
                 row.get("opened"),
                 row.get("upstream"),
             )
             known = previous.get(key)
-            if known is not None and known[0] == signature and (known[1] == index or known[3]):
-                current[key] = known  # unchanged, and its history is quiet or in the same bucket
+            if known is not None and known[0] == signature and (known[1] == second or not window.busy(key, now)):
+                current[key] = known  # unchanged, and its counts are quiet or of this very second
                 seen[id(row)] = (row, key, known)
                 continue
             changed = True
-            totals = (int(row.get("calls") or 0), int(row.get("failures") or 0), int(row.get("successes") or 0))
-            entry = history.update(key, totals, now, first)
-            rate, per_minute, spark = history.summary(entry)
-            compact = [
-                row["tool"],
-                row.get("agent"),
-                row.get("session"),
-                row.get("upstream"),
-                state,
-                rate,
-                per_minute,
-                spark,
-                None if retry is None else round(retry, 1),
-                1 if row.get("forced_open") else 0,
-                row.get("consecutive_failures", 0),
-                row.get("failures", 0),
-                row.get("opened", 0),
-            ]
-            current[key] = (signature, index, compact, not any(spark) and not per_minute)
+            window.record(key, Totals(failures + successes, failures, rejected), now, first)
+            current[key] = (signature, second, _compact_row(row, window, key, now))
             seen[id(row)] = (row, key, current[key])
         if len(current) != len(previous) or (not changed and current.keys() != previous.keys()):
             changed = True
         self._compact = current
         self._by_row = seen
         if not changed and self._snapshot is not None:
-            snap = self._snapshot
-            snap = _copy(snap)  # the same board (same version, same ETag); fresh rows for /status
+            snap = _copy(self._snapshot)  # the same board (same version, same ETag); fresh rows for /status
             snap.rows = rows
             snap.read_ms = read_ms
             self.snapshots += 1
             return snap
-        history.keep_only(set(current))
+        window.keep_only(set(current))
         board_rows: list[list[Any]] = []
         upstream_rows: list[list[Any]] = []
         counts = dict.fromkeys(STATES, 0)
         agents: set[str] = set()
         upstreams: set[str] = set()
-        for _, _, compact, _ in current.values():
+        for _, _, compact in current.values():
             tool = str(compact[0])
             if tool.startswith(UPSTREAM_PREFIX):
                 upstream_rows.append(compact)
                 upstreams.add(tool[len(UPSTREAM_PREFIX) :])
                 continue
             board_rows.append(compact)
-            counts[compact[4]] = counts.get(compact[4], 0) + 1
-            if compact[1] and len(agents) < MAX_FACETS:
-                agents.add(compact[1])
-            if compact[3] and len(upstreams) < MAX_FACETS:
-                upstreams.add(compact[3])
-        order = _ORDER.get
-        board_rows.sort(key=lambda r: (order(r[4], 3), r[0], r[1] or "", r[2] or ""))
-        upstream_rows.sort(key=lambda r: (order(r[4], 3), r[0]))
+            state = compact[_C["state"]]
+            counts[state] = counts.get(state, 0) + 1
+            agent = compact[_C["agent"]]
+            if agent and len(agents) < MAX_FACETS:
+                agents.add(agent)
+            upstream = compact[_C["upstream"]]
+            if upstream and len(upstreams) < MAX_FACETS:
+                upstreams.add(upstream)
+        board_rows.sort(key=_default_order)
+        upstream_rows.sort(key=_default_order)
         self._version += 1
         snap = _Snapshot()
         snap.version = self._version
@@ -281,7 +275,7 @@ class Board:
         return snap
 
     def document_for_start(self) -> None:
-        """Take the first snapshot now: what exists at start is history's baseline, and
+        """Take the first snapshot now: what exists at start is the counts' baseline, and
         whatever happens after it counts as recent. The first request reads again."""
         self._fresh()
         self.invalidate()
@@ -305,12 +299,17 @@ class Board:
 
     def board_document(self, query: Mapping[str, str], raw_query: str = "") -> tuple[bytes, str]:
         """The page's JSON: header, counts, filter choices, upstream row and the
-        tiles matching ``query`` (state, agent, upstream, q), open first."""
+        rows matching ``query`` (state, agent, upstream, q), open first unless
+        ``sort`` names a column (``dir`` asc or desc; the column's natural order
+        without it). Sorted before ``limit``, so the first rows are the top of all."""
         wanted = _filters(query)
         limit, _ = _page(query)
+        order = _sort(query)
 
         def build(snap: _Snapshot) -> bytes:
             matching = [r for r in snap.board_rows if _board_match(r, wanted)]
+            if order is not None:
+                matching = _sorted(matching, *order)
             document = {
                 **self.source.header(),
                 "control": self.control,
@@ -325,6 +324,9 @@ class Board:
                 "upstreams": snap.facets["upstreams"],
                 "upstream_rows": snap.upstream_rows,
                 "rows": matching[:limit],
+                "window_s": self._window.rate_s,
+                "spark_step_s": self._window.step_s,
+                "counts_rejections": bool(getattr(self.source, "counts_rejections", False)),
             }
             return _encode(document)
 
@@ -403,12 +405,77 @@ def _board_match(row: list[Any], wanted: dict[str, str]) -> bool:
     if not wanted:
         return True
     return (
-        ("state" not in wanted or row[4] == wanted["state"])
-        and ("agent" not in wanted or row[1] == wanted["agent"])
-        and ("upstream" not in wanted or row[3] == wanted["upstream"])
-        and ("tool" not in wanted or row[0] == wanted["tool"])
-        and ("q" not in wanted or wanted["q"] in str(row[0]).casefold())
+        ("state" not in wanted or row[_C["state"]] == wanted["state"])
+        and ("agent" not in wanted or row[_C["agent"]] == wanted["agent"])
+        and ("upstream" not in wanted or row[_C["upstream"]] == wanted["upstream"])
+        and ("tool" not in wanted or row[_C["tool"]] == wanted["tool"])
+        and ("q" not in wanted or wanted["q"] in str(row[_C["tool"]]).casefold())
     )
+
+
+def _compact_row(row: dict[str, Any], window: Window, key: str, now: float) -> list[Any]:
+    """A board row (:data:`COLUMNS`, by position): the source's fields and the window's figures."""
+    rates = window.rates(key, now)
+    retry = row.get("retry_after_s")
+    return [
+        row["tool"],
+        row.get("agent"),
+        row.get("session"),
+        row.get("where"),
+        row.get("upstream"),
+        row["state"],
+        rates.failure_rate,
+        rates.calls,
+        rates.failures,
+        rates.rejected,
+        rates.spark,
+        None if retry is None else round(retry, 1),
+        1 if row.get("forced_open") else 0,
+        row.get("consecutive_failures", 0),
+        row.get("failures", 0),
+        row.get("successes", 0),
+        row.get("opened", 0),
+    ]
+
+
+def _identity(row: list[Any]) -> tuple[str, str, str]:
+    return (str(row[_C["tool"]]), row[_C["agent"]] or "", row[_C["session"]] or "")
+
+
+def _default_order(row: list[Any]) -> tuple[int, str, str, str]:
+    """Open first, then half-open, then closed; by name within each."""
+    return (_ORDER.get(row[_C["state"]], 3), *_identity(row))
+
+
+def _sort(query: Mapping[str, str]) -> tuple[str, bool] | None:
+    """(column, highest first) from ``sort`` and ``dir``; None for the default order."""
+    column = query.get("sort") or ""
+    if not column:
+        return None
+    if column not in SORTS:
+        raise QueryError(f"sort must be one of {', '.join(SORTS)}")
+    direction = query.get("dir") or ""
+    if direction not in ("", "asc", "desc"):
+        raise QueryError("dir must be asc or desc")
+    return column, SORTS[column] if not direction else direction == "desc"
+
+
+def _sorted(rows: list[Any], column: str, descending: bool) -> list[Any]:
+    """Rows by ``column``; rows without a value (no rate yet, no retry) last either way;
+    ties by the default order, so the order is stable from one second to the next."""
+    if column == "state":
+        rows = sorted(rows, key=_default_order, reverse=descending)
+        return rows
+    index = _C[column]
+    present = [r for r in rows if r[index] is not None]
+    absent = [r for r in rows if r[index] is None]
+    present.sort(key=_default_order)
+    if column in ("tool", "agent", "upstream"):
+        present.sort(key=lambda r: str(r[index]).casefold(), reverse=descending)
+    else:
+        present.sort(key=lambda r: r[index], reverse=descending)
+    absent.sort(key=_default_order)
+    return present + absent
 
 
 def _status_match(row: dict[str, Any], wanted: dict[str, str]) -> bool:

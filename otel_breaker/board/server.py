@@ -2,12 +2,15 @@
 
 It must never hurt the program it runs in, whoever connects:
 
-* a bounded pool: at most ``max_workers`` handler threads, started as needed,
-  and at most ``max_waiting`` accepted connections waiting for one; past
-  that a new connection is closed at once, so slow or idle clients cannot
-  grow threads or memory without bound;
-* every connection has an idle timeout (a read that waits longer closes it)
-  and a deadline (a client that trickles a byte at a time is cut off too);
+* one loop accepts connections and reads them without blocking; a handler
+  thread (at most ``max_workers``, started as needed) takes a connection only
+  once its whole request has arrived, so idle or slow clients never hold a
+  thread and a whole request is answered at once however many of them wait;
+* at most ``max_waiting`` connections may still be sending; past that the
+  one waiting longest is closed, so idle clients cannot grow memory or keep
+  a new request out;
+* every connection has an idle timeout (no byte for that long closes it) and
+  a deadline (a client that trickles a byte at a time is cut off too);
 * the Host header must name a loopback host or the configured address, so a
   web page cannot read the endpoint through DNS rebinding (a rebinding
   attack needs its own host name in the Host header);
@@ -22,10 +25,13 @@ the rows of ``otel-breaker status --json`` (paged and filtered), and
 from __future__ import annotations
 
 import hmac
+import io
 import ipaddress
 import json
 import logging
 import queue
+import re
+import selectors
 import socket
 import socketserver
 import threading
@@ -48,10 +54,23 @@ IDLE_TIMEOUT = 10.0
 #: A connection still open this many seconds after a worker took it is shut down.
 REQUEST_DEADLINE = 30.0
 MAX_WORKERS = 64
+#: Connections still sending their request, at most; past that the one waiting longest is closed.
 MAX_WAITING = 256
+#: A request's head and body together, at most (http.server's own line limit is 64 KiB).
+MAX_REQUEST_BYTES = 16384
+_CHUNK_BYTES = 8192
+_ACCEPTS_PER_ROUND = 64
+#: How often the loop looks for connections past their idle timeout or deadline.
+_SWEEP_SECONDS = 0.1
+_WAKE = object()
+_CONTENT_LENGTH = re.compile(rb"(?im)^content-length:[ \t]*(\d{1,9})[ \t]*\r?$")
 
-#: ``control(op, tool, duration) -> count``; raises LookupError for an unknown tool.
-Control = Callable[[str, "str | None", "float | None"], int]
+#: The fields a control request may name besides the tool, to act on one breaker of it.
+IDENTITY_FIELDS = ("agent", "session", "where")
+#: ``control(op, tool, duration, identity) -> count``: ``identity`` holds the fields of
+#: :data:`IDENTITY_FIELDS` the request named (None: the breaker has none), and only the
+#: breakers of ``tool`` that match all of them are changed; raises LookupError when none is.
+Control = Callable[[str, "str | None", "float | None", "dict[str, str | None]"], int]
 
 
 def host_allowed(header: str | None, bind_host: str) -> bool:
@@ -93,8 +112,11 @@ class _Handler(BaseHTTPRequestHandler):
     sys_version = ""
 
     def setup(self) -> None:
-        self.timeout = self.server.idle_timeout  # read by StreamRequestHandler.setup
+        self.timeout = self.server.idle_timeout  # read by StreamRequestHandler.setup: the answer's writes
         super().setup()
+        self.rfile.close()  # the socket's reader is not needed (and would keep the socket open)
+        # The server's loop has read the whole request already: the handler never waits on the client.
+        self.rfile = io.BytesIO(self.server.received(self.request))
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet: no per-request stderr lines
         logger.debug("otel-breaker status endpoint: " + format, *args)
@@ -179,12 +201,12 @@ class _Handler(BaseHTTPRequestHandler):
             if not 0 < length <= MAX_BODY_BYTES:
                 raise ValueError(f"a JSON body of 1-{MAX_BODY_BYTES} bytes is required")
             request = json.loads(self.rfile.read(length))
-            op, tool, duration = control_request(request)
+            op, tool, duration, identity = control_request(request)
         except ValueError as exc:
             self._send(400, {"error": str(exc)[:200]})
             return
         try:
-            count = self.server.control(op, tool, duration)
+            count = self.server.control(op, tool, duration, identity)
         except LookupError as exc:
             self._send(404, {"error": str(exc)[:300]})
             return
@@ -195,8 +217,12 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, {"op": op, "tool": tool, "count": count})
 
 
-def control_request(request: Any) -> tuple[str, str | None, float | None]:
-    """Validate a ``POST /control`` body: (op, tool or None for all, duration)."""
+def control_request(request: Any) -> tuple[str, str | None, float | None, dict[str, str | None]]:
+    """Validate a ``POST /control`` body: (op, tool or None for all, duration, identity).
+
+    ``agent``, ``session`` and ``where``, when present (a name, or null for none),
+    narrow the request to the breakers of the tool with exactly that identity: the
+    board acts on the one breaker an operator confirmed, never on every agent's."""
     if not isinstance(request, dict):
         raise ValueError("expected a JSON object")
     op = request.get("op")
@@ -212,14 +238,70 @@ def control_request(request: Any) -> tuple[str, str | None, float | None]:
         isinstance(duration, bool) or not isinstance(duration, (int, float)) or not duration >= 0
     ):
         raise ValueError("duration_s must be a number of seconds >= 0")
-    return op, tool, None if duration is None else float(duration)
+    identity: dict[str, str | None] = {}
+    for name in IDENTITY_FIELDS:
+        if name in request:
+            value = request[name]
+            if value is not None and (not isinstance(value, str) or len(value) > 1024):
+                raise ValueError(f"{name} must be a name of at most 1024 characters or null")
+            identity[name] = value or None
+    if identity and tool is None:
+        raise ValueError(f"{', '.join(identity)} narrow a tool: name the tool too")
+    return op, tool, None if duration is None else float(duration), identity
+
+
+def matches(identity: dict[str, str | None], fields: dict[str, Any]) -> bool:
+    """Whether a breaker's ``fields`` (agent, session, where) are those ``identity`` names."""
+    return all((fields.get(name) or None) == value for name, value in identity.items())
+
+
+class _Arrival:
+    """A connection whose request is still coming in: the bytes so far, when it was
+    accepted and when it last sent something."""
+
+    __slots__ = ("accepted", "address", "data", "heard", "sock")
+
+    def __init__(self, sock: socket.socket, address: Any, now: float) -> None:
+        self.sock = sock
+        self.address = address
+        self.data = bytearray()
+        self.accepted = now
+        self.heard = now
+
+
+def request_complete(data: bytes | bytearray) -> bool:
+    """Whether ``data`` holds a whole request: its head, and the body its
+    ``Content-Length`` announces when that is within :data:`MAX_BODY_BYTES` (a longer
+    one is the handler's to refuse, so it need not be waited for)."""
+    end = data.find(b"\r\n\r\n")
+    gap = 4
+    if end < 0:
+        end = data.find(b"\n\n")
+        gap = 2
+    if end < 0:
+        return False
+    found = _CONTENT_LENGTH.search(bytes(data[:end]))
+    if found is None:
+        return True
+    length = int(found.group(1))
+    return length > MAX_BODY_BYTES or len(data) >= end + gap + length
 
 
 class BoardServer(socketserver.TCPServer):
-    """A TCP server whose connections are handled by a bounded, lazily grown pool."""
+    """A TCP server that answers only whole requests, so idle clients cannot starve it.
+
+    One loop (``serve_forever``) accepts connections and reads them without
+    blocking until a request's head (and its small body) has arrived; only then
+    does a handler thread take it, and answers it from bytes already read. A
+    connection that sends nothing for ``idle_timeout`` seconds, or no whole
+    request within ``request_deadline``, is closed by the loop; when
+    ``max_waiting`` connections are still sending, the one waiting longest is
+    closed to make room. Idle and slow clients therefore never hold a thread, and
+    a request that arrives whole is answered at once however many of them wait.
+    """
 
     allow_reuse_address = True
-    request_queue_size = 64
+    request_queue_size = 128
 
     def __init__(
         self,
@@ -235,13 +317,22 @@ class BoardServer(socketserver.TCPServer):
     ) -> None:
         if ":" in address[0]:
             self.address_family = socket.AF_INET6
-        # The pool first: a bind that fails closes the server (server_close) inside __init__.
-        self._serving: dict[Any, float] = {}  # connection -> when a worker took it
-        self._waiting: queue.Queue[Any] = queue.Queue(maxsize=max_waiting)
+        # Everything server_close needs first: a bind that fails closes the server inside __init__.
+        self._arrivals: dict[socket.socket, _Arrival] = {}  # insertion order: who waits longest first
+        self._received: dict[socket.socket, bytes] = {}
+        self._serving: dict[socket.socket, float] = {}  # connection -> when a worker took it
+        self._ready: queue.SimpleQueue[tuple[socket.socket, Any] | None] = queue.SimpleQueue()
         self._workers: list[threading.Thread] = []
-        self._idle = 0
+        self._pending = 0  # whole requests handed over and not yet taken by a worker
+        self._busy = 0  # workers answering a request
         self._pool_lock = threading.Lock()
+        self._stop = threading.Event()
+        self._stopped = threading.Event()
+        self._stopped.set()
+        self._wake_reader, self._wake_writer = socket.socketpair()
+        self._wake_reader.setblocking(False)
         super().__init__(address, _Handler)
+        self.socket.setblocking(False)
         self.board = board
         self.token = token
         self.control = control
@@ -249,70 +340,177 @@ class BoardServer(socketserver.TCPServer):
         self.idle_timeout = idle_timeout
         self.request_deadline = request_deadline
         self.max_workers = max_workers
-        self.refused = 0  # connections closed at once because the pool and its queue were full
+        self.max_waiting = max_waiting
+        #: Connections closed unanswered to make room (the one waiting longest each time).
+        self.refused = 0
 
     @property
     def threads(self) -> int:
         """Handler threads started so far (never more than ``max_workers``)."""
         return len(self._workers)
 
-    def process_request(self, request: Any, client_address: Any) -> None:
+    @property
+    def waiting(self) -> int:
+        """Connections still sending their request."""
+        return len(self._arrivals)
+
+    # -- the loop: accept, receive, sweep ------------------------------------------------------------
+
+    def serve_forever(self, poll_interval: float = 0.5) -> None:
+        """Accept and receive until :meth:`shutdown`; whole requests go to the workers."""
+        self._stop.clear()
+        self._stopped.clear()
+        selector = selectors.DefaultSelector()
         try:
-            self._waiting.put_nowait((request, client_address))
-        except queue.Full:
-            self.refused += 1
-            self.shutdown_request(request)
+            selector.register(self.socket, selectors.EVENT_READ, None)
+            selector.register(self._wake_reader, selectors.EVENT_READ, _WAKE)
+            while not self._stop.is_set():
+                for key, _ in selector.select(min(poll_interval, _SWEEP_SECONDS)):
+                    if key.data is None:
+                        self._accept(selector)
+                    elif key.data is _WAKE:
+                        self._drain_wake()
+                    else:
+                        self._receive(selector, key.data)
+                self._sweep(selector)
+                self.service_actions()
+        finally:
+            for arrival in list(self._arrivals.values()):
+                self._drop(selector, arrival)
+            selector.close()
+            self._stopped.set()
+
+    def shutdown(self) -> None:
+        """Stop ``serve_forever`` (from another thread) and wait until it has."""
+        self._stop.set()
+        try:
+            self._wake_writer.send(b"x")
+        except OSError:
+            pass
+        self._stopped.wait()
+
+    def _drain_wake(self) -> None:
+        try:
+            while self._wake_reader.recv(64):
+                pass
+        except OSError:
+            pass
+
+    def _accept(self, selector: selectors.BaseSelector) -> None:
+        for _ in range(_ACCEPTS_PER_ROUND):
+            try:
+                sock, address = self.socket.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # out of descriptors, or the listener closed: try again next round
+                logger.debug("otel-breaker: status endpoint accept failed", exc_info=True)
+                return
+            sock.setblocking(False)
+            if len(self._arrivals) >= self.max_waiting:
+                self.refused += 1
+                self._drop(selector, next(iter(self._arrivals.values())))
+            arrival = _Arrival(sock, address, time.monotonic())
+            self._arrivals[sock] = arrival
+            selector.register(sock, selectors.EVENT_READ, arrival)
+
+    def _receive(self, selector: selectors.BaseSelector, arrival: _Arrival) -> None:
+        try:
+            chunk = arrival.sock.recv(_CHUNK_BYTES)
+        except (BlockingIOError, InterruptedError):
             return
+        except OSError:
+            chunk = b""
+        if not chunk:  # the client left
+            self._drop(selector, arrival)
+            return
+        arrival.data += chunk
+        arrival.heard = time.monotonic()
+        if not request_complete(arrival.data):
+            if len(arrival.data) > MAX_REQUEST_BYTES:
+                self._drop(selector, arrival)
+            return
+        selector.unregister(arrival.sock)
+        del self._arrivals[arrival.sock]
+        self._hand_over(arrival.sock, arrival.address, bytes(arrival.data))
+
+    def _sweep(self, selector: selectors.BaseSelector) -> None:
+        """Close connections idle past ``idle_timeout`` or still sending past ``request_deadline``."""
+        now = time.monotonic()
+        for arrival in list(self._arrivals.values()):
+            if now - arrival.heard > self.idle_timeout or now - arrival.accepted > self.request_deadline:
+                self._drop(selector, arrival)
+
+    def _drop(self, selector: selectors.BaseSelector, arrival: _Arrival) -> None:
+        self._arrivals.pop(arrival.sock, None)
+        try:
+            selector.unregister(arrival.sock)
+        except (KeyError, ValueError):
+            pass
+        self.shutdown_request(arrival.sock)
+
+    # -- the workers ---------------------------------------------------------------------------------
+
+    def _hand_over(self, sock: socket.socket, address: Any, data: bytes) -> None:
+        """Give a whole request to a worker, starting one when none is free."""
         with self._pool_lock:
-            if self._waiting.qsize() > self._idle and len(self._workers) < self.max_workers:
+            if self._pending >= self.max_waiting:  # every worker busy and a full queue: no answer
+                self.refused += 1
+                self.shutdown_request(sock)
+                return
+            self._pending += 1
+            if self._pending > len(self._workers) - self._busy and len(self._workers) < self.max_workers:
                 worker = threading.Thread(target=self._work, name="otel-breaker-status-worker", daemon=True)
                 self._workers.append(worker)
-                self._idle += 1
                 worker.start()
+        sock.setblocking(True)
+        sock.settimeout(self.idle_timeout)  # the answer's writes: a client that stops reading
+        self._received[sock] = data
+        self._ready.put((sock, address))
+
+    def received(self, sock: socket.socket) -> bytes:
+        """The request the loop read for ``sock`` (the handler reads it from memory)."""
+        return self._received.pop(sock, b"")
 
     def _work(self) -> None:
         while True:
-            item = self._waiting.get()
+            item = self._ready.get()
             if item is None:
                 return
             with self._pool_lock:
-                self._idle -= 1
-            request, client_address = item
-            self._serving[request] = time.monotonic()
+                self._pending -= 1
+                self._busy += 1
+            sock, address = item
+            self._serving[sock] = time.monotonic()
             try:
-                self.finish_request(request, client_address)
+                self.finish_request(sock, address)
             except Exception:
                 logger.debug("otel-breaker: status request failed", exc_info=True)
             finally:
-                self._serving.pop(request, None)
-                self.shutdown_request(request)
+                self._serving.pop(sock, None)
+                self._received.pop(sock, None)
+                self.shutdown_request(sock)
                 with self._pool_lock:
-                    self._idle += 1
+                    self._busy -= 1
 
     def service_actions(self) -> None:
-        """Between accepts (at least every poll interval): cut off connections past the deadline."""
+        """Each round of the loop: cut off answers still being written past the deadline."""
         now = time.monotonic()
-        for request, taken in list(self._serving.items()):
+        for sock, taken in list(self._serving.items()):
             if now - taken > self.request_deadline:
                 try:
-                    request.shutdown(socket.SHUT_RDWR)  # the worker's next read ends; it closes the socket
+                    sock.shutdown(socket.SHUT_RDWR)  # the worker's next write ends; it closes the socket
                 except OSError:
                     pass
 
     def server_close(self) -> None:
         super().server_close()
-        while True:  # close what still waits, then stop the workers
-            try:
-                item = self._waiting.get_nowait()
-            except queue.Empty:
-                break
-            if item is not None:
-                self.shutdown_request(item[0])
+        for arrival in list(self._arrivals.values()):  # when the loop never ran or already stopped
+            self._arrivals.pop(arrival.sock, None)
+            self.shutdown_request(arrival.sock)
+        for end in (self._wake_reader, self._wake_writer):
+            end.close()
         for _ in self._workers:
-            try:
-                self._waiting.put_nowait(None)
-            except queue.Full:  # pragma: no cover - drained just above
-                break
+            self._ready.put(None)
 
 
 def serve_in_thread(server: BoardServer, name: str, poll_interval: float = 0.5) -> threading.Thread:

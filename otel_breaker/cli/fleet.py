@@ -16,7 +16,7 @@ import sys
 from typing import Any
 
 from otel_breaker.board.model import Board
-from otel_breaker.board.server import BoardServer
+from otel_breaker.board.server import BoardServer, matches
 from otel_breaker.cli import UsageError
 from otel_breaker.config import get_settings
 from otel_breaker.status_server import MIN_TOKEN_CHARS, StatusAddressError, parse_address
@@ -24,7 +24,15 @@ from otel_breaker.upstream import label_of
 
 
 class FleetSource:
-    """Every breaker under the store's prefix, as board rows."""
+    """Every breaker under the store's prefix, as board rows.
+
+    The store's successes and failures are counted by every worker into the same
+    hash, so the board's per-second sampling of them (``Board.start_sampling``)
+    gives the fleet's rates however many workers there are. Rejections happen in
+    each worker without a write to the store, so the fleet board has none to show.
+    """
+
+    counts_rejections = False
 
     def __init__(self, store: Any) -> None:
         self.store = store
@@ -37,15 +45,24 @@ class FleetSource:
     def rows(self) -> list[dict[str, Any]]:
         rows = self.store.snapshot()
         for row in rows:
-            row["calls"] = row["failures"] + row["successes"]
             row["upstream"] = label_of(row["tool"], None)
         return rows
 
-    def control(self, op: str, tool: str | None, duration: float | None) -> int:
-        """``op`` on every stored breaker of ``tool`` (all with None), as the command line does."""
-        rows = [row for row in self.store.snapshot() if tool is None or row["tool"] == tool]
+    def control(
+        self, op: str, tool: str | None, duration: float | None, identity: dict[str, str | None] | None = None
+    ) -> int:
+        """``op`` on every stored breaker of ``tool`` (all with None), as the command line
+        does, or only on those with the agent, session and source ``identity`` names."""
+        rows = [
+            row
+            for row in self.store.snapshot()
+            if (tool is None or row["tool"] == tool) and (not identity or matches(identity, row))
+        ]
         if not rows:
-            raise LookupError(f"no breaker for {'tool ' + repr(tool) if tool else 'any tool'} in the store")
+            named = "any tool" if not tool else "tool " + repr(tool)
+            if identity:
+                named += " with " + ", ".join(f"{k} {v!r}" for k, v in identity.items())
+            raise LookupError(f"no breaker for {named} in the store")
         extra: tuple[int, ...] = ()
         if op == "open":
             extra = (-1 if duration is None else int(duration * 1000),)
@@ -81,6 +98,8 @@ def serve(args: argparse.Namespace, store: Any) -> int:
         raise UsageError(f"cannot serve the board on {args.serve}: {exc}") from None
     bound_host, bound_port = server.server_address[:2]
     url = f"http://[{bound_host}]:{bound_port}/" if ":" in bound_host else f"http://{bound_host}:{bound_port}/"
+    board.document_for_start()  # what the store holds now is the counts' baseline
+    board.start_sampling()  # every second's counts, watched or not
     print(f"fleet breaker board at {url} (store {source.header()['store']}, prefix {store.prefix!r}); Ctrl-C stops")
     sys.stdout.flush()
     try:
@@ -88,13 +107,14 @@ def serve(args: argparse.Namespace, store: Any) -> int:
     except KeyboardInterrupt:
         pass
     finally:
+        board.stop_sampling()
         server.server_close()
     return 0
 
 
 def _invalidating(control: Any, board: Board) -> Any:
-    def run(op: str, tool: str | None, duration: float | None) -> int:
-        count = control(op, tool, duration)
+    def run(op: str, tool: str | None, duration: float | None, identity: dict[str, str | None]) -> int:
+        count = control(op, tool, duration, identity)
         board.invalidate()
         return count
 

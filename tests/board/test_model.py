@@ -9,7 +9,8 @@ import urllib.request
 import pytest
 
 from otel_breaker import CircuitBreakerConfig
-from otel_breaker.board.model import Board, History, QueryError
+from otel_breaker.board.model import Board, QueryError
+from otel_breaker.board.window import Totals, Window
 from otel_breaker.registry import BreakerRegistry
 from otel_breaker.status_server import ProcessSource, StatusServer
 
@@ -74,18 +75,40 @@ def test_counts_catch_up_within_a_full_turn(registry):
     assert tile(doc, "tool_42")["calls_per_min"] == 7
 
 
-def test_history_rates_and_sparkline():
-    history = History(bucket_s=10, buckets=12)
-    entry = history.update("k", (100, 10, 90), now=0.0, baseline=True)  # the past is not recent
-    assert history.summary(entry) == (None, 0, [0] * 12)
-    history.update("k", (104, 11, 93), now=5.0, baseline=True)
-    entry = history.update("k", (110, 13, 97), now=15.0, baseline=True)
-    rate, per_minute, spark = history.summary(entry)
-    assert per_minute == 10 and rate == 0.3 and spark[-2:] == [4, 6]
-    entry = history.update("k", (0, 0, 0), now=20.0, baseline=True)  # a reset: nothing negative
-    assert min(history.summary(entry)[2]) == 0
-    entry = history.update("k", (0, 0, 0), now=500.0, baseline=True)  # long quiet: all gone
-    assert history.summary(entry) == (None, 0, [0] * 12)
+def test_window_rates_and_sparkline():
+    window = Window()
+    window.record("k", Totals(100, 10, 3), now=0.0, baseline=True)  # the past is not recent
+    assert window.rates("k", 0.0) == (0, 0, 0, None, [0] * 12)
+    window.record("k", Totals(104, 11, 3), now=5.0, baseline=True)
+    window.record("k", Totals(110, 13, 5), now=15.0, baseline=True)
+    rates = window.rates("k", 15.0)
+    assert (rates.calls, rates.failures, rates.rejected, rates.failure_rate) == (10, 3, 2, 0.3)
+    assert rates.spark[-2:] == [4, 6]
+    window.record("k", Totals(0, 0, 0), now=20.0, baseline=True)  # a reset: nothing negative
+    assert min(window.rates("k", 20.0).spark) == 0
+    assert window.rates("k", 500.0) == (0, 0, 0, None, [0] * 12)  # long quiet: all gone
+    assert window.rates("fleet", 1.0).rejected is None  # never counted: unknown, not zero
+    window.record("fleet", Totals(5, 1, None), now=1.0, baseline=False)
+    assert window.rates("fleet", 1.0)[:3] == (5, 1, None)
+
+
+def test_a_minute_unwatched_reads_the_same_as_a_minute_watched(registry):
+    """Counts land in the second they happened, whenever the first look is: 48 calls a
+    minute for 65 s, sampled every second and read once at the end, read 48 a minute
+    in an even sparkline (before, the first look put all 65 s into its last bucket)."""
+    ticks = Ticks()
+    board = Board(ProcessSource(registry), clock=ticks)
+    board.document_for_start()
+    busy = registry.get("tool_07")
+    for second in range(65):
+        calls = 4 if second % 5 == 0 else 0  # 4 calls every 5 s: 48 a minute
+        for _ in range(calls):
+            busy.call(lambda: 1)
+        ticks.now += 1
+        board.sample()
+    row = tile(document(board), "tool_07")
+    assert row["calls_per_min"] == 48
+    assert row["spark"][-6:] == [8, 8, 8, 8, 8, 8] and sum(row["spark"]) == 4 * 13
 
 
 def test_filters_paging_and_bad_queries(registry):
