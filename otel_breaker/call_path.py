@@ -37,6 +37,7 @@ from otel_breaker.call_steps import (
     steps,
 )
 from otel_breaker.classify import FAILURE, IGNORED, SUCCESS, UPSTREAM_MARK
+from otel_breaker.latency import LATENCY
 from otel_breaker.loglines import install as _bounded_log_lines
 from otel_breaker.registry import BreakerRegistry, default_registry
 from otel_breaker.telemetry import TELEMETRY
@@ -101,7 +102,7 @@ def run(
         quick = _w1[_k1] is None and _w2[_k2] is None and _w3[_k3] is None and _w4[_k4] is None
     except KeyError:  # a slot whose name was deleted: the full route
         quick = False
-    if quick and upstream is None and adapter is None and breaker.plain:
+    if quick and upstream is None and adapter is None and breaker.plain and not LATENCY.enabled:
         try:  # (a try costs nothing until something raises)
             permit = breaker.try_acquire()
         except Exception:
@@ -162,7 +163,14 @@ async def arun(
         quick = _w1[_k1] is None and _w2[_k2] is None and _w3[_k3] is None and _w4[_k4] is None
     except KeyError:
         quick = False
-    if quick and upstream is None and adapter is None and breaker.plain and not breaker.awaits_store:
+    if (
+        quick
+        and upstream is None
+        and adapter is None
+        and breaker.plain
+        and not breaker.awaits_store
+        and not LATENCY.enabled
+    ):
         try:
             permit = breaker.try_acquire()
         except Exception:

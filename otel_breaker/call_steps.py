@@ -43,6 +43,7 @@ from otel_breaker.classify import (
     result_failed,
     result_text,
 )
+from otel_breaker.latency import LATENCY
 from otel_breaker.telemetry import TELEMETRY
 from otel_breaker.toolcall import ToolCall
 
@@ -389,7 +390,7 @@ def steps(
                 return value
             permit = SHADOW
         config = breaker.config
-        timed = observed or config.timeout is not None or config.slow_call_seconds is not None
+        timed = observed or config.timeout is not None or config.slow_call_seconds is not None or LATENCY.enabled
         start = breaker.clock() if timed else 0.0
         try:
             result = yield (CALL, config.timeout, call.tool if call is not None else breaker.name)
@@ -397,6 +398,8 @@ def steps(
             if up_permit is not None:
                 yield (SETTLE, upstream, up_permit, _upstream_gate.outcome_of_exception(upstream, exc))
             verdict, err = raised(breaker, call, adapter, exc)
+            if LATENCY.enabled:
+                LATENCY.record(breaker, breaker.clock() - start)
             yield (SETTLE, breaker, permit, verdict.outcome)
             if verdict.outcome == IGNORED:
                 _count_neutral(breaker, verdict)
@@ -407,6 +410,8 @@ def steps(
         if up_permit is not None:
             yield (SETTLE, upstream, up_permit, _upstream_gate.outcome_of_answer(adapter, call, result))
         verdict, err, elapsed = returned(breaker, call, adapter, result, start, timed)
+        if LATENCY.enabled:
+            LATENCY.record(breaker, elapsed)
         yield (SETTLE, breaker, permit, verdict.outcome)
         if verdict.outcome == IGNORED:
             _count_neutral(breaker, verdict)
