@@ -3,7 +3,8 @@ and the breaker recovers.
 
 Offline: the chat client is the framework's own function-invocation layer over ``BaseChatClient``,
 with only the model call scripted to call the tool; no API key needed.
-Run:  pip install "otel-breaker[agent-framework]"   (agent-framework-core)
+Run:  pip install -e ".[agent-framework]"   (agent-framework-core)
+      (in a clone of this repository; once released: pip install "otel-breaker[agent-framework]")
       python examples/agent_framework_flaky_tool.py
 """
 

@@ -2,7 +2,8 @@
 
 Offline: Agno has no fake model, so its ``OpenAIChat`` talks to a tiny scripted
 OpenAI-compatible server on 127.0.0.1 started here.
-Run:  pip install "otel-breaker[agno]" openai   (agno)
+Run:  pip install -e ".[agno]" openai   (agno)
+      (in a clone of this repository; once released: pip install "otel-breaker[agno]")
       python examples/agno_flaky_tool.py
 """
 

@@ -1,7 +1,8 @@
 """An AutoGen AssistantAgent's flaky tool trips its circuit breaker, the model is told why, and the breaker recovers.
 
 Offline: the model is autogen-ext's ReplayChatCompletionClient, scripted to call the tool.
-Run:  pip install "otel-breaker[autogen]"   (autogen-core, autogen-agentchat, autogen-ext)
+Run:  pip install -e ".[autogen]"   (autogen-core, autogen-agentchat, autogen-ext)
+      (in a clone of this repository; once released: pip install "otel-breaker[autogen]")
       python examples/autogen_flaky_tool.py
 """
 

@@ -1,7 +1,8 @@
 """A CrewAI crew's flaky tool trips its circuit breaker, the model is told why, and the breaker recovers.
 
 Offline: the model is a scripted subclass of CrewAI's own ``BaseLLM`` that asks for the tool.
-Run:  pip install "otel-breaker[crewai]"   (crewai)
+Run:  pip install -e ".[crewai]"   (crewai)
+      (in a clone of this repository; once released: pip install "otel-breaker[crewai]")
       python examples/crewai_flaky_tool.py
 """
 

@@ -1,7 +1,8 @@
 """A DSPy ReAct agent's flaky tool trips its circuit breaker, the model is told why, and the breaker recovers.
 
 Offline: the model is DSPy's own scripted ``DummyLM``.
-Run:  pip install "otel-breaker[dspy]"   (dspy)
+Run:  pip install -e ".[dspy]"   (dspy)
+      (in a clone of this repository; once released: pip install "otel-breaker[dspy]")
       python examples/dspy_flaky_tool.py
 """
 

@@ -2,7 +2,8 @@
 and the breaker recovers.
 
 Offline: the client talks to the FastMCP server in memory (``Client(server)``).
-Run:  pip install "otel-breaker[fastmcp]"   (fastmcp)
+Run:  pip install -e ".[fastmcp]"   (fastmcp)
+      (in a clone of this repository; once released: pip install "otel-breaker[fastmcp]")
       python examples/fastmcp_flaky_tool.py
 """
 

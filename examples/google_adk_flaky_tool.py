@@ -3,7 +3,8 @@
 Offline: the model is a small scripted ``BaseLlm`` that asks for the tool a set number
 of times. ADK hands a tool's exception to ``on_tool_error_callback``; this agent turns
 it into an error response for the model, as production agents usually do.
-Run:  pip install "otel-breaker[google-adk]"   (google-adk)
+Run:  pip install -e ".[google-adk]"   (google-adk)
+      (in a clone of this repository; once released: pip install "otel-breaker[google-adk]")
       python examples/google_adk_flaky_tool.py
 """
 

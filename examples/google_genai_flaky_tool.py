@@ -3,7 +3,8 @@ and every later request, each with a new client, reads why instead of running it
 
 Offline: the client talks to any base URL, so a tiny scripted stand-in for the Gemini API
 runs on 127.0.0.1 and asks for the function three times per request.
-Run:  pip install "otel-breaker[google-genai]"   (google-genai)
+Run:  pip install -e ".[google-genai]"   (google-genai)
+      (in a clone of this repository; once released: pip install "otel-breaker[google-genai]")
       python examples/google_genai_flaky_tool.py
 """
 

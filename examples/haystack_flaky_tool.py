@@ -1,7 +1,8 @@
 """A Haystack Agent's flaky tool trips its circuit breaker, the model is told why, and the breaker recovers.
 
 Offline: the model is Haystack's own ``MockChatGenerator`` with a scripted reply function.
-Run:  pip install "otel-breaker[haystack]"   (haystack-ai)
+Run:  pip install -e ".[haystack]"   (haystack-ai)
+      (in a clone of this repository; once released: pip install "otel-breaker[haystack]")
       python examples/haystack_flaky_tool.py
 """
 

@@ -1,7 +1,8 @@
 """A LangGraph agent's flaky tool trips its circuit breaker, the model is told why, and the breaker recovers.
 
 Offline: the chat model is langchain-core's own fake model, scripted to call the tool.
-Run:  pip install "otel-breaker[langchain]"   (langchain-core + langgraph)
+Run:  pip install -e ".[langchain]"   (langchain-core + langgraph)
+      (in a clone of this repository; once released: pip install "otel-breaker[langchain]")
       python examples/langchain_flaky_tool.py
 """
 

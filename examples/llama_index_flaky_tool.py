@@ -1,7 +1,8 @@
 """A LlamaIndex agent's flaky tool trips its circuit breaker, the model is told why, and the breaker recovers.
 
 Offline: the LLM is llama-index's own MockFunctionCallingLLM, scripted to call the tool.
-Run:  pip install "otel-breaker[llama-index]"   (llama-index-core)
+Run:  pip install -e ".[llama-index]"   (llama-index-core)
+      (in a clone of this repository; once released: pip install "otel-breaker[llama-index]")
       python examples/llama_index_flaky_tool.py
 """
 

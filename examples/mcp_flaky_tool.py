@@ -1,7 +1,8 @@
 """An MCP server's flaky tool trips the client-side circuit breaker, the model is told why, and it recovers.
 
 Offline: an in-process MCP server and the SDK's ``Client``, driven by a scripted model loop.
-Run:  pip install "otel-breaker[mcp]"   (the MCP Python SDK)
+Run:  pip install -e ".[mcp]"   (the MCP Python SDK)
+      (in a clone of this repository; once released: pip install "otel-breaker[mcp]")
       python examples/mcp_flaky_tool.py
 """
 

@@ -3,7 +3,8 @@
 The client here is the MCP SDK's own, but it could be Claude Desktop, Cursor or VS Code: it starts
 ``otel-breaker mcp-proxy -- python catalogue_server.py`` where it would have started the server.
 Offline: the server is a small stdio MCP server written to a temporary directory.
-Run:  pip install "otel-breaker[mcp]"
+Run:  pip install -e ".[mcp]"
+      (in a clone of this repository; once released: pip install "otel-breaker[mcp]")
       python examples/mcp_proxy_flaky_tool.py
 """
 

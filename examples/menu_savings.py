@@ -23,7 +23,8 @@ the chars/4 rule over everything a request sends: instructions, tool
 definitions (JSON) and messages. The breaker opens after 3 failures and stays
 open for the whole run (a 1-hour cooldown).
 
-Run:  pip install "otel-breaker[pydantic-ai]"
+Run:  pip install -e ".[pydantic-ai]"
+      (in a clone of this repository; once released: pip install "otel-breaker[pydantic-ai]")
       python examples/menu_savings.py [turns]
 """
 

@@ -1,7 +1,8 @@
 """An OpenAI Agents SDK agent's flaky tool trips its circuit breaker, the model is told why, and the breaker recovers.
 
 Offline: the model is the SDK's own scripted test model (agents.testing.ScriptedModel); no API key needed.
-Run:  pip install "otel-breaker[openai-agents]"   (openai-agents)
+Run:  pip install -e ".[openai-agents]"   (openai-agents)
+      (in a clone of this repository; once released: pip install "otel-breaker[openai-agents]")
       python examples/openai_agents_flaky_tool.py
 """
 

@@ -2,7 +2,8 @@
 
 Offline: praisonaiagents talks to any OpenAI-compatible endpoint, so a tiny scripted
 one runs on 127.0.0.1 and asks for the tool a set number of times.
-Run:  pip install "otel-breaker[praisonai]"   (praisonaiagents)
+Run:  pip install -e ".[praisonai]"   (praisonaiagents)
+      (in a clone of this repository; once released: pip install "otel-breaker[praisonai]")
       python examples/praisonai_flaky_tool.py
 """
 

@@ -1,7 +1,8 @@
 """A PydanticAI agent's flaky tool trips its circuit breaker, the model is told why, and the breaker recovers.
 
 Offline: the model is PydanticAI's own FunctionModel, scripted to call the tool; no API key needed.
-Run:  pip install "otel-breaker[pydantic-ai]"   (pydantic-ai-slim)
+Run:  pip install -e ".[pydantic-ai]"   (pydantic-ai-slim)
+      (in a clone of this repository; once released: pip install "otel-breaker[pydantic-ai]")
       python examples/pydantic_ai_flaky_tool.py
 """
 

@@ -3,7 +3,8 @@ and the breaker recovers.
 
 Offline: the chat-completion service is a ``ChatCompletionClientBase`` whose model call is scripted
 to call the function; the kernel's own auto function calling runs it. No API key needed.
-Run:  pip install "otel-breaker[semantic-kernel]"   (semantic-kernel)
+Run:  pip install -e ".[semantic-kernel]"   (semantic-kernel)
+      (in a clone of this repository; once released: pip install "otel-breaker[semantic-kernel]")
       python examples/semantic_kernel_flaky_tool.py
 """
 

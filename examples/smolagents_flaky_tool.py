@@ -1,7 +1,8 @@
 """A smolagents agent's flaky tool trips its circuit breaker, the model is told why, and the breaker recovers.
 
 Offline: the model is a scripted subclass of smolagents' own ``Model`` that asks for the tool.
-Run:  pip install "otel-breaker[smolagents]"   (smolagents)
+Run:  pip install -e ".[smolagents]"   (smolagents)
+      (in a clone of this repository; once released: pip install "otel-breaker[smolagents]")
       python examples/smolagents_flaky_tool.py
 """
 

@@ -2,7 +2,8 @@
 
 Offline: the model is a small scripted implementation of Strands' ``Model`` interface
 that asks for the tool a set number of times.
-Run:  pip install "otel-breaker[strands]"   (strands-agents)
+Run:  pip install -e ".[strands]"   (strands-agents)
+      (in a clone of this repository; once released: pip install "otel-breaker[strands]")
       python examples/strands_flaky_tool.py
 """
 

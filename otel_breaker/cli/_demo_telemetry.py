@@ -67,7 +67,8 @@ def set_up_telemetry(serve_metrics: int | None, otlp: bool, metrics_host: str = 
             from prometheus_client import start_http_server
         except ImportError:
             raise UsageError(
-                "--serve-metrics needs the Prometheus exporter: pip install 'otel-breaker[prometheus]'"
+                "--serve-metrics needs the Prometheus exporter: pip install opentelemetry-exporter-prometheus "
+                "(the [prometheus] extra)"
             ) from None
         readers.append(PrometheusMetricReader())
         try:

@@ -545,7 +545,7 @@ def check_store(report: Report, settings: Any) -> None:
     try:
         from otel_breaker.store.redis import RedisStore, StoreError, mask_url
     except ImportError as exc:  # pragma: no cover - the redis extra is missing
-        report.problem(f"OTEL_BREAKER_STORE names Redis, but {exc}", "pip install 'otel-breaker[redis]'")
+        report.problem(f"OTEL_BREAKER_STORE names Redis, but {exc}", "pip install redis (the [redis] extra)")
         return
     report.section(f"Shared store: {bounded(mask_url(url), 2 * MAX_CELL_CHARS)}")
     try:

@@ -70,7 +70,7 @@ class StoreError(ValueError):
 def require_redis() -> Any:
     """The redis package, or a :class:`StoreError` saying how to install it."""
     if redis is None:
-        raise StoreError("the Redis store needs the redis package: pip install 'otel-breaker[redis]'")
+        raise StoreError("the Redis store needs the redis package: pip install redis (the [redis] extra)")
     return redis
 
 
