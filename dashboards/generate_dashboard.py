@@ -72,8 +72,6 @@ UPSTREAM_BREAKER = f'{TOOL}=~"upstream:.+"'
 # Label matchers driven by the template variables. The agent label is optional on the
 # breaker metrics; ``=~".*"`` (the "All" value) also matches series without the label.
 SEL = f'job=~"$service", {AGENT}=~"$agent", {TOOL}=~"$tool"'
-# Metrics that never carry the agent label (tokens saved, cost saved).
-SEL_NO_AGENT = f'job=~"$service", {TOOL}=~"$tool"'
 SEL_SERVICE = 'job=~"$service"'
 #: The upstream panels: per service, not per agent or tool (an upstream serves them all).
 SEL_UPSTREAM = f"{SEL_SERVICE}, {UPSTREAM_BREAKER}"
@@ -400,7 +398,7 @@ def build() -> dash.Dashboard:
             "Estimated tokens saved in range",
             "Estimated LLM tokens not spent because rejected tool calls were not executed and their "
             "results not fed back to the model.",
-            f"sum(increase({TOKENS_SAVED}{{{SEL_NO_AGENT}}}[$__range]))",
+            f"sum(increase({TOKENS_SAVED}{{{SEL}}}[$__range]))",
             decimals=0,
         )
     )
@@ -409,7 +407,7 @@ def build() -> dash.Dashboard:
             ids,
             "Estimated cost saved in range",
             "Estimated USD saved by rejected calls; shown only when a price per token is configured.",
-            f"sum(increase({COST_SAVED}{{{SEL_NO_AGENT}}}[$__range]))",
+            f"sum(increase({COST_SAVED}{{{SEL}}}[$__range]))",
             unit="currencyUSD",
             decimals=2,
         )
@@ -591,7 +589,7 @@ def build() -> dash.Dashboard:
             "gen_ai.usage.* of earlier calls, configured = a fixed estimate).",
             [
                 query(
-                    f"sum by ({TOOL}, {SOURCE}) (rate({TOKENS_SAVED}{{{SEL_NO_AGENT}}}[$__rate_interval]))",
+                    f"sum by ({TOOL}, {SOURCE}) (rate({TOKENS_SAVED}{{{SEL}}}[$__rate_interval]))",
                     legend="{{" + TOOL + "}} ({{" + SOURCE + "}})",
                 )
             ],
@@ -605,7 +603,7 @@ def build() -> dash.Dashboard:
             "Estimated USD saved per hour by rejected calls; empty when no price is configured.",
             [
                 query(
-                    f"sum by ({TOOL}) (rate({COST_SAVED}{{{SEL_NO_AGENT}}}[$__rate_interval])) * 3600",
+                    f"sum by ({TOOL}) (rate({COST_SAVED}{{{SEL}}}[$__rate_interval])) * 3600",
                     legend="{{" + TOOL + "}}",
                 )
             ],

@@ -177,15 +177,15 @@ class LoopGuard:
                 attributes[ATTR_AGENT] = bounded(agent)
             yield value, attributes
 
-    def saved_turns(self) -> Iterable[tuple[object, str, int]]:
-        """(key, tool, count) of the calls the guard did not run (``reject``, ``stop``):
+    def saved_turns(self) -> Iterable[tuple[object, str, str | None, int]]:
+        """(key, tool, agent, count) of the calls the guard did not run (``reject``, ``stop``):
         each saved a model turn, priced by the token estimator at the prompt size it last
         saw for the tool (``tokens.py``)."""
         with self._lock:
             items = list(self._detections.items())
         for (tool, agent, action), value in items:
             if action != "warn":
-                yield ("loop", tool, agent, action), tool, value
+                yield ("loop", tool, agent, action), tool, agent, value
 
 
 LOOPS = LoopGuard()

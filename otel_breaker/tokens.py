@@ -86,8 +86,10 @@ class TokenEstimator:
         self._observed: dict[str, list] = {}
         # trace id -> recent (end time ns, input, output, model)
         self._inferences: OrderedDict[int, list[tuple[int, int, int, str | None]]] = OrderedDict()
-        self._saved: dict[tuple[str, str], int] = {}
-        self._cost: dict[tuple[str, str], float] = {}
+        # (tool, agent, source) -> tokens; (tool, agent, model) -> USD. The agent is part of the
+        # key as on every other metric; the series stay as many as the breakers (tool x agent).
+        self._saved: dict[tuple[str, str | None, str], int] = {}
+        self._cost: dict[tuple[str, str | None, str], float] = {}
         self._seen_rejections: dict[object, int] = {}
         _ESTIMATORS.add(self)
 
@@ -155,13 +157,14 @@ class TokenEstimator:
 
     # -- savings -------------------------------------------------------------------
 
-    def settle(self, rejections: Iterable[tuple[object, str, int]]) -> None:
+    def settle(self, rejections: Iterable[tuple[object, str, str | None, int]]) -> None:
         """Turn new rejections into saved tokens.
 
-        ``rejections``: (key, tool, lifetime rejected count) per breaker; the
-        difference since the last call is multiplied by the current estimate.
+        ``rejections``: (key, tool, agent, lifetime rejected count) per breaker; the
+        difference since the last call is multiplied by the current estimate (per tool:
+        the agent only tells whose saving it was).
         """
-        for key, tool, total in rejections:
+        for key, tool, agent, total in rejections:
             with self._lock:
                 new = total - self._seen_rejections.get(key, 0)
                 if new <= 0:
@@ -170,17 +173,18 @@ class TokenEstimator:
             tokens, source = self.estimate(tool)
             cost = self.estimate_cost(tool)
             with self._lock:
-                self._saved[(tool, source)] = self._saved.get((tool, source), 0) + new * tokens
+                self._saved[(tool, agent, source)] = self._saved.get((tool, agent, source), 0) + new * tokens
                 if cost is not None:
-                    self._cost[(tool, cost[1])] = self._cost.get((tool, cost[1]), 0.0) + new * cost[0]
+                    cost_key = (tool, agent, cost[1])
+                    self._cost[cost_key] = self._cost.get(cost_key, 0.0) + new * cost[0]
 
-    def saved_tokens(self) -> dict[tuple[str, str], int]:
-        """(tool, source) -> estimated tokens saved so far."""
+    def saved_tokens(self) -> dict[tuple[str, str | None, str], int]:
+        """(tool, agent, source) -> estimated tokens saved so far."""
         with self._lock:
             return dict(self._saved)
 
-    def saved_cost(self) -> dict[tuple[str, str], float]:
-        """(tool, model) -> estimated USD saved so far (only with prices)."""
+    def saved_cost(self) -> dict[tuple[str, str | None, str], float]:
+        """(tool, agent, model) -> estimated USD saved so far (only with prices)."""
         with self._lock:
             return dict(self._cost)
 

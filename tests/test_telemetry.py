@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
 import pytest
@@ -293,6 +294,26 @@ def test_tokens_saved_with_the_configured_estimate(otel):
         otel.value("otel_breaker.tokens.saved", gen_ai_tool_name="search", otel_breaker_estimate_source="configured")
         == 3 * 1500
     )
+
+
+def test_tokens_saved_carries_the_agent_name_like_every_other_metric(otel):
+    """Two agents' breakers of one tool: each saving is counted for its agent, as its rejections are."""
+
+    def dead() -> None:
+        raise ConnectionError("search backend down")
+
+    for agent, calls in (("researcher", 2), ("writer", 3)):
+        for _ in range(5):  # the default threshold: the agent's breaker opens
+            with contextlib.suppress(ConnectionError):
+                call(agent_name=agent, fn=dead)
+        for _ in range(calls):
+            call(agent_name=agent)
+    for agent, calls in (("researcher", 2), ("writer", 3)):
+        rejected = otel.value("otel_breaker.calls.rejected", gen_ai_tool_name="search", gen_ai_agent_name=agent)
+        saved = otel.value("otel_breaker.tokens.saved", gen_ai_tool_name="search", gen_ai_agent_name=agent)
+        assert (rejected, saved) == (calls, calls * 1500)
+    series = {tuple(sorted(p.attributes)) for p in otel.metrics()["otel_breaker.tokens.saved"]}
+    assert series == {("gen_ai.agent.name", "gen_ai.tool.name", "otel_breaker.estimate.source")}
 
 
 def test_tokens_saved_learned_from_usage_of_the_model_call_that_issued_the_tool(otel):

@@ -33,7 +33,6 @@ from otel_breaker.semconv import (
     ATTR_STATE,
     ATTR_STORE,
     ATTR_TO_STATE,
-    ATTR_TOOL,
     ATTR_TOOL_TYPE,
     DURATION_BUCKETS,
 )
@@ -62,8 +61,8 @@ _CARDINALITY_WARNED: set[str] = set()
 #: (True) or ``otel_breaker.loops`` (False). The loop guard adds itself.
 LOOP_SOURCES: list[Callable[[bool], Iterable[tuple[int, dict[str, Any]]]]] = []
 #: Rejections of modules above this one that save tokens: ``source()`` yields
-#: (key, tool, lifetime count) as :meth:`TokenEstimator.settle` takes them.
-SAVINGS_SOURCES: list[Callable[[], Iterable[tuple[object, str, int]]]] = []
+#: (key, tool, agent, lifetime count) as :meth:`TokenEstimator.settle` takes them.
+SAVINGS_SOURCES: list[Callable[[], Iterable[tuple[object, str, str | None, int]]]] = []
 
 
 def _within_cardinality(name: str, callback: Any) -> Any:
@@ -295,19 +294,19 @@ class Metrics:
     def settle_savings(self) -> None:
         """Apply the current token estimate to rejections since the last settle."""
         self.estimator.settle(
-            (key, key[0], values[3] + values[4]) for key, values in self.counts().items() if key[2] == "enforce"
+            (key, key[0], key[1], values[3] + values[4]) for key, values in self.counts().items() if key[2] == "enforce"
         )
         for source in SAVINGS_SOURCES:  # calls the loop guard answered: each saved a model turn
             self.estimator.settle(source())
 
     def _observe_tokens(self, options: CallbackOptions) -> Iterable[Observation]:
         self.settle_savings()
-        for (tool, source), value in self.estimator.saved_tokens().items():
-            yield Observation(value, {ATTR_TOOL: bounded(tool), ATTR_ESTIMATE_SOURCE: source})
+        for (tool, agent, source), value in self.estimator.saved_tokens().items():
+            yield Observation(value, {**key_labels(tool, agent), ATTR_ESTIMATE_SOURCE: source})
 
     def _observe_cost(self, options: CallbackOptions) -> Iterable[Observation]:
-        for (tool, model), value in self.estimator.saved_cost().items():
-            yield Observation(value, {ATTR_TOOL: bounded(tool), ATTR_MODEL: bounded(model)})
+        for (tool, agent, model), value in self.estimator.saved_cost().items():
+            yield Observation(value, {**key_labels(tool, agent), ATTR_MODEL: bounded(model)})
 
     def _observe_store_errors(self, options: CallbackOptions) -> Iterable[Observation]:
         errors = getattr(self.registry.store, "error_count", None)
