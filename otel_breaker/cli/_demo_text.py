@@ -38,25 +38,34 @@ ROWS: list[tuple[str, Callable[[Ledger], str]]] = [
         "est. tokens saved (difference in tokens spent)",
         lambda x: "-" if x.saved_measured is None else f"{x.saved_measured:,}",
     ),
-    ("  counted live by otel_breaker.tokens.saved (*)", lambda x: f"{x.tokens_saved:,}"),
+    # The saving in two parts that add up to it: what the metric counts live, and the rest.
+    (
+        "  rejected calls (otel_breaker.tokens.saved) (*)",
+        lambda x: "-" if x.saved_measured is None else f"{x.tokens_saved:,}",
+    ),
+    ("  the rest: retries not made (*)", lambda x: "-" if x.saved_measured is None else f"{_rest(x):,}"),
     ("time waiting on a dead tool", lambda x: duration(x.dead_wait)),
     ("switched to the backup tool", lambda x: f"{x.fallbacks_used:,}"),
     ("session length (simulated)", lambda x: duration(x.session_seconds)),
 ]
 
 
+def _rest(ledger: Ledger) -> int:
+    """The part of the measured saving the live metric does not see (negative when it counts more)."""
+    return (ledger.saved_measured or 0) - ledger.tokens_saved
+
+
 def _saving_note(with_: Ledger) -> str:
-    """Why the metric's count differs from the measured saving (it only sees rejections)."""
+    """How the saving splits: the metric counts rejections as they happen, the rest is measured."""
     if not with_.rejected:
         return "(*) otel_breaker.tokens.saved counts one failed round-trip per rejected call; none was rejected."
     per_call = with_.tokens_saved / with_.rejected
-    measured = with_.saved_measured or 0
     relation = (
         "below the measured saving: each rejection also spared the agent its retries of the dead tool "
-        "(it switched to the backup at once)"
-        if with_.tokens_saved < measured
+        "(it switched to the backup at once), which is the rest"
+        if _rest(with_) > 0
         else "the measured saving"
-        if with_.tokens_saved == measured
+        if _rest(with_) == 0
         else "above the measured saving: the agent still paid for the round-trip that was rejected"
     )
     text = (
@@ -66,13 +75,32 @@ def _saving_note(with_: Ledger) -> str:
     return textwrap.fill(text, width=100, subsequent_indent="    ")
 
 
-def openings(transitions: dict) -> dict[str, int]:
-    """Openings per tool (from closed and from half-open), by tool name."""
+def openings(transitions: dict, from_state: str = "closed") -> dict[str, int]:
+    """Per tool: openings (closed -> open: a healthy tool went down), as ``otel-breaker tune`` counts
+    them; with ``from_state="half_open"``, re-openings (a probe failed)."""
     counts: dict[str, int] = {}
-    for (tool, _agent, _from, to, _source, _origin), count in transitions.items():
-        if to == "open":
+    for (tool, _agent, from_, to, _source, _origin), count in transitions.items():
+        if to == "open" and from_ == from_state:
             counts[tool] = counts.get(tool, 0) + count
     return dict(sorted(counts.items()))
+
+
+def _times(count: int) -> str:
+    return "once" if count == 1 else f"{count} times"
+
+
+def openings_summary(transitions: dict) -> str:
+    """One line per the run: openings and re-openings apart, as tune and the alert count them."""
+    opened = openings(transitions)
+    reopened = openings(transitions, "half_open")
+    parts = [
+        f"'{tool}' opened {_times(count)}, re-opened {_times(reopened.get(tool, 0))} by failed probes"
+        for tool, count in opened.items()
+    ]
+    return (
+        f"  ({'; '.join(parts)}. `otel-breaker tune` counts the openings; the OtelBreakerFrequentOpenings "
+        "alert counts every transition to open, both kinds, and fires at 3 in 15 minutes)"
+    )
 
 
 def render(
@@ -112,10 +140,8 @@ def render(
         lines.append(f"  {clock_time(moment.at)}  {moment.tool:<14} {arrow:<22} {moment.reason}")
     if not timeline:
         lines.append("  (none)")
-    opened = openings(transitions)
-    if opened:
-        summary = ", ".join(f"'{tool}' opened {count} times" for tool, count in opened.items())
-        lines.append(f"  ({summary}; the OtelBreakerFrequentOpenings alert fires at 3 openings in 15 minutes)")
+    if openings(transitions):
+        lines += textwrap.wrap(openings_summary(transitions), width=100, subsequent_indent="   ")
     if prompt:
         lines += [
             "",
@@ -248,9 +274,20 @@ def as_json(
             {"at_s": m.at, "tool": m.tool, "from": m.from_state, "to": m.to_state, "reason": m.reason} for m in timeline
         ],
         "openings": openings(transitions),
+        "reopenings": openings(transitions, "half_open"),
         "menu_cases": cases_json(cases or []),
         "loop_cases": loop_cases_json(loop_cases or []),
     }
+
+
+#: The last lines of the demo: from here to the reader's own agent (the README's zero-code line).
+NEXT_STEPS = (
+    "",
+    'Your own agent: install its framework\'s extra from this clone (pip install -e ".[langchain]", or',
+    '[openai-agents], [pydantic-ai], [mcp], ...; once released: pip install "otel-breaker[langchain]"), then',
+    "  OTEL_BREAKER_ENABLED=true python my_agent.py",
+    "Every tool call then passes a breaker, no code changed; `otel-breaker doctor` checks the set-up.",
+)
 
 
 def render_scene(scene: SceneResult) -> str:

@@ -27,7 +27,7 @@ from typing import Any
 from otel_breaker.cli import UsageError
 from otel_breaker.cli._common import number, one_line_errors
 from otel_breaker.cli._demo_telemetry import close, metrics_url, serve, set_up_telemetry
-from otel_breaker.cli._demo_text import as_json, duration, render, render_scene, scene_json
+from otel_breaker.cli._demo_text import NEXT_STEPS, as_json, duration, render, render_scene, scene_json
 from otel_breaker.simulation import upstream_scene
 from otel_breaker.simulation.cases import CASES, run_case
 from otel_breaker.simulation.loop_case import compare_loop_cases
@@ -236,10 +236,14 @@ def run(args: argparse.Namespace) -> int:
             print(render(args.steps, without, with_, timeline, transitions, prompt, cases, loop_cases))
             print(render_scene(scene))
         if record is not None:
+            # The demo's breaker settings, so tune's "(current)" row is this run's configuration.
             print(
-                f"\nRecorded {len(without.outcomes)} tool outcomes to {args.record}; "
-                f"try: otel-breaker tune {args.record}"
+                f"\nRecorded {len(without.outcomes)} tool outcomes (the run without breakers) to {args.record}; "
+                f"try: otel-breaker tune {args.record}\n  (with OTEL_BREAKER_FAILURE_THRESHOLD=3 "
+                "OTEL_BREAKER_RECOVERY_TIMEOUT=30 set, its '(current)' row is this demo's configuration)"
             )
+        if not args.json:
+            print("\n".join(NEXT_STEPS))
         sys.stdout.flush()
         if exporters.metrics_port is not None:
             serve(exporters.metrics_host, exporters.metrics_port, args.hold)
