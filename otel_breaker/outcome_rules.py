@@ -588,6 +588,7 @@ _TEXT_FAILURE = LazyPattern(
     r"name or service not known|nodename nor servname|temporary failure in name resolution|getaddrinfo failed|"
     r"no route to host|network is unreachable|host is unreachable|timed ?out|time-?out|deadline exceeded|"
     r"certificate verify failed|ssl ?error|bad gateway|service unavailable|temporarily unavailable|"
+    r"circuit ?breaker (is )?open|too many recent failures|"
     r"internal (server )?error|server disconnected|server closed the connection|"
     r"remote ?protocol ?error|too many requests|rate ?limit|"
     r"quota exceeded|unauthori[sz]ed|unauthenticated|authentication (failed|required|error)|"
@@ -655,7 +656,9 @@ _TEXT_MISTAKE = LazyPattern(
     r"required (argument|parameter|field|property) .{0,40}missing|is required\b|unexpected (keyword )?argument|"
     r"must be (a |an |one of |at least |at most |between |of )|expected .{1,40} (but )?got\b|"
     r"unknown (argument|parameter|field|option|property|key)|malformed|bad request|cannot parse|"
-    r"could not parse|failed to parse|unable to parse|out of range|too (long|large|many)|not a valid",
+    r"could not parse|failed to parse|unable to parse|out of range|not a valid|"
+    r"(input|argument|arguments|query|request|value|string|name|path|list|payload|body|prompt|text|page size) "
+    r"(is |was )?too (long|large|big|short|small)|too many (arguments|values|items|parameters|fields|columns)",
 )
 
 
