@@ -398,7 +398,7 @@ def steps(
             if up_permit is not None:
                 yield (SETTLE, upstream, up_permit, _upstream_gate.outcome_of_exception(upstream, exc))
             verdict, err = raised(breaker, call, adapter, exc)
-            if LATENCY.enabled:
+            if timed and LATENCY.enabled:  # a call begun before an endpoint switched latency on has no start
                 LATENCY.record(breaker, breaker.clock() - start)
             yield (SETTLE, breaker, permit, verdict.outcome)
             if verdict.outcome == IGNORED:
@@ -410,7 +410,7 @@ def steps(
         if up_permit is not None:
             yield (SETTLE, upstream, up_permit, _upstream_gate.outcome_of_answer(adapter, call, result))
         verdict, err, elapsed = returned(breaker, call, adapter, result, start, timed)
-        if LATENCY.enabled:
+        if timed and LATENCY.enabled:
             LATENCY.record(breaker, elapsed)
         yield (SETTLE, breaker, permit, verdict.outcome)
         if verdict.outcome == IGNORED:

@@ -25,6 +25,10 @@ Safe by default:
 * it runs in daemon threads and never blocks or fails the program: a port
   in use or a bad address is one logged line.
 
+While an endpoint runs, the call path times every guarded call so the rows
+can show each tool's latency (p50 and p99 over the last minute, see
+:mod:`otel_breaker.latency`); a process without one pays nothing for it.
+
 Standard library only (``http.server``).
 """
 
@@ -52,6 +56,7 @@ from otel_breaker.board.server import (
 )
 from otel_breaker.breaker import CircuitBreaker, State
 from otel_breaker.config import Settings, get_settings
+from otel_breaker.latency import LATENCY
 from otel_breaker.registry import BreakerRegistry, default_registry
 from otel_breaker.sanitize import quoted
 from otel_breaker.upstream import label_of
@@ -116,6 +121,7 @@ def breaker_row(breaker: CircuitBreaker, wall_ms: int, now: float) -> dict[str, 
         last_change_ms = wall_ms - int(age * 1000)
     agent = breaker.agent_name or None
     session = getattr(breaker, "session_id", None) or None
+    p50_ms, p99_ms = latency_ms(breaker)
     key = breaker.name
     if session:
         key = f"session {session}/{breaker.name}"
@@ -136,7 +142,21 @@ def breaker_row(breaker: CircuitBreaker, wall_ms: int, now: float) -> dict[str, 
         "retry_after_s": retry_after,
         "last_change_ms": last_change_ms,
         "last_change_age_s": age,
+        "latency_p50_ms": p50_ms,
+        "latency_p99_ms": p99_ms,
     }
+
+
+def latency_ms(breaker: CircuitBreaker) -> tuple[float | None, float | None]:
+    """(p50, p99) of ``breaker``'s calls in the last minute, in milliseconds to a hundredth;
+    (None, None) when it had none, or none was timed (no endpoint was running)."""
+    found = LATENCY.percentiles(breaker)
+    if found is None:
+        return None, None
+    p50, p99 = found
+    if not (math.isfinite(p50) and math.isfinite(p99)):  # the JSON answers allow no infinity
+        return None, None
+    return round(p50 * 1000, 2), round(p99 * 1000, 2)
 
 
 def snapshot(registry: BreakerRegistry) -> list[dict[str, Any]]:
@@ -293,6 +313,8 @@ class StatusServer:
         if sampling:  # every second's counts, watched or not (tests drive an injected clock instead)
             self.board.start_sampling()
         self._thread = serve_in_thread(self._server, "otel-breaker-status")
+        self._closed = False
+        _serving_started()  # from now on guarded calls are timed, for the rows' latency
 
     def _control(self, op: str, tool: str | None, duration: float | None, identity: dict[str, str | None]) -> int:
         count = control(self.registry, op, tool, duration, identity)
@@ -314,6 +336,31 @@ class StatusServer:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(5)
+        if not self._closed:
+            self._closed = True
+            _serving_stopped()
+
+
+#: Status endpoints serving in this process: while any does, guarded calls are timed.
+_serving = 0
+_serving_lock = threading.Lock()
+
+
+def _serving_started() -> None:
+    """An endpoint started: its rows show latency, so the call path times every call."""
+    global _serving
+    with _serving_lock:
+        _serving += 1
+        LATENCY.enable()
+
+
+def _serving_stopped() -> None:
+    """An endpoint stopped: when it was the last, nothing shows latency, so calls go untimed again."""
+    global _serving
+    with _serving_lock:
+        _serving = max(0, _serving - 1)
+        if _serving == 0:
+            LATENCY.disable()
 
 
 _lock = threading.Lock()
@@ -391,9 +438,12 @@ def _port_owner(addr: str) -> str:
 
 
 def _after_fork() -> None:  # a child has no server thread; let it start its own
-    global _running, _tried
+    global _running, _tried, _serving, _serving_lock
     _running = None
     _tried = False
+    _serving = 0
+    _serving_lock = threading.Lock()
+    LATENCY.disable()  # nothing shows the child's latency until it starts an endpoint of its own
 
 
 if hasattr(os, "register_at_fork"):

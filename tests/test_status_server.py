@@ -87,6 +87,19 @@ def test_status_lists_the_process_breakers_with_the_shared_store_fields(server, 
     assert set(search) == set(_row("k", {"st": "0"}, 0)), "fields differ from the shared store's status"
 
 
+def test_status_shows_each_tools_latency_over_the_last_minute(server, registry_clock):
+    """Each call of ``slow`` moves the breakers' fake clock by its duration: exact, no sleeping."""
+    slow = get_circuit_breaker("slow")
+    for milliseconds in (80, 20, 60, 400, 40):
+        slow.call(registry_clock.advance, milliseconds / 1000)
+    get_circuit_breaker("idle")  # no call since the endpoint started
+    code, document = get(server.url + "/status")
+    assert code == 200
+    rows = {row["tool"]: row for row in document["breakers"]}
+    assert (rows["slow"]["latency_p50_ms"], rows["slow"]["latency_p99_ms"]) == (60.0, 400.0)
+    assert (rows["idle"]["latency_p50_ms"], rows["idle"]["latency_p99_ms"]) == (None, None)
+
+
 def test_the_endpoint_is_read_only_unless_control_is_switched_on(server, breakers):
     code, answer = post(server.url + "/control", {"op": "close", "tool": "search"}, TOKEN)
     assert code == 403 and "OTEL_BREAKER_STATUS_CONTROL" in answer["error"]

@@ -7,7 +7,10 @@ the source at most once per ``ttl`` however many clients poll, and
 :meth:`Board.sample` reads it on a clock of its own, watched or not, so the
 per-second counts in :class:`~otel_breaker.board.window.Window` (calls per
 minute, failures, rejections, the sparkline) are the same whenever the page
-first looks. Each encoded answer is cached until the next read. A request
+first looks. Latency (``latency_p50_ms``, ``latency_p99_ms``) comes with the
+rows: the source's own figures over the last minute, None where it has none
+(a process times its calls while its status endpoint runs; the shared store
+keeps no durations). Each encoded answer is cached until the next read. A request
 therefore costs the agent at most one read per second plus a filter over a
 list, and its answer is bounded by ``limit``.
 """
@@ -56,6 +59,8 @@ COLUMNS = (
     "failures",
     "successes",
     "opened",
+    "latency_p50_ms",
+    "latency_p99_ms",
 )
 _C = {name: index for index, name in enumerate(COLUMNS)}
 #: ``sort`` values of ``/board.json``: a column, and whether its natural order is highest first.
@@ -73,6 +78,8 @@ SORTS = {
     "successes": True,
     "opened": True,
     "retry_after_s": False,
+    "latency_p50_ms": True,
+    "latency_p99_ms": True,
 }
 
 
@@ -217,6 +224,8 @@ class Board:
                 row.get("consecutive_failures"),
                 row.get("opened"),
                 row.get("upstream"),
+                row.get("latency_p50_ms"),  # a minute without calls moves latency to None, counts not
+                row.get("latency_p99_ms"),
             )
             known = previous.get(key)
             if known is not None and known[0] == signature and (known[1] == second or not window.busy(key, now)):
@@ -435,6 +444,8 @@ def _compact_row(row: dict[str, Any], window: Window, key: str, now: float) -> l
         row.get("failures", 0),
         row.get("successes", 0),
         row.get("opened", 0),
+        row.get("latency_p50_ms"),
+        row.get("latency_p99_ms"),
     ]
 
 

@@ -81,4 +81,8 @@ def row(key: str, fields: dict[str, str], now_ms: int) -> dict[str, Any]:
         "retry_after_s": retry_after,
         "last_change_ms": last_change,
         "last_change_age_s": None if last_change is None else max(0.0, (now_ms - last_change) / 1000.0),
+        # Workers keep call durations in their own memory, not in the store: the fields are
+        # here so a row has the same fields as a process's ``/status`` row, and stay None.
+        "latency_p50_ms": None,
+        "latency_p99_ms": None,
     }

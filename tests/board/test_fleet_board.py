@@ -87,6 +87,7 @@ def test_the_fleet_board_shows_a_breaker_another_worker_opened(browser, fleet, r
     browser.wait(lambda: browser.tile("inventory"), 5)
     before = browser.tile("inventory")
     assert before["state"] == "closed"
+    assert "p50 \u2013" in before["text"] and "p99 \u2013" in before["text"]  # the store keeps no durations
     assert "fleet" in browser.driver.find_element("id", "source").text
 
     assert "inventory open" in run_worker(redis_url, prefix, "inventory:0:3")  # a second worker process

@@ -289,6 +289,56 @@ def test_a_minute_unwatched_then_the_first_view_shows_the_true_rate(browser, ser
     assert len(set(heights[-6:])) == 1  # six even buckets of the last minute, no spike
 
 
+def test_latency_p50_and_p99_in_the_table_and_on_tiles_sorted_by_p99(browser, serve, registry, clock):
+    """Each call moves the breakers' fake clock by its duration, so every latency is exact
+    without sleeping: search takes 1 to 100 ms, fetch 200 ms and once 1.5 s, calc 2.5 ms;
+    idle has no call in the last minute."""
+    server = serve()  # the endpoint runs: guarded calls are timed from now on
+    for milliseconds in range(1, 101):
+        registry.get("search").call(clock.advance, milliseconds / 1000)
+    for milliseconds in [200] * 20 + [1500]:
+        registry.get("fetch").call(clock.advance, milliseconds / 1000)
+    for _ in range(3):
+        registry.get("calc").call(clock.advance, 0.0025)
+    registry.get("idle")
+    browser.open(server.url + "/?view=table")
+    driver = browser.driver
+
+    def latencies():
+        return driver.execute_script(
+            """
+            const heads = [...document.querySelectorAll('#table-head th')].map(th => th.dataset.sort);
+            const p50 = heads.indexOf('latency_p50_ms'), p99 = heads.indexOf('latency_p99_ms');
+            return [...document.querySelectorAll('#rows tr')].map(
+                r => [r.dataset.tool, r.cells[p50].textContent, r.cells[p99].textContent]);
+            """
+        )
+
+    shown = browser.wait(lambda: len(latencies()) == 4 and latencies(), 10)
+    print(f"\nlatency shown (tool, p50, p99): {sorted(shown)}")
+    assert sorted(shown) == [
+        ["calc", "2.5 ms", "2.5 ms"],
+        ["fetch", "200 ms", "1500 ms"],
+        ["idle", "\u2013", "\u2013"],
+        ["search", "50 ms", "99 ms"],
+    ]
+
+    driver.find_element("css selector", "th[data-sort=latency_p99_ms] button").click()
+    browser.wait(lambda: [row[0] for row in latencies()] == ["fetch", "search", "calc", "idle"], 10)
+    assert "sort=latency_p99_ms" in driver.current_url
+    assert driver.find_element("css selector", "th[data-sort=latency_p99_ms]").get_attribute("aria-sort") == (
+        "descending"
+    )
+    driver.find_element("css selector", "th[data-sort=latency_p99_ms] button").click()  # reversed: idle stays last
+    browser.wait(lambda: [row[0] for row in latencies()] == ["calc", "search", "fetch", "idle"], 10)
+
+    browser.open(server.url + "/")
+    tile = browser.wait(lambda: browser.tile("search"), 10)
+    assert "p50 50 ms" in tile["text"] and "p99 99 ms" in tile["text"]
+    assert "p99 \u2013" in browser.tile("idle")["text"]
+    assert browser.console_errors() == []
+
+
 def test_a_thousand_breakers_in_the_table_sorted_filtered_and_kept_in_the_url(browser, serve, registry):
     from selenium.webdriver.support.ui import Select
 
@@ -352,8 +402,8 @@ def test_screenshots_at_a_thousand_breakers(browser, serve, registry, clock):
             if (second + number) % (number % 7 + 2) == 0:
                 if number % 9 == 4 and second % 4 == 0:
                     fail(breaker, 1)
-                else:
-                    breaker.call(lambda: 1)
+                else:  # each call takes its tool's time on the breakers' clock: latency to show
+                    breaker.call(clock.advance, (number % 9 + 1 + second % 3) * 0.011)
         ticks[0] += 1
         server.board.sample()
     fail(breakers[5], 4)
@@ -402,8 +452,8 @@ def test_screenshots_of_the_process_board(browser, phone_browser, serve, registr
             for index in range(calls + (step % 3)):
                 if index < failures and step > 8 and key[1] == "fetch_page":
                     fail(breakers[key], 1)
-                else:
-                    breakers[key].call(lambda: 1)
+                else:  # each call takes its tool's time on the breakers' clock: latency to show
+                    breakers[key].call(clock.advance, (len(key[1]) * 0.017) * (1 + index % 4) ** 2)
             serp.call(lambda: 1)
         for _ in range(10):  # ten seconds, each sampled as the server's sampler does
             board_clock[0] += 1
