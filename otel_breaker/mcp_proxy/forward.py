@@ -23,9 +23,11 @@ comes back when its cooldown ends, with no call).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
@@ -80,32 +82,59 @@ class ProxyServer(Server[Any]):
 
 class Clients:
     """The client sessions of the proxy (one over stdio; one per session over HTTP):
-    where the servers' notifications and requests go."""
+    where the servers' notifications and requests go.
+
+    A server's request (sampling, elicitation, roots) names no call of the client's
+    on the wire: the server's SDK relates it to the call that caused it only on its
+    own side (which stream of an HTTP response carries it). So the proxy keeps, per
+    server, the calls in flight and the client session of each: a server's request
+    goes to the one client with a call in flight to that server, related to that
+    call. When calls of several clients are in flight to the server, the proxy
+    cannot tell whose call asked and answers the server with an error; it never
+    guesses, since a sampling prompt or an elicitation is private to its client."""
 
     def __init__(self) -> None:
         self._sessions: OrderedDict[Any, ServerSession] = OrderedDict()
-        self._in_flight: list[tuple[ServerSession, Any]] = []
+        self._in_flight: list[InFlight] = []
 
     def remember(self, ctx: ServerRequestContext[Any, Any]) -> None:
-        request = ctx.request
-        key = None
-        if request is not None:
-            key = getattr(request, "headers", {}).get("mcp-session-id")
+        key = client_key(ctx)
         self._sessions[key] = ctx.session
         self._sessions.move_to_end(key)
         while len(self._sessions) > _MAX_SESSIONS:
             self._sessions.popitem(last=False)
 
-    def begin(self, ctx: ServerRequestContext[Any, Any]) -> tuple[ServerSession, Any]:
-        entry = (ctx.session, ctx.request_id)
+    @contextlib.contextmanager
+    def calling(self, ctx: ServerRequestContext[Any, Any], link: UpstreamLink | None) -> Iterator[None]:
+        """While a client's request to ``link`` is in flight: the server's requests and
+        log messages in that time may be the call's own."""
+        entry = InFlight(client_key(ctx), ctx.session, ctx.request_id, link)
         self._in_flight.append(entry)
-        return entry
-
-    def end(self, entry: tuple[ServerSession, Any]) -> None:
         try:
+            yield
+        finally:
             self._in_flight.remove(entry)
-        except ValueError:
-            pass
+
+    def owner(self, link: UpstreamLink | None) -> InFlight | None:
+        """The call a message of ``link``'s server belongs to, when only one client can
+        have caused it (its latest call to that server); None when no client or several
+        clients have calls in flight to it."""
+        calls = [entry for entry in self._in_flight if entry.link is link]
+        if not calls or any(entry.client != calls[0].client for entry in calls):
+            return None
+        return calls[-1]
+
+    def several(self, link: UpstreamLink | None) -> bool:
+        """Whether calls of more than one client are in flight to ``link``'s server."""
+        return len({entry.client for entry in self._in_flight if entry.link is link}) > 1
+
+    async def send(self, call: InFlight, notification: Any) -> None:
+        """One notification to the client of ``call``, on that call's own channel (over
+        HTTP, the response stream of that request)."""
+        try:
+            await call.session.send_notification(notification, related_request_id=call.request_id)
+        except Exception:
+            logger.debug("otel-breaker: mcp-proxy: a client session is gone", exc_info=True)
 
     async def broadcast(self, notification: Any) -> None:
         for key, session in list(self._sessions.items()):
@@ -115,15 +144,31 @@ class Clients:
                 logger.debug("otel-breaker: mcp-proxy: a client session is gone", exc_info=True)
                 self._sessions.pop(key, None)
 
-    async def request(self, request: Any, result_type: type[T], capability: str | None) -> T | types.ErrorData:
-        """Send a server's request (sampling, elicitation, roots) to the client whose
-        call is in flight (else the latest client); its error answer comes back as is."""
-        if self._in_flight:
-            session, request_id = self._in_flight[-1]
-        elif self._sessions:
-            session, request_id = next(reversed(self._sessions.values())), None
-        else:
+    async def request(
+        self, link: UpstreamLink | None, request: Any, result_type: type[T], capability: str | None
+    ) -> T | types.ErrorData:
+        """Send a server's request (sampling, elicitation, roots) to the client whose call
+        caused it; its error answer comes back as is. With no call in flight, the only
+        client (a stdio client, or the one HTTP client) is asked; where several clients
+        could have caused it, the server is answered with an error."""
+        owner = self.owner(link)
+        if owner is not None:
+            session, request_id = owner.session, owner.request_id
+        elif self.several(link):
+            return types.ErrorData(
+                code=types.INVALID_REQUEST,
+                message="Calls of several clients are in flight to this server through the proxy; "
+                "it cannot tell whose call sent this request",
+            )
+        elif len(self._sessions) == 1:
+            session, request_id = next(iter(self._sessions.values())), None
+        elif not self._sessions:
             return types.ErrorData(code=types.INVALID_REQUEST, message="No client is connected to the proxy")
+        else:
+            return types.ErrorData(
+                code=types.INVALID_REQUEST,
+                message="No call is in flight to this server and several clients are connected to the proxy",
+            )
         declared = session.client_capabilities
         if capability is not None and (declared is None or getattr(declared, capability, None) is None):
             return types.ErrorData(code=types.INVALID_REQUEST, message=f"The client does not support {capability}")
@@ -135,6 +180,26 @@ class Clients:
         except Exception as exc:  # the client is gone, or answered something unreadable
             message = bounded(f"The client could not answer: {type(exc).__name__}: {exc}", _MAX_ERROR_CHARS)
             return types.ErrorData(code=types.INTERNAL_ERROR, message=message)
+
+
+def client_key(ctx: ServerRequestContext[Any, Any]) -> str | None:
+    """Which client a request came from: its HTTP session id (None over stdio, one client)."""
+    request = ctx.request
+    if request is None:
+        return None
+    key = getattr(request, "headers", {}).get("mcp-session-id")
+    return key if isinstance(key, str) else None
+
+
+@dataclass(eq=False)
+class InFlight:
+    """One client request forwarded to a server and not yet answered (compared by identity):
+    the client (its HTTP session id), the SDK's session of that one request, its id."""
+
+    client: str | None
+    session: ServerSession
+    request_id: Any
+    link: UpstreamLink | None
 
 
 class Forwarder:
@@ -296,19 +361,9 @@ class Forwarder:
         link, name = route
         sent = params if name == exposed else {**params, "name": name}
         forward = partial(link.request_raw, "tools/call", sent, _progress(ctx))
-        entry = self.clients.begin(ctx)
         try:
-            if self.guarding and name in self._tools[link]:
-                call = ToolCall(
-                    tool=name,
-                    framework="mcp",
-                    tool_type="extension",
-                    arguments=params.get("arguments"),
-                    source=link.identity,
-                )
-                result = await self._guard.acall(call, forward, adapter=self._adapter)
-            else:
-                result = await forward()
+            with self.clients.calling(ctx, link):
+                result = await self._guarded(link, name, params, forward)
         except Exception as exc:
             if not is_transport_error(exc):
                 raise
@@ -317,11 +372,25 @@ class Forwarder:
             text = bounded(f"{type(exc).__name__}: {exc}", _MAX_ERROR_CHARS)
             return _error_result(f"MCP server {link.spec.name!r} is unreachable: {text}")
         finally:
-            self.clients.end(entry)
             await self.check_hidden()
         if isinstance(result, dict):
             return for_client(result, ctx.protocol_version, link.protocol_version)
         return result  # a rejection
+
+    async def _guarded(
+        self, link: UpstreamLink, name: str, params: Mapping[str, Any], forward: Callable[[], Any]
+    ) -> Any:
+        """The call through the guard when the tool is one its server lists, else as it is."""
+        if not (self.guarding and name in self._tools[link]):
+            return await forward()
+        call = ToolCall(
+            tool=name,
+            framework="mcp",
+            tool_type="extension",
+            arguments=params.get("arguments"),
+            source=link.identity,
+        )
+        return await self._guard.acall(call, forward, adapter=self._adapter)
 
     async def _tool_route(self, exposed: str) -> tuple[UpstreamLink, str] | None:
         if self._single:
@@ -443,7 +512,8 @@ class Forwarder:
     ) -> Any:
         self.clients.remember(ctx)
         if self._single:
-            return await self.links[0].request(request(params=params), result)
+            with self.clients.calling(ctx, self.links[0]):
+                return await self.links[0].request(request(params=params), result)
         items: list[Any] = []
         for link in self.links:
             try:
@@ -484,7 +554,8 @@ class Forwarder:
         async def handler(ctx: ServerRequestContext[Any, Any], params: Any) -> Any:
             self.clients.remember(ctx)
             link = self._link_for_uri(str(params.uri))
-            return await link.request(request(params=params), result, _progress(ctx))
+            with self.clients.calling(ctx, link):
+                return await link.request(request(params=params), result, _progress(ctx))
 
         return handler
 
@@ -494,7 +565,8 @@ class Forwarder:
         if not self._single:
             link, name = self._prompt_routes.get(params.name, (link, name))
             params = params if name == params.name else params.model_copy(update={"name": name})
-        return await link.request(types.GetPromptRequest(params=params), types.GetPromptResult, _progress(ctx))
+        with self.clients.calling(ctx, link):
+            return await link.request(types.GetPromptRequest(params=params), types.GetPromptResult, _progress(ctx))
 
     async def complete(self, ctx: ServerRequestContext[Any, Any], params: types.CompleteRequestParams) -> Any:
         self.clients.remember(ctx)
@@ -507,7 +579,8 @@ class Forwarder:
                     params = params.model_copy(update={"ref": ref.model_copy(update={"name": name})})
             else:
                 link = self._link_for_uri(str(getattr(ref, "uri", "")))
-        return await link.request(types.CompleteRequest(params=params), types.CompleteResult)
+        with self.clients.calling(ctx, link):
+            return await link.request(types.CompleteRequest(params=params), types.CompleteResult)
 
     async def set_level(self, ctx: ServerRequestContext[Any, Any], params: types.SetLevelRequestParams) -> Any:
         self.clients.remember(ctx)
@@ -525,15 +598,34 @@ class Forwarder:
     # -- the servers' messages (Downstream) -----------------------------------------------------------
 
     async def notify(self, link: UpstreamLink, notification: Any) -> None:
+        """A server's notification, to its clients.
+
+        A log message sent while one client has calls in flight to the server goes to
+        that client only, on its call's channel: it is most likely that call's, and
+        may be private to it. While calls of several clients are in flight, the wire
+        does not say whose call a log message belongs to, so it goes to none (it could
+        carry one client's data to another). A log message with no call in flight is
+        the server's own and goes to every client, as do the list-changed and
+        resource-updated notifications, which are about the server all clients share.
+        Progress never comes here: it reaches the one request it reports on through
+        that request's own token (:func:`_progress`)."""
         if isinstance(notification, types.ToolListChangedNotification):
             self._listed.discard(link)
+        if isinstance(notification, types.LoggingMessageNotification):
+            owner = self.clients.owner(link)
+            if owner is not None:
+                await self.clients.send(owner, notification)
+                return
+            if self.clients.several(link):
+                logger.debug("otel-breaker: mcp-proxy: a log message of %r has no one owner", link.spec.name)
+                return
         await self.clients.broadcast(notification)
 
     async def request(self, link: UpstreamLink, request: Any, result_type: type[T]) -> T | types.ErrorData:
         capability = {"sampling/createMessage": "sampling", "elicitation/create": "elicitation"}.get(
             request.method, "roots"
         )
-        return await self.clients.request(request, result_type, capability)
+        return await self.clients.request(link, request, result_type, capability)
 
     async def connected(self, link: UpstreamLink) -> None:
         if link.starts > 1:

@@ -4,7 +4,7 @@
 
 Tools: ``echo`` (healthy), ``broken`` (always fails: an ``isError`` result),
 ``pid`` (the process id, so a test can kill it), ``slow`` (reports progress and
-logs), ``ask`` (asks the client to sample), ``confirm`` (asks the client to
+logs), ``ask`` (asks the client to sample), ``ask_when`` (the same, once a file exists), ``confirm`` (asks the client to
 elicit), ``roots`` (asks for the client's roots), ``hang`` (runs until cancelled), ``big`` (a result of any size). One
 resource, one resource template and one prompt.
 
@@ -62,6 +62,25 @@ def build(runs: str | None, name: str = "proxy-test-server") -> MCPServer:
     @server.tool()
     async def ask(question: str, ctx: Context) -> str:
         """Asks the client's model."""
+        result = await ctx.session.create_message(
+            messages=[SamplingMessage(role="user", content=TextContent(type="text", text=question))],
+            max_tokens=20,
+            related_request_id=ctx.request_id,
+        )
+        return f"model said: {result.content.text}"
+
+    @server.tool()
+    async def ask_when(question: str, ctx: Context, mark: str = "", wait_for: str = "") -> str:
+        """Writes ``mark`` (the call has started), waits until ``wait_for`` exists, then asks
+        the client's model: two clients' calls overlap as a test needs, without sleeps."""
+        if mark:
+            with open(mark, "w", encoding="utf-8") as out:
+                out.write("started\n")
+        if wait_for:
+            with anyio.fail_after(60):
+                while not os.path.exists(wait_for):
+                    await anyio.sleep(0.01)
+        await ctx.info(f"asking: {question}")
         result = await ctx.session.create_message(
             messages=[SamplingMessage(role="user", content=TextContent(type="text", text=question))],
             max_tokens=20,
