@@ -37,7 +37,7 @@ if TYPE_CHECKING:
         reset_all_circuit_breakers,
     )
     from otel_breaker.retry_hint import register_retry_hint, unregister_retry_hint
-    from otel_breaker.toolcall import ToolCall
+    from otel_breaker.toolcall import ToolCall, agent_scope
 
 # The other public names, each loaded from its module on first use: ``OTEL_BREAKER_ENABLED``
 # imports this package when a framework is imported, and a framework's import must
@@ -60,6 +60,7 @@ _LAZY = {
         "otel_breaker.registry",
     ),
     "ToolCall": "otel_breaker.toolcall",
+    "agent_scope": "otel_breaker.toolcall",
     "ToolLoopError": "otel_breaker.loops",
     "register_retry_hint": "otel_breaker.retry_hint",
     "unregister_retry_hint": "otel_breaker.retry_hint",
@@ -137,6 +138,7 @@ __all__ = [
     "ToolLoopError",
     "ToolTimeoutError",
     "__version__",
+    "agent_scope",
     "breaker_scope",
     "code_origin",
     "get_circuit_breaker",

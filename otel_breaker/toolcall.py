@@ -7,7 +7,9 @@ it. Immutable, so a decorator can build one per function and reuse it.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
+from collections.abc import Iterator
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -131,3 +133,30 @@ def active_call() -> ToolCall | None:
 def guarded_call() -> GuardedCall | None:
     """The guarded call in progress in this context (with what inner layers noted), if any."""
     return _active_call.get()
+
+
+#: The longest agent name :func:`agent_scope` takes (it reaches metric labels).
+MAX_AGENT_NAME_CHARS = 128
+
+_named_agent: contextvars.ContextVar[str | None] = contextvars.ContextVar("otel_breaker_named_agent", default=None)
+
+
+@contextlib.contextmanager
+def agent_scope(name: str) -> Iterator[str]:
+    """Within the block, tool calls of a framework that has no agent object of its own
+    (Google GenAI's automatic function calling, a bare MCP client session, the Claude
+    Agent SDK's tools) are the calls of agent ``name``: their breakers are keyed, and
+    their spans and metrics labelled, by it. A framework's own agent, or an enclosing
+    framework's, always wins. ``name`` is 1 to 128 printable characters."""
+    if not isinstance(name, str) or not name or len(name) > MAX_AGENT_NAME_CHARS or not name.isprintable():
+        raise ValueError(f"an agent name is 1 to {MAX_AGENT_NAME_CHARS} printable characters")
+    token = _named_agent.set(name)
+    try:
+        yield name
+    finally:
+        _named_agent.reset(token)
+
+
+def named_agent() -> str | None:
+    """The agent :func:`agent_scope` names in this context, if any."""
+    return _named_agent.get()

@@ -59,7 +59,7 @@ from otel_breaker.instrumentation.patches import argument, context_patch, with_a
 from otel_breaker.instrumentation.spec import SpecAdapter
 from otel_breaker.loops import ToolLoopError, loop_message
 from otel_breaker.sanitize import bounded
-from otel_breaker.toolcall import ToolCall
+from otel_breaker.toolcall import ToolCall, named_agent
 
 logger = logging.getLogger("otel_breaker")
 
@@ -249,6 +249,7 @@ class ClaudeAgentSDKAdapter(MCPAnswers, SpecAdapter):
         return ToolCall(
             name,
             self.name,
+            agent_name=named_agent(),
             session_id=_run_id(),
             call_id=str(call_id) if call_id else None,
             tool_type="extension",

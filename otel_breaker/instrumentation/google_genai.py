@@ -41,7 +41,7 @@ from otel_breaker.instrumentation.mistakes import Refusals, arun_invalid, run_in
 from otel_breaker.instrumentation.patches import SKIP, argument, context_patch, prompt_patch, tool_patch
 from otel_breaker.instrumentation.spec import SpecAdapter, status_text
 from otel_breaker.menu import visible_tools
-from otel_breaker.toolcall import ToolCall, active_call
+from otel_breaker.toolcall import ToolCall, active_call, named_agent
 
 _EXTRA = "google.genai._extra_utils"
 _MODELS = "google.genai.models"
@@ -194,7 +194,7 @@ class GoogleGenAIAdapter(SpecAdapter):
             name,
             self.name,
             agent=outer.agent if outer is not None else None,
-            agent_name=outer.agent_name if outer is not None else None,
+            agent_name=outer.agent_name if outer is not None else named_agent(),
             session_id=outer.session_id if outer is not None else _run.get(),
             arguments=argument(args, kwargs, 0, "args"),
             origin=origin_of(function, "google.genai"),

@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from otel_breaker.loglines import logger
-from otel_breaker.toolcall import ToolCall, active_call
+from otel_breaker.toolcall import ToolCall, active_call, named_agent
 
 #: The longest identity kept (past it: head, tail and a digest of the whole).
 MAX_SOURCE_CHARS = 128
@@ -157,7 +157,7 @@ def mcp_call(tool: str, framework: str, arguments: Any, source: str | None) -> T
         tool=tool,
         framework=framework,
         agent=outer.agent if outer is not None else None,
-        agent_name=outer.agent_name if outer is not None else None,
+        agent_name=outer.agent_name if outer is not None else named_agent(),
         session_id=outer.session_id if outer is not None else None,
         tool_type="extension",
         arguments=arguments,

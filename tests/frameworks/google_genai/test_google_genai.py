@@ -359,3 +359,24 @@ def test_an_untested_version_is_reported_and_left_unpatched(tmp_path):
         timeout=120,
     )
     assert in_range.stdout.split() == ["True", "True"], in_range.stderr
+
+
+def test_an_agent_scope_names_the_agent_whose_breaker_it_is(instrument, otel):
+    """google-genai has no agent object: ``agent_scope`` names one, so two services' agents
+    calling the same dead function keep breakers of their own."""
+    from otel_breaker import agent_scope
+
+    breaker_settings(failure_threshold="2")
+    instrument("google_genai")
+    tool = Tool.failing("weather")
+    with agent_scope("support"):
+        for request in range(2):
+            generate([function(tool)], [call("weather", request), "done"])
+    with agent_scope("billing"):
+        final, bodies = generate([function(tool)], [call("weather", 9), "done"])
+    assert final == "done" and not rejected(answers(bodies)[0])
+    assert tool.runs == 3  # the support agent's breaker opened; billing's is its own
+    states = {b.agent_name: b.state for b in default_registry().find("weather")}
+    assert states == {"support": State.OPEN, "billing": State.CLOSED}
+    names = {span.attributes.get("gen_ai.agent.name") for span in otel.tool_spans("weather")}
+    assert names == {"support", "billing"}
