@@ -243,9 +243,10 @@ def _findable(module: str) -> bool:
 
 
 def _target_modules(adapter: FrameworkAdapter) -> Iterable[str]:
-    if adapter.modules:
-        return adapter.modules
-    return [target.module for target in adapter.targets()]
+    """The modules whose import patches ``adapter``'s targets: those it names, and every
+    module one of its targets lives in (a target outside the named ones would otherwise
+    stay unpatched when the switch starts it, though an explicit instrument() patches it)."""
+    return [*adapter.modules, *(target.module for target in adapter.targets())]
 
 
 FRAMEWORKS = Frameworks()
