@@ -48,7 +48,28 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--listen", metavar="HOST:PORT", help="serve streamable HTTP at http://HOST:PORT/mcp instead of stdio"
     )
-    parser.add_argument("--allow-remote", action="store_true", help="let --listen use a non-loopback address")
+    parser.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="let --listen use a non-loopback address (needs a token, or --insecure-no-auth)",
+    )
+    parser.add_argument(
+        "--allow-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a host name clients may address the --listen proxy by (repeatable; Host and Origin are checked)",
+    )
+    parser.add_argument(
+        "--token-file",
+        metavar="PATH",
+        help="a file (mode 600) holding the bearer token every HTTP request must carry (else OTEL_BREAKER_PROXY_TOKEN)",
+    )
+    parser.add_argument(
+        "--insecure-no-auth",
+        action="store_true",
+        help="let --allow-remote serve without a token: anyone who reaches it can call every tool",
+    )
     parser.add_argument(
         "--restart-delay",
         type=float,
@@ -81,6 +102,9 @@ def _run(args: argparse.Namespace) -> int:
             config=args.config,
             listen=args.listen,
             allow_remote=args.allow_remote,
+            allow_hosts=args.allow_host,
+            token_file=args.token_file,
+            insecure_no_auth=args.insecure_no_auth,
             restart_delay=args.restart_delay,
             max_restart_delay=args.max_restart_delay,
             watch_interval=args.watch_interval,

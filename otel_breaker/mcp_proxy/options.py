@@ -26,6 +26,10 @@ _HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}$")
 _SERVER_NAME = re.compile(r"^[\w.@+-]{1,64}$")
 _MAX_CONFIG_BYTES = 1 << 20
 _MAX_SERVERS = 64
+_MAX_TOKEN_BYTES = 4096
+_HOST_NAME = re.compile(r"^[a-z0-9.:_-]{1,253}$")
+#: Where the HTTP mode's bearer token may come from, besides ``--token-file``.
+TOKEN_VARIABLE = "OTEL_BREAKER_PROXY_TOKEN"
 #: The outcome overrides the proxy's breakers read from its environment (``tool=regex;@server=regex``).
 ERROR_PATTERN_VARIABLES = ("OTEL_BREAKER_NEUTRAL_ERRORS", "OTEL_BREAKER_FAILURE_ERRORS")
 
@@ -70,6 +74,10 @@ class ProxyOptions:
     max_restart_delay: float = 30.0
     watch_interval: float = 1.0
     """How often hidden tools are checked for a change of the tool list (seconds)."""
+    allow_hosts: tuple[str, ...] = ()
+    """Host names (besides the listen address) a request over HTTP may address the proxy by."""
+    token: str | None = field(default=None, repr=False)
+    """The bearer token every HTTP request must carry (never shown)."""
 
 
 def parse_listen(raw: str, allow_remote: bool = False) -> tuple[str, int]:
@@ -92,6 +100,44 @@ def parse_listen(raw: str, allow_remote: bool = False) -> tuple[str, int]:
             f"--listen {raw!r}: {host} is not a loopback address; pass --allow-remote to listen on the network"
         )
     return host, port
+
+
+def read_token(token_file: str | None, environ: Mapping[str, str]) -> str | None:
+    """The HTTP mode's bearer token: the content of ``token_file`` (which wins), else
+    ``OTEL_BREAKER_PROXY_TOKEN``; never a command-line value, which ``ps`` would show.
+
+    A file that is missing, empty or readable by others is refused: a token others
+    can read protects nothing. The messages never quote the token."""
+    if token_file is None:
+        token = environ.get(TOKEN_VARIABLE, "").strip()
+        return token or None
+    where = f"--token-file {token_file}"
+    try:
+        mode = os.stat(token_file).st_mode
+        raw = Path(token_file).read_bytes()[:_MAX_TOKEN_BYTES]
+    except OSError as exc:
+        raise OptionsError(f"{where}: cannot read it ({exc.strerror or type(exc).__name__})") from None
+    if mode & 0o077:
+        raise OptionsError(f"{where}: others can read it (mode {mode & 0o777:o}); chmod 600 {token_file}")
+    try:
+        token = raw.decode("utf-8").strip()
+    except UnicodeDecodeError:
+        raise OptionsError(f"{where}: not UTF-8 text") from None
+    if not token:
+        raise OptionsError(f"{where}: the file is empty")
+    if any(ch.isspace() or not ch.isprintable() for ch in token):
+        raise OptionsError(f"{where}: the token must be one line of printable characters without spaces")
+    return token
+
+
+def parse_allow_host(raw: str) -> str:
+    """A host name for ``--allow-host`` (no scheme, port or path), lower case."""
+    name = raw.strip().lower()
+    if name.startswith("[") and name.endswith("]"):
+        name = name[1:-1]
+    if not _HOST_NAME.match(name):
+        raise OptionsError(f"--allow-host {raw[:80]!r}: expected a host name or address, e.g. proxy.internal")
+    return name
 
 
 def parse_header(raw: str) -> tuple[str, str]:
@@ -217,6 +263,9 @@ def build(
     restart_delay: float = 0.5,
     max_restart_delay: float = 30.0,
     watch_interval: float = 1.0,
+    allow_hosts: Sequence[str] = (),
+    token_file: str | None = None,
+    insecure_no_auth: bool = False,
     environ: Mapping[str, str] | None = None,
 ) -> ProxyOptions:
     """Validated options from the command line's values (exactly one of a command,
@@ -245,11 +294,21 @@ def build(
     restart_delay = _seconds(restart_delay, "--restart-delay", 0.01)
     max_restart_delay = _seconds(max_restart_delay, "--max-restart-delay", restart_delay)
     watch_interval = _seconds(watch_interval, "--watch-interval", 0.05)
-    check_error_patterns(os.environ if environ is None else environ)
+    environ = os.environ if environ is None else environ
+    check_error_patterns(environ)
+    address = parse_listen(listen, allow_remote) if listen is not None else None
+    token = read_token(token_file, environ)
+    if address is not None and not is_loopback(address[0]) and token is None and not insecure_no_auth:
+        raise OptionsError(
+            f"--listen {listen}: a proxy on the network needs a token ({TOKEN_VARIABLE} or --token-file); "
+            "pass --insecure-no-auth to serve without one"
+        )
     return ProxyOptions(
         servers=servers,
-        listen=parse_listen(listen, allow_remote) if listen is not None else None,
+        listen=address,
         restart_delay=restart_delay,
         max_restart_delay=max_restart_delay,
         watch_interval=watch_interval,
+        allow_hosts=tuple(parse_allow_host(h) for h in allow_hosts),
+        token=token,
     )

@@ -15,7 +15,9 @@ from typing import Any
 
 import anyio
 from mcp.server.runner import serve_loop
+from mcp.server.transport_security import TransportSecuritySettings
 
+from otel_breaker.mcp_proxy.door import Door, allowed_hosts
 from otel_breaker.mcp_proxy.forward import Forwarder, ProxyServer
 from otel_breaker.mcp_proxy.options import ProxyOptions
 from otel_breaker.mcp_proxy.stdio import client_stdio
@@ -93,8 +95,15 @@ async def _serve_http(server: ProxyServer, options: ProxyOptions) -> None:
 
     assert options.listen is not None
     host, port = options.listen
-    app = server.streamable_http_app(host=host, streamable_http_path=options.path)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+    # The door checks Host, Origin and the token of every request, on every listen
+    # address; the SDK's own check (loopback addresses only) is left off.
+    app = server.streamable_http_app(
+        host=host,
+        streamable_http_path=options.path,
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+    )
+    door = Door(app, allowed_hosts(host, options.allow_hosts), options.token)
+    config = uvicorn.Config(door, host=host, port=port, log_level="warning", lifespan="on")
     http = uvicorn.Server(config)
 
     async def announce() -> None:

@@ -106,3 +106,45 @@ def test_a_bad_config_is_one_line_naming_the_problem(tmp_path, document, message
 def test_a_missing_config_file_is_one_line():
     with pytest.raises(OptionsError, match="cannot read it"):
         load_config("/no/such/servers.json")
+
+
+def test_a_token_comes_from_a_private_file_or_the_environment(tmp_path):
+    token = tmp_path / "token"
+    token.write_text("abc123\n")
+    token.chmod(0o600)
+    options = build(["--", "x"], listen="127.0.0.1:0", token_file=str(token), environ={})
+    assert options.token == "abc123" and "abc123" not in repr(options)
+    from_env = build(["--", "x"], listen="127.0.0.1:0", environ={"OTEL_BREAKER_PROXY_TOKEN": "env-token"})
+    assert from_env.token == "env-token"
+    assert build(["--", "x"], listen="127.0.0.1:0", environ={}).token is None
+
+
+@pytest.mark.parametrize(
+    ("content", "mode", "says"),
+    [("", 0o600, "the file is empty"), ("\n  \n", 0o600, "the file is empty"), ("abc123", 0o644, "others can read it")],
+)
+def test_a_token_file_that_is_empty_or_readable_by_others_is_refused(tmp_path, content, mode, says):
+    token = tmp_path / "token"
+    token.write_text(content)
+    token.chmod(mode)
+    with pytest.raises(OptionsError, match=says) as refused:
+        build(["--", "x"], listen="127.0.0.1:0", token_file=str(token), environ={})
+    assert "abc123" not in str(refused.value) and "\n" not in str(refused.value)
+    with pytest.raises(OptionsError, match="cannot read it"):
+        build(["--", "x"], listen="127.0.0.1:0", token_file=str(tmp_path / "missing"), environ={})
+
+
+def test_a_network_listen_address_needs_a_token_or_insecure_no_auth():
+    with pytest.raises(OptionsError, match="needs a token"):
+        build(["--", "x"], listen="0.0.0.0:80", allow_remote=True, environ={})
+    open_proxy = build(["--", "x"], listen="0.0.0.0:80", allow_remote=True, insecure_no_auth=True, environ={})
+    assert open_proxy.token is None
+    guarded = build(["--", "x"], listen="0.0.0.0:80", allow_remote=True, environ={"OTEL_BREAKER_PROXY_TOKEN": "t"})
+    assert guarded.token == "t"
+
+
+def test_allow_host_takes_names_only():
+    options = build(["--", "x"], listen="127.0.0.1:0", allow_hosts=["Proxy.Internal", "[::1]"], environ={})
+    assert options.allow_hosts == ("proxy.internal", "::1")
+    with pytest.raises(OptionsError, match="--allow-host"):
+        build(["--", "x"], listen="127.0.0.1:0", allow_hosts=["http://x/"], environ={})

@@ -47,10 +47,16 @@ def http_server():
 
 @pytest.fixture
 def listening_proxy():
-    """``otel-breaker mcp-proxy --listen 127.0.0.1:0 -- server``: the URL it announces."""
+    """``otel-breaker mcp-proxy --listen 127.0.0.1:0 -- server`` (or another listen address):
+    the URL it announces."""
     started: list[subprocess.Popen] = []
 
-    def start(*server_args: str, env: dict[str, str] | None = None, proxy_args: tuple[str, ...] = ()) -> str:
+    def start(
+        *server_args: str,
+        env: dict[str, str] | None = None,
+        proxy_args: tuple[str, ...] = (),
+        listen: str = "127.0.0.1:0",
+    ) -> str:
         proc = subprocess.Popen(
             [
                 sys.executable,
@@ -58,7 +64,7 @@ def listening_proxy():
                 "otel_breaker",
                 "mcp-proxy",
                 "--listen",
-                "127.0.0.1:0",
+                listen,
                 *proxy_args,
                 "--",
                 *server_command(*server_args),
