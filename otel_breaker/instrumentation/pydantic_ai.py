@@ -36,6 +36,10 @@ _preparing: contextvars.ContextVar[bool] = contextvars.ContextVar("otel_breaker_
 _while_status = lambda *_: status_in_prompt_enabled() or SKIP  # noqa: E731
 
 
+#: What a run ended by a spent retry budget is raised from: the tool's request to retry.
+_RETRY_CAUSES = frozenset({"ToolRetryError", "ModelRetry"})
+
+
 class PydanticAIAdapter(SpecAdapter):
     name = "pydantic_ai"
     patches = (
@@ -116,14 +120,15 @@ class PydanticAIAdapter(SpecAdapter):
 
     def exception_hint(self, call: ToolCall, exc: BaseException) -> str | None:
         """The tool's request to retry (``ModelRetry``): ``ToolRetryError``, or the run's
-        ``UnexpectedModelBehavior`` raised from one once the retry budget is spent. After a
+        ``UnexpectedModelBehavior`` raised from one (or from the ``ModelRetry`` itself, as
+        pydantic-ai 2.78 raises it) once the retry budget is spent. After a
         nested failure it is an MCP toolset's retry for an error result the session below
         already counted."""
         if nested_failure():
             return None
         if type(exc).__name__ == "ToolRetryError":
             return RETRY_REQUEST
-        if type(exc).__name__ == "UnexpectedModelBehavior" and type(exc.__cause__).__name__ == "ToolRetryError":
+        if type(exc).__name__ == "UnexpectedModelBehavior" and type(exc.__cause__).__name__ in _RETRY_CAUSES:
             return RETRY_REQUEST
         return None
 

@@ -321,3 +321,39 @@ def test_rejection_takes_the_form_its_caller_expects():
             adapter.rejection(call, info)
     finally:
         adapter_module._part.reset(token)
+
+
+def test_a_spent_model_retry_budget_is_no_failure_of_the_tool(instrument, otel):
+    """A tool that only asks the model to try again (``ModelRetry``) ends the run with
+    ``UnexpectedModelBehavior`` once its retries are spent; the run's end is raised from
+    the ``ToolRetryError``, a retry request: five such runs leave the tool's breaker closed,
+    exactly as the runs go without otel-breaker."""
+    from pydantic_ai.exceptions import UnexpectedModelBehavior
+    from pydantic_ai.models.test import TestModel
+
+    def runs_of_a_retrying_tool() -> list[str]:
+        agent = Agent(name="retrying", retries=1)
+
+        @agent.tool_plain
+        def lookup(x: int) -> str:
+            """Asks for other input every time."""
+            BODY_RUNS["lookup"] += 1
+            raise ModelRetry(f"no record {x}: try another id")
+
+        ends = []
+        for _ in range(5):
+            with pytest.raises(UnexpectedModelBehavior) as raised:
+                agent.run_sync("go", model=TestModel())
+            ends.append(type(raised.value.__cause__).__name__)
+        return ends
+
+    without = runs_of_a_retrying_tool()
+    runs_without = BODY_RUNS["lookup"]
+    BODY_RUNS.clear()
+    instrument("pydantic_ai")
+    assert runs_of_a_retrying_tool() == without
+    assert set(without) <= {"ModelRetry", "ToolRetryError"}
+    assert BODY_RUNS["lookup"] == runs_without
+    (breaker,) = default_registry().find("lookup")
+    assert breaker.state is State.CLOSED
+    assert breaker.stats.failure_count == 0
