@@ -214,3 +214,26 @@ def test_healthy_named_agent_unchanged(instrument, otel):
     )
     assert on == off
     assert {s.attributes.get("gen_ai.agent.name") for s in otel.tool_spans("lookup")} == {"helper"}
+
+
+def test_a_tools_own_argument_parsing_that_is_unimplemented_has_failed(instrument, otel):
+    """An exception raised under langchain-core's argument parsing is the model's mistake only
+    when langchain-core or pydantic refused the arguments: a tool whose own override of
+    ``_parse_input`` (called from langchain-core's ``_to_args_and_kwargs``) raises
+    ``NotImplementedError`` is a bug in the tool, counted."""
+    from langchain_core.tools import StructuredTool
+
+    class Unfinished(StructuredTool):
+        def _parse_input(self, tool_input, tool_call_id):
+            raise NotImplementedError("argument parsing is not written yet")
+
+    def lookup(q: str) -> str:
+        return q
+
+    unfinished = Unfinished.from_function(lookup, name="lookup", description="Looks up.")
+    instrument("langchain")
+    for i in range(3):
+        with pytest.raises(NotImplementedError):
+            unfinished.invoke({"name": "lookup", "args": {"q": "x"}, "id": f"u{i}", "type": "tool_call"})
+    out = unfinished.invoke({"name": "lookup", "args": {"q": "x"}, "id": "u9", "type": "tool_call"})
+    assert isinstance(out, ToolMessage) and UNAVAILABLE in out.content
