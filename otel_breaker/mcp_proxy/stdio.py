@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 from collections.abc import AsyncIterator
 from typing import Any
@@ -77,7 +78,15 @@ class LineReadStream:
                 raise anyio.EndOfStream
             if not line.strip():
                 continue
-            return parse_message(self._text(line), self.expected)
+            message = parse_message(self._text(line), self.expected)
+            if isinstance(message, Exception) and await self._answered(line):
+                continue
+            return message
+
+    async def _answered(self, line: bytes) -> bool:
+        """Whether a line that is not a valid message was answered here (it is then not
+        handed on); the session drops what it cannot parse without an answer."""
+        return False
 
     def _text(self, line: bytes) -> bytes | str:
         """The line as the parser gets it."""
@@ -144,6 +153,47 @@ class LineWriteStream:
         await self.aclose()
 
 
+class ClientInput(LineReadStream):
+    """The client's messages; a request the SDK cannot read is answered -32600 here.
+
+    A request whose ``params`` is a string or a list (or that is otherwise not a
+    valid request) but carries an ``id`` and a ``method`` would be dropped by the
+    session with no answer, leaving the client waiting; JSON-RPC answers it
+    "invalid request" with its id."""
+
+    def __init__(self, reader: asyncio.StreamReader, output: LineWriteStream) -> None:
+        super().__init__(reader)
+        self._output = output
+
+    async def _answered(self, line: bytes) -> bool:
+        request_id = invalid_request_id(line)
+        if request_id is None:
+            return False
+        error = types.ErrorData(code=types.INVALID_REQUEST, message="Invalid request: params must be an object")
+        answer = types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error)
+        try:
+            await self._output.send(SessionMessage(answer))
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass
+        return True
+
+
+def invalid_request_id(line: bytes) -> int | str | None:
+    """The id of a line that is a JSON-RPC request in shape (an object with a ``method``
+    and an ``id``) the SDK could not read; None for anything else (a notification, a
+    response, or a line that is not JSON: those have no one to answer)."""
+    try:
+        document = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(document, dict) or not isinstance(document.get("method"), str):
+        return None
+    request_id = document.get("id")
+    if isinstance(request_id, bool) or not isinstance(request_id, int | str):
+        return None
+    return request_id
+
+
 @contextlib.asynccontextmanager
 async def client_stdio() -> AsyncIterator[tuple[Any, Any]]:
     """``(read_stream, write_stream)`` of the proxy's client, as ``stdio_server`` yields them."""
@@ -153,8 +203,9 @@ async def client_stdio() -> AsyncIterator[tuple[Any, Any]]:
             yield streams
         return
     reader, writer, restore = opened
+    output = LineWriteStream(writer)
     try:
-        yield LineReadStream(reader), LineWriteStream(writer)
+        yield ClientInput(reader, output), output
     finally:
         restore()
 
