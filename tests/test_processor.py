@@ -118,3 +118,29 @@ def test_foreign_spans_while_open_only_update_statistics(tracer):
     foreign_tool_span(tracer, "genai", "weather")  # not a probe: the breaker stays open
     assert breaker.state is State.OPEN
     assert breaker.stats.success_count == 1
+
+
+def _span_with_exception(tracer, tool: str, exc: BaseException) -> None:
+    with tracer.start_as_current_span(f"{tool} tool", attributes=SHAPES["genai"](tool)) as span:
+        span.record_exception(exc)
+        span.set_status(Status(StatusCode.ERROR))
+
+
+def test_foreign_spans_are_judged_by_their_own_protocol(tracer):
+    """A failed foreign tool span is judged by the same rules as an exception: its status
+    attributes (HTTP, gRPC, SQLSTATE, an MCP span's JSON-RPC code), else its exception
+    event's text. The caller's mistakes are neutral; an outage still counts."""
+    get_circuit_breaker("fetch", CircuitBreakerConfig(failure_threshold=2))
+    for status in (404, 422, 400):
+        foreign_tool_span(
+            tracer, "genai", "fetch", error="HTTPStatusError", attributes={"http.response.status_code": status}
+        )
+    foreign_tool_span(tracer, "genai", "fetch", error="RpcError", attributes={"rpc.grpc.status_code": 3})
+    foreign_tool_span(tracer, "genai", "fetch", error="UndefinedTable", attributes={"db.response.status_code": "42P01"})
+    foreign_tool_span(tracer, "genai", "fetch", error="-32602")
+    _span_with_exception(tracer, "fetch", FileNotFoundError(2, "No such file or directory", "/tmp/nope"))
+    stats = get_circuit_breaker("fetch").stats
+    assert (stats.state, stats.failure_count, stats.ignored_count) == (State.CLOSED, 0, 7)
+    foreign_tool_span(tracer, "genai", "fetch", error="HTTPStatusError", attributes={"http.response.status_code": 503})
+    _span_with_exception(tracer, "fetch", ConnectionRefusedError(111, "Connection refused"))
+    assert get_circuit_breaker("fetch").state is State.OPEN
