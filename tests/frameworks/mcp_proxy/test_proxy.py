@@ -224,7 +224,13 @@ async def test_a_killed_server_is_restarted_and_its_upstream_opens_and_recovers(
                 await anyio.sleep(0.05)
         assert text(answer) == "echo: back?"
         second_pid = int(text(await client.call_tool("pid", {})))
-        rows = {row["tool"]: row for row in _status(status_port)}  # the proxy's status endpoint
+        # The proxy's status endpoint answers from the board's snapshot, read once a second.
+        with anyio.fail_after(PATIENCE):
+            while True:
+                rows = {row["tool"]: row for row in _status(status_port)}
+                if rows["upstream:proxy-test-server@3.1.4"]["state"] == "closed":
+                    break
+                await anyio.sleep(0.2)
     assert second_pid != first_pid
     upstream = rows["upstream:proxy-test-server@3.1.4"]
     assert upstream["opened"] >= 1 and upstream["state"] == "closed"
