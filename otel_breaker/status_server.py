@@ -138,6 +138,7 @@ def breaker_row(breaker: CircuitBreaker, wall_ms: int, now: float) -> dict[str, 
         "failures": stats.failure_count,
         "successes": stats.success_count,
         "opened": stats.opened_count,
+        "rejected": stats.rejected_requests,
         "forced_open": forced,
         "retry_after_s": retry_after,
         "last_change_ms": last_change_ms,
@@ -222,7 +223,7 @@ class ProcessSource:
     and one read touches every breaker lightly and 1,000 fully.
     """
 
-    #: Rejections are counted per breaker here (the shared store does not count them).
+    #: Rejections are counted per breaker (``rejected``), as the shared store counts them.
     counts_rejections = True
 
     def __init__(self, registry: BreakerRegistry, per_read: int = 1000) -> None:
@@ -261,7 +262,6 @@ class ProcessSource:
                 row = breaker_row(breaker, wall_ms, breaker.clock())
                 same = entry is not None and entry[0] is breaker
                 row["upstream"] = entry[2]["upstream"] if same else label_of(breaker.name, breaker.source)
-                row["rejected"] = breaker.stats.rejected_requests
                 row["read_ms"] = wall_ms  # a kept row's age is moved on by the time since
             fresh[id(breaker)] = (breaker, quick, row)
         if fresh.keys() != known.keys():  # breakers came or went: sort again

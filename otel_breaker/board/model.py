@@ -1,16 +1,17 @@
 """The board's data: breaker rows in, cached compact documents out.
 
 A *source* gives the rows (one process's registry, or the shared store): the
-fields of ``otel-breaker status --json`` plus ``upstream`` and, where the
-source counts them, ``rejected`` (lifetime rejections). :class:`Board` reads
+fields of ``otel-breaker status --json`` (``rejected`` among them, the rejections
+since the breaker's last reset) plus ``upstream``. :class:`Board` reads
 the source at most once per ``ttl`` however many clients poll, and
 :meth:`Board.sample` reads it on a clock of its own, watched or not, so the
 per-second counts in :class:`~otel_breaker.board.window.Window` (calls per
 minute, failures, rejections, the sparkline) are the same whenever the page
 first looks. Latency (``latency_p50_ms``, ``latency_p99_ms``) comes with the
 rows: the source's own figures over the last minute, None where it has none
-(a process times its calls while its status endpoint runs; the shared store
-keeps no durations). Each encoded answer is cached until the next read. A request
+(a process times its calls while its status endpoint runs; in the shared store,
+every worker's calls as the workers report them, see ``store.redis_figures``).
+Each encoded answer is cached until the next read. A request
 therefore costs the agent at most one read per second plus a filter over a
 list, and its answer is bounded by ``limit``.
 """
@@ -39,7 +40,7 @@ _MAX_CACHED = 64
 BUSY_SHARE = 20
 UPSTREAM_PREFIX = "upstream:"
 #: Row fields only the board uses: ``/status`` keeps the shared store's fields exactly.
-_BOARD_ONLY = frozenset({"rejected", "upstream", "read_ms"})
+_BOARD_ONLY = frozenset({"upstream", "read_ms"})
 #: The columns of a board row, in order (the page reads them by position: compact JSON).
 COLUMNS = (
     "tool",

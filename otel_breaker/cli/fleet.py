@@ -29,10 +29,12 @@ class FleetSource:
     The store's successes and failures are counted by every worker into the same
     hash, so the board's per-second sampling of them (``Board.start_sampling``)
     gives the fleet's rates however many workers there are. Rejections happen in
-    each worker without a write to the store, so the fleet board has none to show.
+    each worker without a write to the store; each worker adds its own to the
+    breaker's ``rejected`` total about once a second, with its calls' durations
+    (``store.redis_report``), so rejections per minute and latency are the fleet's too.
     """
 
-    counts_rejections = False
+    counts_rejections = True
 
     def __init__(self, store: Any) -> None:
         self.store = store

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from otel_breaker.breaker import CircuitBreaker, State
+from otel_breaker.store.redis_figures import latency_ms, rejected
 from otel_breaker.store.redis_keys import identity_of_key
 from otel_breaker.store.redis_setup import is_cluster_client
 from otel_breaker.store.redis_storage import AGENT_TTL, SESSION_TTL, STATES, TOOL_TTL, RedisStorage, text
@@ -66,6 +67,7 @@ def row(key: str, fields: dict[str, str], now_ms: int) -> dict[str, Any]:
         retry_after = None if open_until < 0 else max(0.0, (open_until - now_ms) / 1000.0)
     last_change = int(float(fields.get("lc", "0"))) or None
     identity = identity_of_key(key)
+    p50_ms, p99_ms = latency_ms(fields, now_ms)
     return {
         "key": key,
         "tool": fields.get("tool", ""),
@@ -77,12 +79,12 @@ def row(key: str, fields: dict[str, str], now_ms: int) -> dict[str, Any]:
         "failures": int(fields.get("failures", "0")),
         "successes": int(fields.get("successes", "0")),
         "opened": int(fields.get("opened", "0")),
+        "rejected": rejected(fields),
         "forced_open": state is State.OPEN and open_until < 0,
         "retry_after_s": retry_after,
         "last_change_ms": last_change,
         "last_change_age_s": None if last_change is None else max(0.0, (now_ms - last_change) / 1000.0),
-        # Workers keep call durations in their own memory, not in the store: the fields are
-        # here so a row has the same fields as a process's ``/status`` row, and stay None.
-        "latency_p50_ms": None,
-        "latency_p99_ms": None,
+        # What the workers reported: the fleet's calls of the last minute (redis_figures).
+        "latency_p50_ms": p50_ms,
+        "latency_p99_ms": p99_ms,
     }

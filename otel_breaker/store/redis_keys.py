@@ -49,6 +49,13 @@ def channel_name(prefix: str) -> str:
     return "{" + f"{prefix}:events" + "}"
 
 
+def reported_key(redis_key: str, origin: str) -> str:
+    """The key that remembers the last report of worker ``origin`` to the breaker at
+    ``redis_key``: inside the breaker's hash tag (its slot on a Cluster, the keys'
+    ACL pattern), so a report the worker sends again after a lost answer counts once."""
+    return f"{redis_key}:reported:{origin}"
+
+
 def access_keys(prefix: str) -> tuple[str, str, str]:
     """The keys the permission check and ``ping`` run on: a breaker's three, under the prefix."""
     key = "{" + f"{prefix}:check" + "}"

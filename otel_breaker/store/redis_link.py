@@ -63,3 +63,14 @@ class AdminStore(ScriptStore, Protocol):
 
     prefix: str
     _clients: Clients
+
+
+class ReportStore(Protocol):
+    """The store as its workers' reports (``redis_report.Reporter``) see it."""
+
+    #: This store's id (new in a forked child): its reports are numbered under it.
+    origin: str
+    _clients: Clients
+
+    def breakers(self) -> list[CircuitBreaker]: ...
+    def _sync_script(self) -> Any: ...

@@ -10,6 +10,10 @@
 -- Reply: {result, token, state, generation, retry ms, consecutive failures, free,
 --         version, transition from (-1: none), reason, window calls, window failures}
 -- result: 0 admitted, 1 admitted as a pending call (token), 2 probe (token = lease), -1 rejected.
+-- 'report' (a worker's rejections and call durations, see redis_report.py) has its own
+-- arguments: KEYS[1] state hash, KEYS[2] the worker's last report number; ARGV: 1 op,
+-- 2 report number, 3 rejections, 4 bucket counts ("3,0,12,..." or ""), 5 slice ms,
+-- 6 slices, 7 ms the report number is remembered. Reply: 1 added, 0 added before.
 -- Time is the server's TIME; an op written "acquire@<ms>" runs at <ms> instead (tests only:
 -- a reference model drives cooldowns from its fake clock).
 if ARGV[1] == 'ping' then
@@ -32,7 +36,7 @@ if ARGV[1] == 'access' then
     {'HMGET', KEYS[1], 'access'}, {'HGET', KEYS[1], 'access'}, {'HSET', KEYS[1], 'access', '1'},
     {'HINCRBY', KEYS[1], 'access', '0'}, {'HDEL', KEYS[1], 'access'}, {'PEXPIRE', KEYS[1], '1000'},
     {'ZADD', KEYS[2], '0', 'access'}, {'ZCARD', KEYS[2]}, {'ZREMRANGEBYSCORE', KEYS[2], '-inf', '-inf'},
-    {'ZREM', KEYS[2], 'access'}, {'DEL', KEYS[3]},
+    {'ZREM', KEYS[2], 'access'}, {'GET', KEYS[3]}, {'SET', KEYS[3], '0', 'PX', '1000'}, {'DEL', KEYS[3]},
     {'PUBLISH', channel, ''},
   }
   local refused = {}
@@ -52,6 +56,42 @@ else
   op = ARGV[1]
   local t = redis.call('TIME')
   now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+if op == 'report' then
+  local seq = tonumber(ARGV[2])
+  if tonumber(redis.call('GET', KEYS[2]) or '0') >= seq then
+    return 0 -- added already: the worker sends a report again when it did not hear the answer
+  end
+  redis.call('SET', KEYS[2], seq, 'PX', ARGV[7])
+  if not redis.call('HGET', H, 'st') then
+    return 1 -- the breaker expired or was deleted: nothing to add to, and no hash is made
+  end
+  local rejected = tonumber(ARGV[3])
+  if rejected > 0 then
+    redis.call('HINCRBY', H, 'rejected', rejected)
+  end
+  if ARGV[4] ~= '' then
+    -- a ring of slices on the server's clock: a slot holding an older slice starts again
+    local slice = math.floor(now / tonumber(ARGV[5]))
+    local field = 'lh' .. (slice % tonumber(ARGV[6]))
+    local counts = {}
+    local kept = redis.call('HGET', H, field)
+    if kept then
+      local at, rest = string.match(kept, '^(%d+):(.*)$')
+      if tonumber(at) == slice then
+        for count in string.gmatch(rest, '%d+') do
+          table.insert(counts, tonumber(count))
+        end
+      end
+    end
+    local index = 0
+    for count in string.gmatch(ARGV[4], '%d+') do
+      index = index + 1
+      counts[index] = (counts[index] or 0) + tonumber(count)
+    end
+    redis.call('HSET', H, field, slice .. ':' .. table.concat(counts, ','))
+  end
+  return 1
 end
 local ttl = tonumber(ARGV[3])
 local threshold = tonumber(ARGV[4])
@@ -281,7 +321,7 @@ elseif op == 'close' then
 elseif op == 'reset' then
   pv = 0
   transition(0, 'reset')
-  redis.call('HSET', H, 'successes', 0, 'failures', 0, 'opened', 0)
+  redis.call('HSET', H, 'successes', 0, 'failures', 0, 'opened', 0, 'rejected', 0)
 elseif op == 'health' then
   -- a cooldown already over makes the breaker half-open, as a read would: the
   -- health check did not move it

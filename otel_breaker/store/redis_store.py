@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import secrets
@@ -18,6 +19,7 @@ from otel_breaker.breaker import CircuitBreaker, CircuitBreakerConfig, Clock
 from otel_breaker.identity import ToolKey
 from otel_breaker.store.redis_feed import ChangeFeed
 from otel_breaker.store.redis_keys import access_keys, breaker_key, channel_name
+from otel_breaker.store.redis_report import REPORT_INTERVAL, Reporter
 from otel_breaker.store.redis_setup import (
     DEFAULT_PREFIX,
     DEFAULT_SOCKET_TIMEOUT,
@@ -65,6 +67,7 @@ class RedisStore:
         watch: bool = True,
         url: str | None = None,
         clients: Clients | None = None,
+        report_interval: float | None = REPORT_INTERVAL,
     ) -> None:
         if not prefix or any(c in prefix for c in "{}*?[]\\"):
             raise StoreError(f"invalid Redis key prefix {prefix!r}: non-empty, without {{ }} * ? [ ] \\")
@@ -95,6 +98,7 @@ class RedisStore:
         self._breakers: dict[str, weakref.WeakSet[CircuitBreaker]] = {}
         self._watch = watch
         self._feed = ChangeFeed(self)
+        self._reporter = Reporter(self, report_interval) if report_interval else None
         self._script: Any = None
         self._ascript: Any = None
         self._closed = False
@@ -194,6 +198,7 @@ class RedisStore:
         with self._lock:
             self._breakers.setdefault(redis_key, weakref.WeakSet()).add(breaker)
         self._start_watching()
+        self._start_reporting()
         return breaker
 
     def breakers(self) -> list[CircuitBreaker]:
@@ -202,6 +207,8 @@ class RedisStore:
 
     def _forget(self, breaker: CircuitBreaker) -> None:
         key = breaker.storage.key  # type: ignore[union-attr]
+        if self._reporter is not None:
+            self._reporter.forget(breaker)  # what it counted since the last report is still reported
         with self._lock:
             group = self._breakers.get(key)
             if group is not None:
@@ -324,6 +331,15 @@ class RedisStore:
         if self._watch and not self._closed:
             self._feed.start()
 
+    def _start_reporting(self) -> None:
+        if self._reporter is not None and not self._closed:
+            self._reporter.start()
+
+    def report(self) -> bool:
+        """Send this worker's rejections and call durations now (the reporting thread does it every
+        ``report_interval`` seconds); True when Redis has them all, False when they are kept for later."""
+        return self._reporter.flush() if self._reporter is not None else True
+
     def _after_fork(self) -> None:
         """In a forked child the change feed thread and the sockets are the parent's: start over."""
         self._lock = threading.Lock()
@@ -333,11 +349,14 @@ class RedisStore:
                 breaker.storage.configure(breaker)
         self._clients.after_fork()
         self._feed.after_fork()
+        if self._reporter is not None:
+            self._reporter.after_fork()
         self.watching = False
         self._watch_epoch += 1
         self._invalidate()
         if self._breakers and not self._closed:
             self._start_watching()
+            self._start_reporting()
 
     def _set_watching(self, watching: bool) -> None:
         with self._lock:
@@ -346,9 +365,11 @@ class RedisStore:
         self._invalidate()
 
     def close(self) -> None:
-        """Stop following changes and release the connections."""
+        """Stop following changes, send what is left to report, and release the connections."""
         self._closed = True
         self._feed.stop()
+        if self._reporter is not None:
+            self._reporter.stop()
         self._clients.close()
 
     # -- administration (the command line) -----------------------------------------------
@@ -388,5 +409,17 @@ def _reinit_after_fork() -> None:
         store._after_fork()
 
 
+def _report_at_exit() -> None:
+    """A worker that exits sends what it has not reported yet (one try each, bounded by the socket
+    timeout): a short-lived worker's rejections and durations reach the fleet's board too."""
+    for store in list(_STORES):
+        if not store._closed:
+            try:
+                store.report()
+            except Exception:
+                pass
+
+
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_reinit_after_fork)
+atexit.register(_report_at_exit)

@@ -20,7 +20,7 @@ PASSWORD = "acl-secret"
 #: Every command the store, its change feed and the command line run (docs/redis.md lists the same).
 MINIMAL = (
     "+ping +info +evalsha +script|load +subscribe +time +hmget +hget +hset +hincrby +hdel +pexpire "
-    "+zadd +zcard +zremrangebyscore +zrem +del +publish +scan +hgetall"
+    "+zadd +zcard +zremrangebyscore +zrem +del +get +set +publish +scan +hgetall"
 )
 
 
@@ -128,3 +128,21 @@ def test_doctor_names_the_missing_permission_in_one_line(server):
     assert len(lines) == 1, result.stdout
     assert "PUBLISH {acl:events}" in lines[0] and "ACL SETUSER keys_only" in lines[0]
     assert PASSWORD not in result.stdout
+
+
+def test_the_minimal_set_reports_rejections_and_latency(server):
+    """The workers' reports (for the fleet board) need nothing beyond the documented set."""
+    url = _user(server, "reporter", f"~{{acl:* &{{acl:* {MINIMAL}")
+    store = RedisStore.from_url(url, prefix=PREFIX, socket_timeout=SOCKET_TIMEOUT, report_interval=3600.0)
+    try:
+        breaker = store.create("inventory", CircuitBreakerConfig())
+        assert breaker.call(lambda: "ok") == "ok"
+        breaker.force_open(None)
+        for _ in range(3):
+            assert breaker.acquire() == REJECTED
+        assert store.report(), store._reporter.failures
+        (row,) = store.snapshot()
+        assert row["rejected"] == 3 and row["latency_p50_ms"] is not None
+        assert store.error_count == 0, store.last_error
+    finally:
+        store.close()

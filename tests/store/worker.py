@@ -8,7 +8,11 @@ Scenarios:
   with ``tools``, each attempt calls every one of those dead tools (counted per
   tool in the hash ``reached_key:tools``);
 * ``race``: ``threads`` threads acquire the same breaker at once and hold
-  their permits; reports how many probes were handed out.
+  their permits; reports how many probes were handed out;
+* ``report``: calls the open tool ``open_tool`` ``rejects`` times (each one rejected)
+  and the healthy tool ``tool`` once per entry of ``durations``, each call taking
+  exactly that many seconds of the breakers' clock (a fake one, moved by the tool);
+  the store reports both as it closes.
 """
 
 from __future__ import annotations
@@ -46,6 +50,11 @@ def main() -> None:
         real_time, real_monotonic = time.time, time.monotonic
         time.time = lambda: real_time() + offset
         clock = lambda: real_monotonic() + offset  # noqa: E731
+    elif opts.get("fake_clock"):
+        now = [1000.0]  # moved only by the tool: every duration is exact
+
+        def clock() -> float:
+            return now[0]
     else:
         clock = None
     control = redis.Redis.from_url(opts["control_url"])
@@ -121,6 +130,21 @@ def main() -> None:
             "rejected": sum(p == REJECTED for p in permits),
             "admitted_closed": sum(not isinstance(p, tuple) and p != REJECTED for p in permits),
         }
+    elif scenario == "report":
+        guard = Guard(registry)
+
+        def tool(seconds: float) -> str:
+            now[0] += seconds
+            return "ok"
+
+        rejected = 0
+        for _ in range(opts["rejects"]):
+            value = guard.call(ToolCall(opts["open_tool"]), tool, (0.0,))
+            if isinstance(value, dict) and value.get("error"):
+                rejected += 1
+        for seconds in opts["durations"]:
+            guard.call(ToolCall(opts["tool"]), tool, (seconds,))
+        result = {"rejected": rejected, "calls": len(opts["durations"])}
     else:
         raise SystemExit(f"unknown scenario {scenario}")
     result["transitions"] = transitions
