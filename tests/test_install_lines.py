@@ -27,8 +27,6 @@ FROM_INDEX = re.compile(
     r"""\s+["']?otel-breaker(\[|["'\s`]|$)"""
 )
 MARKED = re.compile(r"once (it is )?released|released form|once the release|once a release", re.IGNORECASE)
-#: Quoted messages that are not recipes: what a command prints, cited as it is.
-QUOTED_MESSAGES = ('without the `mcp` SDK the command says `pip install "otel-breaker[mcp]"`',)
 
 
 def unmarked_install_lines() -> list[str]:
@@ -36,7 +34,7 @@ def unmarked_install_lines() -> list[str]:
     for path in FILES:
         lines = path.read_text(encoding="utf-8").splitlines()
         for number, line in enumerate(lines):
-            if not FROM_INDEX.search(line) or any(message in line for message in QUOTED_MESSAGES):
+            if not FROM_INDEX.search(line):
                 continue
             nearby = lines[max(0, number - 1) : number + 2]
             if not any(MARKED.search(text) for text in nearby):

@@ -13,12 +13,17 @@ from typing import Any
 
 from otel_breaker.cli import UsageError
 
-INSTALL_HINT = 'the MCP proxy needs the MCP SDK: pip install "otel-breaker[mcp]"'
+INSTALL_HINT = (
+    'the MCP proxy needs the MCP SDK: pip install "mcp>=2.3,<3" (or, in a clone of otel-breaker, '
+    'pip install -e ".[mcp]")'
+)
 
 _EPILOG = """\
 examples:
   otel-breaker mcp-proxy -- npx -y @modelcontextprotocol/server-filesystem /tmp
-  otel-breaker mcp-proxy --upstream https://mcp.example.com/mcp --header "Authorization: Bearer ${TOKEN}"
+  otel-breaker mcp-proxy --upstream https://mcp.example.com/mcp --header 'Authorization: Bearer ${TOKEN}'
+    (single quotes: the proxy reads TOKEN from its environment, so the token never
+    reaches the command line or ps)
   otel-breaker mcp-proxy --listen 127.0.0.1:8765 -- python my_server.py
   otel-breaker mcp-proxy --config servers.json
 
