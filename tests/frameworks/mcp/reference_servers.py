@@ -12,6 +12,7 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -117,3 +118,36 @@ def missing_reads(allowed: Path, count: int = 6) -> list[Call]:
 def outside_reads(count: int = 6) -> list[Call]:
     """Reads of paths outside the allowed folder, a different one each time."""
     return [("read_text_file", {"path": f"/etc/otel-breaker-outside-{i}.txt"}) for i in range(count)]
+
+
+def _descendants(pid: int) -> list[int]:
+    """The processes started by ``pid`` and by them, read from ``/proc`` (Linux)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, pending = [], [pid]
+    while pending:
+        parent = pending.pop()
+        children = [child for child, of in parents.items() if of == parent]
+        found.extend(children)
+        pending.extend(children)
+    return found
+
+
+def kill_filesystem_server() -> None:
+    """Kill the npm filesystem server this process started (directly or through a proxy)."""
+    for pid in _descendants(os.getpid()):
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        program, _, rest = command.partition(b"\0")
+        if os.path.basename(program) == b"node" and b"mcp-server-filesystem" in rest:  # not the proxy naming it
+            os.kill(pid, signal.SIGKILL)
+            return
+    raise AssertionError("the filesystem server process was not found")

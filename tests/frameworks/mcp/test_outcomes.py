@@ -9,8 +9,6 @@ polling server of this folder (``polling_server.py``).
 from __future__ import annotations
 
 import logging
-import os
-import signal
 from pathlib import Path
 
 import anyio
@@ -27,6 +25,7 @@ from reference_servers import (
     filesystem_command,
     git_command,
     git_repository,
+    kill_filesystem_server,
     missing_reads,
     outside_reads,
     stdio,
@@ -146,38 +145,6 @@ async def test_a_rate_limit_opens_the_server_for_its_retry_after(instrument, reg
     assert upstream.retry_after == pytest.approx(RETRY_AFTER_SECONDS)
 
 
-def _descendants(pid: int) -> list[int]:
-    """The processes started by ``pid`` and by them, read from ``/proc`` (Linux)."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found, pending = [], [pid]
-    while pending:
-        parent = pending.pop()
-        children = [child for child, of in parents.items() if of == parent]
-        found.extend(children)
-        pending.extend(children)
-    return found
-
-
-def _kill_filesystem_server() -> None:
-    for pid in _descendants(os.getpid()):
-        try:
-            command = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        program, _, rest = command.partition(b"\0")
-        if os.path.basename(program) == b"node" and b"mcp-server-filesystem" in rest:  # not the proxy naming it
-            os.kill(pid, signal.SIGKILL)
-            return
-    raise AssertionError("the filesystem server process was not found")
-
-
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the server's process in /proc (Linux)")
 async def test_a_killed_filesystem_server_opens_within_the_threshold(instrument, allowed):
     instrument("mcp")
@@ -186,7 +153,7 @@ async def test_a_killed_filesystem_server_opens_within_the_threshold(instrument,
         async with Client(stdio(filesystem_command(allowed)), mode="legacy") as client:
             await client.list_tools()
             assert await answer(client, exists) == (False, "hello\n")
-            _kill_filesystem_server()
+            kill_filesystem_server()
             got = [await answer(client, exists) for _ in range(THRESHOLD + 2)]
     assert all(is_error for is_error, _ in got)
     assert all(UNAVAILABLE in text for _, text in got[THRESHOLD:]), got

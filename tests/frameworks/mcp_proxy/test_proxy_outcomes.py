@@ -9,8 +9,6 @@ polling server of the MCP client suite (``tests/frameworks/mcp/polling_server.py
 from __future__ import annotations
 
 import logging
-import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +29,7 @@ from reference_servers import (
     filesystem_command,
     git_command,
     git_repository,
+    kill_filesystem_server,
     missing_reads,
     outside_reads,
     polling_command,
@@ -148,38 +147,6 @@ async def test_an_override_counts_what_the_rules_call_a_mistake(allowed):
     assert UNAVAILABLE in got[THRESHOLD][1]
 
 
-def _descendants(pid: int) -> list[int]:
-    """The processes started by ``pid`` and by them, read from ``/proc`` (Linux)."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found, pending = [], [pid]
-    while pending:
-        parent = pending.pop()
-        children = [child for child, of in parents.items() if of == parent]
-        found.extend(children)
-        pending.extend(children)
-    return found
-
-
-def _kill_filesystem_server() -> None:
-    for pid in _descendants(os.getpid()):
-        try:
-            command = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        program, _, rest = command.partition(b"\0")
-        if os.path.basename(program) == b"node" and b"mcp-server-filesystem" in rest:  # not the proxy naming it
-            os.kill(pid, signal.SIGKILL)
-            return
-    raise AssertionError("the filesystem server process was not found")
-
-
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the server's process in /proc (Linux)")
 async def test_a_killed_filesystem_server_opens_within_the_threshold(allowed):
     exists = ("read_text_file", {"path": str(allowed / "exists.txt")})
@@ -189,7 +156,7 @@ async def test_a_killed_filesystem_server_opens_within_the_threshold(allowed):
         async with Client(server, mode="legacy") as client:
             await client.list_tools()
             assert await answer(client, exists) == (False, "hello\n")
-            _kill_filesystem_server()
+            kill_filesystem_server()
             got = [await answer(client, exists) for _ in range(THRESHOLD + 2)]
     assert all(is_error for is_error, _ in got)
     assert all(UNAVAILABLE in text for _, text in got[THRESHOLD:]), got
