@@ -51,6 +51,7 @@ TRANSITIONS = semconv.TRANSITIONS.prometheus
 CALLS = semconv.CALLS.prometheus
 REJECTED = semconv.REJECTED.prometheus
 LOOPS = semconv.LOOPS.prometheus
+RETRIES = semconv.RETRIES.prometheus
 TOKENS_SAVED = semconv.TOKENS_SAVED.prometheus
 COST_SAVED = semconv.COST_SAVED.prometheus
 DURATION_BUCKET = semconv.DURATION.prometheus + "_bucket"
@@ -575,6 +576,30 @@ def build() -> dash.Dashboard:
                 for quantile, label, ref in (("0.5", "50", "A"), ("0.95", "95", "B"))
             ],
             unit="s",
+        )
+    )
+    # A tool that never retried shows 0 (its calls, times 0), not "no data".
+    no_retries = f"(sum by ({TOOL}) (rate({CALLS}{{{SEL}}}[$__rate_interval])) * 0)"
+    board = board.with_panel(
+        series_panel(
+            ids,
+            "Retries below the model and retry budget",
+            "Retries of transient failures of read-only and idempotent tools (OTEL_BREAKER_RETRY=transient), "
+            "by the retry's outcome, next to the retries the budget refused (budget_exhausted: retries "
+            "stay within 20% of calls, so a dead backend never gets more traffic). Empty when retries are off.",
+            [
+                query(
+                    f"sum by ({TOOL}, {OUTCOME}) (rate({RETRIES}{{{SEL}}}[$__rate_interval])) or {no_retries}",
+                    legend="{{" + TOOL + "}} {{" + OUTCOME + "}}",
+                ),
+                query(
+                    f"(sum by ({TOOL}) (rate({RETRIES}{{{SEL}}}[$__rate_interval])) or {no_retries})"
+                    f" / sum by ({TOOL}) (rate({CALLS}{{{SEL}}}[$__rate_interval]))",
+                    legend="{{" + TOOL + "}} retries per call",
+                    ref="B",
+                ),
+            ],
+            unit="short",
         )
     )
     board = board.with_panel(top_tools(ids))

@@ -23,9 +23,11 @@ if TYPE_CHECKING:
         State,
         StateChange,
     )
+    from otel_breaker.call_steps import OutcomeUnknownError
     from otel_breaker.classify import ApprovalDeniedError, PermissionDeniedError
     from otel_breaker.config import ConfigError, load_settings
     from otel_breaker.degrade import Rejection, set_escalation
+    from otel_breaker.effects import register_tool_effects
     from otel_breaker.guard import Guard, ToolTimeoutError, guard
     from otel_breaker.identity import ToolKey, code_origin
     from otel_breaker.loops import ToolLoopError
@@ -49,6 +51,8 @@ _LAZY = {
         "otel_breaker.breaker",
     ),
     "StateChange": "otel_breaker.breaker",
+    "OutcomeUnknownError": "otel_breaker.call_steps",
+    "register_tool_effects": "otel_breaker.effects",
     "ApprovalDeniedError": "otel_breaker.classify",
     "PermissionDeniedError": "otel_breaker.classify",
     "ConfigError": "otel_breaker.config",
@@ -129,6 +133,7 @@ __all__ = [
     "CircuitOpenError",
     "ConfigError",
     "Guard",
+    "OutcomeUnknownError",
     "PermissionDeniedError",
     "Rejection",
     "State",
@@ -145,6 +150,7 @@ __all__ = [
     "guard",
     "load_settings",
     "register_retry_hint",
+    "register_tool_effects",
     "release",
     "reset_all_circuit_breakers",
     "set_escalation",

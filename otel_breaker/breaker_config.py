@@ -14,7 +14,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from otel_breaker.effects import CLASSES as EFFECT_CLASSES
+
 MODES = ("enforce", "observe")
+#: ``retry``: None (off) or ``"transient"``.
+RETRY_MODES = (None, "transient")
+#: Most retries of one call: beyond a few, a retry is a storm, not a blip.
+MAX_RETRY_ATTEMPTS = 10
+#: Longest retry hint waited out below the model (seconds); longer ones go to the model.
+MAX_RETRY_WAIT = 60.0
 
 #: How long a half-open probe holds its slot when the breaker has no ``timeout``:
 #: a probe that hangs forever must not keep the breaker half-open for good
@@ -87,6 +95,21 @@ class CircuitBreakerConfig:
     failure_errors: str | None = None
     """A regular expression: an error it matches counts as a failure of the tool, whatever
     the built-in rules say; checked before ``neutral_errors`` (``OTEL_BREAKER_FAILURE_ERRORS``)."""
+    effects: str | None = None
+    """What running the tool does: ``read_only``, ``idempotent``, ``destructive`` or
+    ``unknown`` (``effects.py``). None (the default): what the tool's server announces,
+    else unknown. The user's word wins over a server's annotations
+    (``OTEL_BREAKER_TOOL_EFFECTS``)."""
+    retry: str | None = None
+    """Retries below the model: ``"transient"`` retries a transient failure (a transport
+    error, 502/503/504, a read timeout, a 429 asking for a short wait) of a read-only or
+    idempotent tool, within a budget (docs/retries.md). None (the default): never
+    (``OTEL_BREAKER_RETRY``)."""
+    retry_attempts: int = 2
+    """Retries after the first attempt, at most (``OTEL_BREAKER_RETRY_ATTEMPTS``)."""
+    retry_max_wait: float = 2.0
+    """The longest a server's retry hint (a 429's ``Retry-After``) may ask for and still be
+    waited out below the model, in seconds (``OTEL_BREAKER_RETRY_MAX_WAIT``)."""
 
     def __post_init__(self) -> None:
         kinds = self.loop_count
@@ -261,6 +284,16 @@ def _config_problems(c: CircuitBreakerConfig):
     kinds = c.loop_count
     if not isinstance(kinds, tuple) or not all(k in LOOP_COUNT_KINDS for k in kinds):
         problems.append(f"loop_count={kinds!r} (must be a subset of {', '.join(LOOP_COUNT_KINDS)})")
+    if c.effects is not None and c.effects not in EFFECT_CLASSES:
+        problems.append(f"effects={c.effects!r} (must be one of {', '.join(EFFECT_CLASSES)} or None)")
+    if c.retry not in RETRY_MODES:
+        problems.append(f"retry={c.retry!r} (must be 'transient' or None)")
+    attempts = c.retry_attempts
+    if isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts <= MAX_RETRY_ATTEMPTS:
+        problems.append(f"retry_attempts={attempts!r} (must be a whole number from 1 to {MAX_RETRY_ATTEMPTS})")
+    wait = c.retry_max_wait
+    if isinstance(wait, bool) or not isinstance(wait, int | float) or not 0 <= wait <= MAX_RETRY_WAIT:
+        problems.append(f"retry_max_wait={wait!r} (must be a number of seconds from 0 to {MAX_RETRY_WAIT:g})")
     for name in ("neutral_errors", "failure_errors"):
         problem = pattern_problem(getattr(c, name))
         if problem is not None:

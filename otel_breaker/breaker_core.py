@@ -146,6 +146,8 @@ class StateMachine:
         self.rejection_cache: Any = None
         #: telemetry: the tool span's name and fixed attributes.
         self.span_cache: Any = None
+        #: retry_policy: the retries made over the budget's window (made on the first retry).
+        self.retry_budget: Any = None
         if storage is not None:
             storage.configure(self)
         _ALL_BREAKERS.add(self)

@@ -23,14 +23,17 @@ from typing import Any
 
 from otel_breaker import call_steps, deadline
 from otel_breaker import loops as _loops
+from otel_breaker import retry_policy as _retry_policy
 from otel_breaker import upstream as _upstream
 from otel_breaker import upstream_gate as _upstream_gate
-from otel_breaker.breaker import REJECTED, SHADOW, CircuitBreaker, CircuitBreakerConfig, bind_entrance
+from otel_breaker.breaker import REJECTED, SHADOW, CircuitBreaker, CircuitBreakerConfig, State, bind_entrance
 from otel_breaker.call_steps import (
     ADMIT,
     CALL,
+    SETTLE,
     Raised,
     ToolTimeoutError,
+    after_quick_raise,
     after_raise,
     bookkeeping_failed,
     reject,
@@ -116,14 +119,21 @@ def run(
             result = fn(*args, **kwargs)
         except BaseException as exc:
             after_raise(breaker, permit, exc)
-            raise
+            following = after_quick_raise(breaker, call, permit, exc)
+            if following is None:
+                raise
+            return _drive(following, fn, args, kwargs)
         if permit is not None:
             try:
                 breaker.on_success(permit)
             except Exception:
                 bookkeeping_failed("recording an outcome")
         return result
-    sequence = steps(breaker, call, adapter, upstream, not quick)
+    return _drive(steps(breaker, call, adapter, upstream, not quick), fn, args, kwargs)
+
+
+def _drive(sequence: Any, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    """Carry out the effects ``sequence`` asks for with plain calls; its value, or raise what it says."""
     try:
         effect = next(sequence)
         while True:
@@ -137,8 +147,11 @@ def run(
                     effect = sequence.send(result)
             elif kind == ADMIT:
                 effect = sequence.send(_admit(effect[1]))
-            else:
+            elif kind == SETTLE:
                 call_steps.settle(effect[1], effect[2], effect[3])
+                effect = next(sequence)
+            else:
+                _retry_policy.TIMING.sleep(effect[1])
                 effect = next(sequence)
     except StopIteration as done:
         value = done.value
@@ -186,14 +199,21 @@ async def arun(
                 result = await result
         except BaseException as exc:
             after_raise(breaker, permit, exc)
-            raise
+            following = after_quick_raise(breaker, call, permit, exc)
+            if following is None:
+                raise
+            return await _adrive(following, fn, args, kwargs)
         if permit is not None:
             try:
                 breaker.on_success(permit)
             except Exception:
                 bookkeeping_failed("recording an outcome")
         return result
-    sequence = steps(breaker, call, adapter, upstream, not quick)
+    return await _adrive(steps(breaker, call, adapter, upstream, not quick), fn, args, kwargs)
+
+
+async def _adrive(sequence: Any, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    """Carry out the effects ``sequence`` asks for, awaiting the call, the store and the back-off."""
     try:
         effect = next(sequence)
         while True:
@@ -210,8 +230,11 @@ async def arun(
                     effect = sequence.send(result)
             elif kind == ADMIT:
                 effect = sequence.send(await _aadmit(effect[1]))
-            else:
+            elif kind == SETTLE:
                 await _asettle(effect[1], effect[2], effect[3])
+                effect = next(sequence)
+            else:
+                await _retry_policy.TIMING.asleep(effect[1])
                 effect = next(sequence)
     except StopIteration as done:
         value = done.value
@@ -299,6 +322,23 @@ class CallPath:
         """The upstream breaker the tool runs behind, or None. Looked up only for a tool
         with a source or when upstreams are configured; never raises."""
         return _upstream.breaker_for_call(self.registry, call)
+
+    async def aprobe_upstream(self, call: ToolCall, probe: Callable[[], Any]) -> None:
+        """Before ``call`` of a destructive tool reaches a half-open upstream, probe the
+        upstream with ``probe`` (a request without side effects, an MCP ``ping``:
+        ``upstream_gate.probe_safely``). Never raises our own failures."""
+        try:
+            upstream = self.upstream_for(call)
+            if upstream is None or upstream.peek_state() is State.CLOSED:
+                return
+            breaker = self.breaker_for(call)
+            if breaker is None:
+                return
+            effects = _retry_policy.tool_effects(breaker, call)
+        except Exception:
+            bookkeeping_failed("preparing an upstream probe")
+            return
+        await _upstream_gate.probe_safely(upstream, effects, probe)
 
     def enter(
         self, call: ToolCall, fn: Callable[..., Any], args: tuple, kwargs: dict, adapter: Any = None, config: Any = None

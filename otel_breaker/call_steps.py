@@ -21,20 +21,25 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Generator
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
+from otel_breaker import effects as _effects
 from otel_breaker import rejection, streaks
 from otel_breaker import retry_hint as _retry_hints
+from otel_breaker import retry_policy as _retry_policy
 from otel_breaker import upstream_gate as _upstream_gate
-from otel_breaker.breaker import REJECTED, SHADOW, CircuitBreaker
+from otel_breaker.breaker import REJECTED, SHADOW, CircuitBreaker, State
 from otel_breaker.classify import (
     CONTROL,
     FAILURE,
     IGNORED,
     IGNORED_RESULT,
     MISTAKE,
+    OUTCOME_NAMES,
     SUCCEEDED,
+    SUCCESS,
     UNRECOGNISED,
+    UPSTREAM,
     Verdict,
     error_description,
     error_type,
@@ -44,6 +49,8 @@ from otel_breaker.classify import (
     result_text,
 )
 from otel_breaker.latency import LATENCY
+from otel_breaker.sanitize import exception_message, safe_name, sanitize
+from otel_breaker.semconv import ATTR_EFFECTS, ATTR_OUTCOME_UNKNOWN, ATTR_RETRY_ATTEMPT
 from otel_breaker.telemetry import TELEMETRY
 from otel_breaker.toolcall import ToolCall
 
@@ -59,6 +66,9 @@ INVALID_RESULT_ERROR_TYPE = "invalid_result"
 ADMIT = 0
 SETTLE = 1
 CALL = 2
+#: ``(SLEEP, seconds)`` -> send None: the back-off before a retry (``retry_policy.TIMING``:
+#: the sync driver sleeps, the async one awaits).
+SLEEP = 3
 
 Effect = tuple[Any, ...]
 
@@ -95,6 +105,8 @@ class Adapter(Protocol):
     # Optional: ``exception_hint(call, exc)`` -> ``classify.MISTAKE``, ``RETRY_REQUEST``,
     # ``CONTROL`` or None, for exceptions only the adapter can read (a validation
     # error of the model's arguments is the same class as one a tool body raises).
+    # Optional: ``unknown_outcome(call, exc, message)`` -> the framework's own error
+    # carrying ``message`` for a destructive tool's call in doubt, or None.
 
 
 _bookkeeping_warned = False
@@ -161,6 +173,21 @@ def _result_error(breaker: CircuitBreaker, call: ToolCall | None, result: Any, a
     except Exception:
         bookkeeping_failed("classifying a result")
     return None
+
+
+class OutcomeUnknownError(Exception):
+    """A destructive tool's call failed in a way that does not say whether it took effect
+    (a timeout, a connection dropped after the request left): it is not run again, and
+    the model reads that it must check before calling again. ``__cause__`` is the error."""
+
+    def __init__(self, tool: str, cause: BaseException) -> None:
+        self.tool = tool
+        super().__init__(
+            sanitize(
+                f"Tool '{safe_name(tool)}': outcome unknown: the call may have taken effect; check before "
+                f"calling again. ({type(cause).__name__}: {exception_message(cause, 300)})"
+            )
+        )
 
 
 _TIMED_OUT = Verdict(FAILURE, None, TIMEOUT_ERROR_TYPE)
@@ -303,12 +330,18 @@ def after_raise(breaker: CircuitBreaker, permit: Any, exc: BaseException) -> Non
     retry_hint(breaker, verdict.outcome, exc)
 
 
-def _start(breaker: CircuitBreaker, call: ToolCall | None) -> tuple[ToolCall, Any]:
-    """Start telemetry for a call while anything watches: (call, span handle or None)."""
+def _start(breaker: CircuitBreaker, call: ToolCall | None, first: Any = None, number: int = 1) -> tuple[ToolCall, Any]:
+    """Start telemetry for a call while anything watches: (call, span handle or None).
+    The span carries the tool's side-effect class; a retry's (``first``: the logical
+    call's first attempt) its number and a link to the first attempt's span."""
     if call is None:
         call = default_call(breaker)
     try:
-        return call, TELEMETRY.start(call, breaker)
+        extra: dict[str, Any] = {ATTR_EFFECTS: _retry_policy.tool_effects(breaker, call)}
+        if first is None:
+            return call, TELEMETRY.start(call, breaker, extra=extra)
+        extra[ATTR_RETRY_ATTEMPT] = number
+        return call, TELEMETRY.start(call, breaker, extra=extra, linked=first.span)
     except Exception:
         bookkeeping_failed("starting a span")
         return call, None
@@ -340,6 +373,22 @@ def _slow(breaker: CircuitBreaker, elapsed: float) -> None:
         bookkeeping_failed("recording a duration")
 
 
+class Attempt(NamedTuple):
+    """How one attempt of a call ended: what the caller would get (``value``: the result,
+    :class:`Raised` or a rejection's value), the verdict (None: not run), what it raised
+    or returned, its span handle and when it started (breaker clock)."""
+
+    value: Any
+    verdict: Verdict | None
+    exc: BaseException | None
+    span: Any
+    started: float
+
+
+#: What a retry's admission answers when a breaker stopped it (the call keeps its last failure).
+_NOT_ADMITTED = Attempt(None, None, None, None, 0.0)
+
+
 def steps(
     breaker: CircuitBreaker,
     call: ToolCall | None,
@@ -356,8 +405,32 @@ def steps(
     3. the tool runs; the upstream takes its share of the outcome first
        (a transport failure is marked so the tool's breaker treats it as neutral);
     4. the tool's breaker settles the outcome; retry hints, the slow-call rule
-       and the span follow.
+       and the span follow;
+    5. a failure goes on to :func:`after_failure`: a retry below the model, when
+       one is allowed, or the "outcome unknown" answer of a destructive tool.
     """
+    attempt = yield from _attempt(breaker, call, adapter, upstream, observed, None, 1)
+    verdict = attempt.verdict
+    if verdict is None or verdict.outcome == SUCCESS:
+        return attempt.value
+    if verdict.outcome == IGNORED and verdict.reason != UPSTREAM:
+        return attempt.value  # a mistake or control flow: nothing to retry, no outcome in doubt
+    return (yield from after_failure(breaker, call, adapter, upstream, observed, attempt))
+
+
+def _attempt(
+    breaker: CircuitBreaker,
+    call: ToolCall | None,
+    adapter: Adapter | None,
+    upstream: CircuitBreaker | None,
+    observed: bool,
+    first: Attempt | None,
+    number: int,
+) -> Generator[Effect, Any, Attempt]:
+    """Attempt ``number`` of a call: admission, the call, its outcome, its span. ``first``:
+    the logical call's first attempt when this one is a retry (its span is linked; a
+    breaker that does not admit a retry answers :data:`_NOT_ADMITTED`, never a rejection
+    for the model)."""
     up_permit = None
     escalated_upstream = False
     if upstream is not None:
@@ -365,19 +438,25 @@ def steps(
             call = default_call(breaker)
         up_permit = yield (ADMIT, upstream)
         if up_permit == REJECTED:
+            if first is not None:
+                return _NOT_ADMITTED
             run_anyway, value = _upstream_gate.reject(upstream, breaker, call, adapter)
             if not run_anyway:
-                return value
+                return Attempt(value, None, None, None, 0.0)
             up_permit = SHADOW
             escalated_upstream = True
     span = None
     if observed:
-        call, span = _start(breaker, call)
+        call, span = _start(breaker, call, first, number)
     try:
         if escalated_upstream:
             TELEMETRY.escalated(span, call, upstream)
         permit = yield (ADMIT, breaker)
         if permit == REJECTED:
+            if first is not None:
+                if up_permit is not None:
+                    yield (SETTLE, upstream, up_permit, IGNORED)
+                return _NOT_ADMITTED
             try:
                 run_anyway, value = reject(breaker, call, adapter, span, observed)
             except BaseException:
@@ -387,10 +466,16 @@ def steps(
             if not run_anyway:
                 if up_permit is not None:
                     yield (SETTLE, upstream, up_permit, IGNORED)
-                return value
+                return Attempt(value, None, None, span, 0.0)
             permit = SHADOW
         config = breaker.config
-        timed = observed or config.timeout is not None or config.slow_call_seconds is not None or LATENCY.enabled
+        timed = (
+            observed
+            or config.timeout is not None
+            or config.slow_call_seconds is not None
+            or LATENCY.enabled
+            or config.retry is not None
+        )
         start = breaker.clock() if timed else 0.0
         try:
             result = yield (CALL, config.timeout, call.tool if call is not None else breaker.name)
@@ -404,9 +489,10 @@ def steps(
             if verdict.outcome == IGNORED:
                 _count_neutral(breaker, verdict)
             retry_hint(breaker, verdict.outcome, exc)
+            value = failed_value(breaker, call, adapter, verdict, exc, span)
             if observed:
                 _end(breaker, call, span, breaker.clock() - start, err, exc, permit, verdict)
-            return Raised(exc)
+            return Attempt(value, verdict, exc, span, start)
         if up_permit is not None:
             yield (SETTLE, upstream, up_permit, _upstream_gate.outcome_of_answer(adapter, call, result))
         verdict, err, elapsed = returned(breaker, call, adapter, result, start, timed)
@@ -418,7 +504,160 @@ def steps(
         _slow(breaker, elapsed)
         if observed:
             _end(breaker, call, span, elapsed, err, None, permit, verdict)
-        return result
+        return Attempt(result, verdict, None, span, start)
     finally:
         if span is not None:
             TELEMETRY.detach(span)
+
+
+def after_failure(
+    breaker: CircuitBreaker,
+    call: ToolCall | None,
+    adapter: Adapter | None,
+    upstream: CircuitBreaker | None,
+    observed: bool,
+    first: Attempt,
+) -> Generator[Effect, Any, Any]:
+    """What follows a failed attempt, shared by every route (the quick one included):
+
+    * a destructive tool whose failure leaves its outcome in doubt (a timeout, a dropped
+      connection) is never run again; the caller gets :class:`OutcomeUnknownError`;
+    * a transient failure of a read-only or idempotent tool is retried when
+      ``retry_policy.retry_delay`` allows (a back-off, then a new attempt through the
+      same admissions: an open breaker stops it);
+    * otherwise, and when the retries run out, the caller gets the last failure, with
+      the number of attempts on the span (and in a note on a raised exception).
+    """
+    last = first
+    retries = 0
+    while True:
+        verdict = last.verdict
+        if verdict is None or verdict.outcome == SUCCESS:
+            return last.value
+        if last.value.__class__ is Raised and last.value.exc is not last.exc:
+            return last.value  # a destructive tool's call in doubt: never run again
+        try:
+            delay, refused = _retry_policy.retry_delay(
+                breaker, upstream, call, verdict, last.exc, retries, first.started
+            )
+        except Exception:
+            bookkeeping_failed("deciding a retry")
+            delay, refused = None, None
+        if delay is None:
+            if refused is not None:
+                _budget_exhausted(breaker, call)
+            return _last_failure(last, retries)
+        yield (SLEEP, delay)
+        fresh = getattr(adapter, "new_attempt", None) if adapter is not None else None
+        if fresh is not None:
+            fresh()  # what the framework showed of the last attempt (its error text) is no longer news
+        if _stopped_by_breakers(breaker, upstream):
+            _count_retry(breaker, "rejected")
+            return _last_failure(last, retries)
+        attempt = yield from _attempt(breaker, call, adapter, upstream, observed, first, retries + 2)
+        if attempt.verdict is None:
+            _count_retry(breaker, "rejected")
+            return _last_failure(last, retries)
+        retries += 1
+        _count_retry(breaker, OUTCOME_NAMES[attempt.verdict.outcome])
+        last = attempt
+
+
+def _stopped_by_breakers(breaker: CircuitBreaker, upstream: CircuitBreaker | None) -> bool:
+    """Whether the tool's or its upstream's breaker is open now: a retry never goes through."""
+    try:
+        if upstream is not None and upstream.state is State.OPEN:
+            return True
+        return breaker.state is State.OPEN
+    except Exception:
+        bookkeeping_failed("reading a breaker's state")
+        return True
+
+
+def _last_failure(last: Attempt, retries: int) -> Any:
+    """The value of the last failed attempt; a raised one notes how many attempts were made."""
+    if retries and last.exc is not None:
+        try:
+            last.exc.add_note(f"otel-breaker: the call failed {retries + 1} times (retried {retries} times)")
+        except Exception:
+            pass
+    return last.value
+
+
+def failed_value(
+    breaker: CircuitBreaker,
+    call: ToolCall | None,
+    adapter: Adapter | None,
+    verdict: Verdict,
+    exc: BaseException,
+    span: Any,
+) -> Raised:
+    """What the caller gets of an attempt that raised ``exc``: the exception itself, or,
+    for a destructive tool whose call may have taken effect (a timeout, a dropped
+    connection), :class:`OutcomeUnknownError` with ``exc`` as its cause: we never run it
+    again, and the model is told to check before calling again."""
+    if verdict.outcome != FAILURE:
+        return Raised(exc)
+    try:
+        if not _retry_policy.outcome_unknown(verdict, exc, _retry_policy.tool_effects(breaker, call)):
+            return Raised(exc)
+        if span is not None:
+            TELEMETRY.annotate(span, {ATTR_OUTCOME_UNKNOWN: True})
+    except Exception:
+        bookkeeping_failed("judging whether an outcome is known")
+        return Raised(exc)
+    error: BaseException = OutcomeUnknownError(call.tool if call is not None else breaker.name, exc)
+    native = getattr(adapter, "unknown_outcome", None) if adapter is not None else None
+    if native is not None:
+        try:  # the framework's own error form, where the adapter knows one (PydanticAI's "tool failed")
+            error = native(call, exc, str(error)) or error
+        except Exception:
+            bookkeeping_failed("wording an unknown outcome")
+    error.__cause__ = exc
+    return Raised(error)
+
+
+def unknown_outcome_text(breaker: CircuitBreaker, call: ToolCall, exc: BaseException) -> str | None:
+    """What the model reads of ``exc``, raised by a destructive tool's call whose outcome
+    is unknown, for a framework that turns a tool's exception into text before the call
+    path sees it (the adapter answers with this text instead); None for any other error."""
+    try:
+        verdict = raised(breaker, call, None, exc)[0]
+        if verdict.outcome != FAILURE:
+            return None
+        if not _retry_policy.outcome_unknown(verdict, exc, _retry_policy.tool_effects(breaker, call)):
+            return None
+        return str(OutcomeUnknownError(call.tool, exc))
+    except Exception:
+        bookkeeping_failed("judging whether an outcome is known")
+        return None
+
+
+def after_quick_raise(
+    breaker: CircuitBreaker, call: ToolCall | None, permit: Any, exc: BaseException
+) -> Generator[Effect, Any, Any] | None:
+    """The quick route's failed call (settled by :func:`after_raise`, which gave ``verdict``):
+    the steps that follow it (:func:`after_failure`), or None when there are none: retries
+    are off and the tool is not known to be destructive."""
+    config = breaker.config
+    if config.retry is None and config.effects is None and not _effects.has_registrations():
+        return None
+    verdict = raised(breaker, call, None, exc)[0]
+    if verdict.outcome != FAILURE:
+        return None
+    first = Attempt(failed_value(breaker, call, None, verdict, exc, None), verdict, exc, None, breaker.clock())
+    return after_failure(breaker, call, None, None, False, first)
+
+
+def _count_retry(breaker: CircuitBreaker, outcome: str) -> None:
+    try:
+        TELEMETRY.count_retry(breaker, outcome)
+    except Exception:
+        bookkeeping_failed("counting a retry")
+
+
+def _budget_exhausted(breaker: CircuitBreaker, call: ToolCall | None) -> None:
+    try:
+        TELEMETRY.retry_budget_exhausted(call if call is not None else default_call(breaker), breaker)
+    except Exception:
+        bookkeeping_failed("reporting a spent retry budget")

@@ -50,6 +50,7 @@ from otel_breaker.classify import (
     result_text,
 )
 from otel_breaker.loop_signature import MAX_ERROR_CHARS, arguments_of, signature
+from otel_breaker.retry_policy import outcome_unknown, tool_effects
 from otel_breaker.sanitize import bounded, safe_name, sanitize
 from otel_breaker.toolcall import ToolCall
 
@@ -207,6 +208,10 @@ def _kind_of_exception(
     text = f"{error_type(exc)}: {exc}"[:MAX_ERROR_CHARS]
     try:
         verdict = judge_exception(exc, breaker.config, hint)
+        if verdict.outcome == FAILURE and outcome_unknown(verdict, exc, tool_effects(breaker, call)):
+            # A destructive tool's call that may have taken effect: the model that calls it
+            # again after checking makes no mistake, whatever the loop guard counts.
+            return None, text
     except Exception:
         return None, text
     return _kind_of_verdict(verdict), text

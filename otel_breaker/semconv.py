@@ -87,6 +87,14 @@ UNKNOWN_TOOL = "otel_breaker.unknown_tool"
 #: ``otel_breaker.loop.action`` of a loop detection.
 ATTR_LOOP_ACTION = "otel_breaker.loop.action"
 ATTR_LOOP_COUNT = "otel_breaker.loop.count"
+#: What running the tool does: ``read_only``, ``idempotent``, ``destructive`` or ``unknown``.
+ATTR_EFFECTS = "otel_breaker.tool.effects"
+#: Which attempt of one logical call a span is (1 for the first; set from the second on).
+ATTR_RETRY_ATTEMPT = "otel_breaker.retry.attempt"
+#: A failed call of a destructive tool that may have taken effect (a timeout, a dropped connection).
+ATTR_OUTCOME_UNKNOWN = "otel_breaker.outcome.unknown"
+#: Log-based event: a transient failure was not retried because the retry budget was spent.
+EVENT_RETRY_BUDGET_EXHAUSTED = "otel_breaker.retry_budget_exhausted"
 
 #: ``error.type`` of a call a breaker rejected.
 ERROR_CIRCUIT_OPEN = "circuit_open"
@@ -195,6 +203,14 @@ LOOPS = Instrument(
     "Identical repeated tool calls the loop guard saw and let run (loop_action=warn).",
 )
 
+RETRIES = Instrument(
+    "otel_breaker.retries",
+    COUNTER,
+    "{retry}",
+    "Retries of failed tool calls made below the model, by the retry's outcome (success, failure, "
+    "ignored, rejected by an open breaker), and retries the budget did not allow (budget_exhausted).",
+)
+
 INSTRUMENTS = (
     STATE,
     TRANSITIONS,
@@ -202,6 +218,7 @@ INSTRUMENTS = (
     NEUTRAL,
     REJECTED,
     LOOPS,
+    RETRIES,
     TOKENS_SAVED,
     COST_SAVED,
     STORE_ERRORS,

@@ -118,6 +118,13 @@ class GuardedCall:
         #: the adapter saw it: the verdict reads the exception itself, not the text.
         self.swallowed: BaseException | None = None
 
+    def new_attempt(self) -> None:
+        """Forget what the last attempt of the call showed: a retry below the model is
+        judged on its own."""
+        self.nested.clear()
+        self.notes.clear()
+        self.swallowed = None
+
 
 _active_call: contextvars.ContextVar[GuardedCall | None] = contextvars.ContextVar(
     "otel_breaker_active_call", default=None

@@ -30,13 +30,14 @@ it had no upstream.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from opentelemetry import trace as trace_api
 from opentelemetry.trace import Status, StatusCode
 
 from otel_breaker import rejection
-from otel_breaker.breaker import CircuitBreaker
+from otel_breaker.breaker import REJECTED, CircuitBreaker, State
 from otel_breaker.classify import (
     FAILURE,
     IGNORED,
@@ -46,6 +47,7 @@ from otel_breaker.classify import (
     is_transport_error,
     is_transport_text,
 )
+from otel_breaker.effects import DESTRUCTIVE
 from otel_breaker.retry_hint import retry_hint
 from otel_breaker.sanitize import MAX_ALTERNATIVES, safe_name, sanitize
 from otel_breaker.semconv import ATTR_ERROR_TYPE, ATTR_GUARDED
@@ -180,6 +182,36 @@ def outcome_of_exception(upstream: CircuitBreaker, exc: BaseException) -> int:
         _note_on_span(exc)
         return FAILURE
     return IGNORED
+
+
+async def probe_safely(upstream: CircuitBreaker, effects: str, probe: Callable[[], Awaitable[Any]]) -> None:
+    """Before a destructive tool's call reaches a half-open upstream, probe it with
+    ``probe``, a request without side effects (an MCP ``ping``): the destructive call is
+    then never the one that finds out whether the server is back.
+
+    Up to ``success_threshold`` probes while the upstream stays half-open: an answer
+    (any, an error answer included: the server is there) is a success, a transport
+    failure a failure (it opens again, and the call is rejected as usual). Where no
+    probe slot is free, or the tool is not destructive, nothing is done: the first
+    real call is the probe, as always."""
+    if effects != DESTRUCTIVE:
+        return
+    for _ in range(max(1, upstream.config.success_threshold)):
+        if upstream.state is not State.HALF_OPEN:
+            return
+        permit = await upstream.atry_acquire()
+        if permit == REJECTED:
+            return
+        try:
+            await probe()
+        except Exception as exc:
+            if is_transport_error(exc):
+                await upstream.aon_outcome(permit, FAILURE)
+                return
+        except BaseException:
+            await upstream.aon_outcome(permit, IGNORED)
+            raise
+        await upstream.aon_outcome(permit, SUCCESS)
 
 
 def _server_hint(exc: BaseException) -> float | None:

@@ -35,6 +35,7 @@ from otel_breaker.config.values import (
     store_url,
     validated_option,
 )
+from otel_breaker.effects import parse_tool_effects
 from otel_breaker.sanitize import quoted
 from otel_breaker.token_prices import MAX_PATH_CHARS, parse_prices
 
@@ -77,7 +78,7 @@ KNOWN_VARIABLES = frozenset(
     [PREFIX + suffix for suffix in (*_PLAIN_SETTINGS, *_TEXT_SETTINGS)]
     + [PREFIX + option.upper() for option in BREAKER_OPTIONS if option not in TOOL_ONLY_OPTIONS]
     + [PREFIX + suffix for suffix in ("TOOLS", "FALLBACKS", "UPSTREAMS", "HIGH_STAKES", "FRAMEWORKS", "STORE")]
-    + [PREFIX + suffix for suffix in ("NEUTRAL_ERRORS", "FAILURE_ERRORS")]
+    + [PREFIX + suffix for suffix in ("NEUTRAL_ERRORS", "FAILURE_ERRORS", "TOOL_EFFECTS")]
 )
 
 
@@ -169,6 +170,12 @@ def load_settings(environ: Mapping[str, str] | None = None, *, strict: bool = Tr
             "format: tool_or_glob=regex;@server_glob=regex",
             lambda v, name=name: values.__setitem__(name, v),
         )
+    take(
+        PREFIX + "TOOL_EFFECTS",
+        leniently(parse_tool_effects, ",", lambda parts: tuple(entry for part in parts for entry in part)),
+        "format: tool_or_glob=read_only|idempotent|destructive|unknown,...",
+        lambda v: values.__setitem__("tool_effects", v),
+    )
     take(PREFIX + "STORE", store_url, "", lambda v: values.__setitem__("store", v))
     for suffix, name in _TEXT_SETTINGS.items():
         raw = env.get(PREFIX + suffix)
@@ -260,6 +267,7 @@ def describe_sources(settings: Settings) -> list[tuple[str, str, str]]:
         "STORE": "store",
         "NEUTRAL_ERRORS": "neutral_errors",
         "FAILURE_ERRORS": "failure_errors",
+        "TOOL_EFFECTS": "tool_effects",
     }
     for suffix, name in {**structured, **_TEXT_SETTINGS}.items():
         var = PREFIX + suffix

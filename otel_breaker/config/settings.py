@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from otel_breaker.breaker import CircuitBreakerConfig
+from otel_breaker.effects import matching
 from otel_breaker.sanitize import quoted
 
 logger = logging.getLogger("otel_breaker")
@@ -58,6 +59,9 @@ class Settings:
     failure_errors: tuple[tuple[str, str], ...] = ()
     """(tool glob or ``@server`` glob, regex): errors that count as failures
     (``OTEL_BREAKER_FAILURE_ERRORS``)."""
+    tool_effects: tuple[tuple[str, str], ...] = ()
+    """(tool glob, side-effect class): what tools do, in the user's word
+    (``OTEL_BREAKER_TOOL_EFFECTS``; docs/retries.md)."""
     sources: Mapping[str, str] = field(default_factory=dict)
 
     def config_for(
@@ -77,6 +81,10 @@ class Settings:
             changes["fallbacks"] = fallbacks
         if tool in self.high_stakes and not config.high_stakes:
             changes["high_stakes"] = True
+        if self.tool_effects and config.effects is None and "effects" not in changes:
+            effects = matching(self.tool_effects, tool)
+            if effects is not None:
+                changes["effects"] = effects
         if not changes:
             return config
         try:

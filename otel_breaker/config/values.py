@@ -45,6 +45,9 @@ BREAKER_OPTIONS: dict[str, str] = {
     "loop_limit": "int",
     "loop_action": "loop_action",
     "loop_count": "loop_count",
+    "retry": "retry",
+    "retry_attempts": "int",
+    "retry_max_wait": "float",
 }
 
 
@@ -108,6 +111,13 @@ def parse_value(kind: str, raw: str) -> Any:
         if not all(k in LOOP_COUNT_KINDS for k in kinds):
             raise ValueError(f"expected a subset of {', '.join(LOOP_COUNT_KINDS)} (separated by , or +)")
         return kinds
+    if kind == "retry":
+        lowered = text.lower()
+        if lowered == "transient":
+            return "transient"
+        if lowered in _FALSE or lowered in ("none", "never"):
+            return None
+        raise ValueError("expected 'transient' or off")
     if kind == "scope":
         if text not in SCOPES:
             raise ValueError(f"expected one of {', '.join(SCOPES)}")

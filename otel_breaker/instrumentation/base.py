@@ -102,6 +102,9 @@ class _OuterCall(GuardedCall):
     def result_hint(self, call: ToolCall, result: Any) -> str | None:
         return self.adapter.result_hint(call, result)
 
+    def unknown_outcome(self, call: ToolCall, exc: BaseException, message: str) -> BaseException | None:
+        return self.adapter.unknown_outcome(call, exc, message)
+
     @property
     def error_results_are_answers(self) -> bool:
         return self.adapter.error_results_are_answers
@@ -223,6 +226,12 @@ class FrameworkAdapter:
     def exception_hint(self, call: ToolCall, exc: BaseException) -> str | None:
         """``classify.MISTAKE`` / ``RETRY_REQUEST`` / ``CONTROL`` for an exception that
         is the model's mistake or control flow in this framework, else None."""
+        return None
+
+    def unknown_outcome(self, call: ToolCall, exc: BaseException, message: str) -> BaseException | None:
+        """The framework's own error carrying ``message``, for a destructive tool's call whose
+        outcome is unknown (``exc``: what it raised), where the framework hands such errors to
+        the model in a form of its own; None: ``OutcomeUnknownError``."""
         return None
 
     def result_hint(self, call: ToolCall, result: Any) -> str | None:

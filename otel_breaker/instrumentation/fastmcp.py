@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from otel_breaker.instrumentation.base import active_call
-from otel_breaker.instrumentation.mcp_identity import LISTINGS, implementation_identity, mcp_call
+from otel_breaker.instrumentation.mcp_identity import LISTINGS, implementation_identity, mcp_call, note_effects
 from otel_breaker.instrumentation.mcp_results import MCPAnswers
 from otel_breaker.instrumentation.spec import SpecAdapter, argument, menu_patch, observe_patch, tool_patch
 from otel_breaker.menu import visible_tools
@@ -61,7 +61,9 @@ class FastMCPAdapter(MCPAnswers, SpecAdapter):
         """Note the server's whole listing (``list_tools`` reads every page): a listed
         tool answering "Tool not found" is then no unknown tool."""
         if isinstance(tools, list):
-            LISTINGS.note(_server_of(instance), (getattr(t, "name", None) for t in tools), first_page=True)
+            source = _server_of(instance)
+            LISTINGS.note(source, (getattr(t, "name", None) for t in tools), first_page=True)
+            note_effects(source, tools)
 
 
 def _server_of(client: Any) -> str | None:

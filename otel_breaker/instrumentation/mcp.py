@@ -29,7 +29,7 @@ from otel_breaker import loops
 from otel_breaker.classify import is_excluded
 from otel_breaker.instrumentation import mcp_results
 from otel_breaker.instrumentation.base import GuardedCall, _active_call, active_call, same_logical_call
-from otel_breaker.instrumentation.mcp_identity import LISTINGS, mcp_call, server_identity
+from otel_breaker.instrumentation.mcp_identity import LISTINGS, mcp_call, note_effects, server_identity
 from otel_breaker.instrumentation.mcp_results import MCPAnswers
 from otel_breaker.instrumentation.patches import argument, context_patch, menu_patch, observe_patch, tool_patch
 from otel_breaker.instrumentation.spec import SpecAdapter
@@ -97,7 +97,9 @@ class MCPAdapter(MCPAnswers, SpecAdapter):
         hiding): a listed tool answering "Tool not found" is then no unknown tool."""
         tools = getattr(result, "tools", None)
         if isinstance(tools, list):
-            LISTINGS.note(server_identity(instance), (t.name for t in tools), first_page=_first_page(kwargs))
+            source = server_identity(instance)
+            LISTINGS.note(source, (t.name for t in tools), first_page=_first_page(kwargs))
+            note_effects(source, tools)
 
     # -- unknown tool names: no breaker, no metric series ------------------------------------
 

@@ -35,6 +35,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from otel_breaker.effects import announce
 from otel_breaker.loglines import logger
 from otel_breaker.toolcall import ToolCall, active_call, named_agent
 
@@ -282,3 +283,13 @@ class ToolListings:
 
 #: The listings every adapter that sees a ``tools/list`` answer notes.
 LISTINGS = ToolListings()
+
+
+def note_effects(source: str | None, tools: Iterable[Any]) -> None:
+    """Note what each listed tool's annotations (``readOnlyHint``, ``idempotentHint``,
+    ``destructiveHint``) announce it does (``effects.py``): whether a retry may run it
+    again, and whether a timeout leaves its outcome in doubt. The user's word still wins."""
+    for tool in tools:
+        name = getattr(tool, "name", None)
+        if isinstance(name, str) and len(name) <= ToolListings.max_name_chars:
+            announce(source, name, getattr(tool, "annotations", None))

@@ -14,6 +14,7 @@ import contextvars
 from contextlib import suppress
 from typing import Any
 
+from otel_breaker.call_steps import unknown_outcome_text
 from otel_breaker.classify import IGNORED_RESULT, MISTAKE
 from otel_breaker.degrade import Rejection
 from otel_breaker.identity import origin_of
@@ -88,7 +89,15 @@ class OpenAIAgentsAdapter(SpecAdapter):
                 note(_NOTE, failure if isinstance(error, Exception) else None)
                 if isinstance(error, Exception) and failure != IGNORED_RESULT:
                     frame.swallowed = error  # the verdict reads the exception, not the SDK's text
+                    unknown = self._unknown_outcome(call, error)
+                    if unknown is not None:
+                        return unknown  # a destructive tool's call in doubt: never "please try again"
         return await wrapped(*args, **kwargs)
+
+    def _unknown_outcome(self, call: ToolCall, error: Exception) -> str | None:
+        """The text the model reads for a destructive tool's call whose outcome is unknown."""
+        breaker = self.guard.breaker_for(call)
+        return None if breaker is None else unknown_outcome_text(breaker, call, error)
 
     def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
         tool, context = kwargs["function_tool"], kwargs.get("context")

@@ -132,6 +132,15 @@ class PydanticAIAdapter(SpecAdapter):
             return RETRY_REQUEST
         return None
 
+    def unknown_outcome(self, call: ToolCall, exc: BaseException, message: str) -> BaseException | None:
+        """A destructive tool's call in doubt, reported the way it failed: a "tool failed"
+        the run hands the model (``ToolFailedError``) carries the message in its part, so
+        the run goes on and the model reads it; any other exception ends the run as before."""
+        if type(exc).__name__ != "ToolFailedError":
+            return None
+        part = exc.tool_failed  # type: ignore[attr-defined]
+        return type(exc)(dataclasses.replace(part, content=message))
+
     def rejection(self, call: ToolCall, info: Rejection) -> Any:
         """Raise the run's own "tool failed" signal; returning a value would read as success."""
         from pydantic_ai.exceptions import ToolFailed, ToolFailedError

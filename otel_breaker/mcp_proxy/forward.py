@@ -41,8 +41,10 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
 
 from otel_breaker import __version__
+from otel_breaker.call_steps import OutcomeUnknownError
 from otel_breaker.classify import is_transport_error
 from otel_breaker.guard import Guard, default_guard
+from otel_breaker.instrumentation.mcp_identity import note_effects
 from otel_breaker.mcp_proxy.upstream import UpstreamLink
 from otel_breaker.mcp_proxy.wire import WireAdapter, for_client
 from otel_breaker.menu import hidden_names, hide_open_tools_enabled
@@ -316,6 +318,7 @@ class Forwarder:
                 if params.cursor is None:
                     self._last_listing = result
             self._note_tools(link, (t.name for t in result.tools), first_page=params.cursor is None)
+            note_effects(link.identity, result.tools)
             tools = result.tools
         else:
             tools = await self._all_tools()
@@ -364,6 +367,8 @@ class Forwarder:
         try:
             with self.clients.calling(ctx, link):
                 result = await self._guarded(link, name, params, forward)
+        except OutcomeUnknownError as exc:
+            return _error_result(str(exc))  # a destructive tool's call in doubt: the model is told to check
         except Exception as exc:
             if not is_transport_error(exc):
                 raise
@@ -390,6 +395,8 @@ class Forwarder:
             arguments=params.get("arguments"),
             source=link.identity,
         )
+        # A half-open server is probed with a ping before a destructive tool's call reaches it.
+        await self._guard.aprobe_upstream(call, partial(link.request, types.PingRequest(), types.EmptyResult))
         return await self._guard.acall(call, forward, adapter=self._adapter)
 
     async def _tool_route(self, exposed: str) -> tuple[UpstreamLink, str] | None:
@@ -445,6 +452,7 @@ class Forwarder:
                 break
         if field == "tools":
             self._note_tools(link, (t.name for t in items), first_page=True)
+            note_effects(link.identity, items)
         return items
 
     def _note_tools(self, link: UpstreamLink, names: Iterable[str], *, first_page: bool) -> None:

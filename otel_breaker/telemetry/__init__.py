@@ -57,6 +57,8 @@ class Telemetry(Providers, Spans, Events, Metrics):
         self._last_state: dict[tuple[str, str | None, str | None, str | None], State] = {}
         #: (tool, agent, source, origin, reason, rule) -> calls that ended neutral that way.
         self._neutral: dict[tuple[str, str | None, str | None, str | None, str, str], int] = {}
+        #: (tool, agent, source, origin, outcome) -> retries made below the model (or refused by the budget).
+        self._retries: dict[tuple[str, str | None, str | None, str | None, str], int] = {}
         self._settings_read = False
         # ``explicit`` lives in a slot the breaker reads on every call (see observing).
         self._explicit: dict[str, Any] = {"explicit": None}
@@ -122,6 +124,7 @@ class Telemetry(Providers, Spans, Events, Metrics):
                 self._transitions.clear()
                 self._last_state.clear()
                 self._neutral.clear()
+                self._retries.clear()
                 self.estimator = TokenEstimator(self.estimator.tokens_per_call)
                 self._registry = None
                 for breaker in breaker_module.all_breakers():

@@ -100,6 +100,7 @@ class Metrics:
     _transitions: dict[tuple[str, str | None, str, str, str | None, str | None], int]
     _last_state: dict[tuple[str, str | None, str | None, str | None], State]
     _neutral: dict[tuple[str, str | None, str | None, str | None, str, str], int]
+    _retries: dict[tuple[str, str | None, str | None, str | None, str], int]
     meter_provider: Callable[[Any], Any]
     _read_settings: Callable[[], None]
 
@@ -138,6 +139,7 @@ class Metrics:
             (semconv.COST_SAVED, self._observe_cost),
             (semconv.STORE_ERRORS, self._observe_store_errors),
             (semconv.LOOPS, self._observe_loops),
+            (semconv.RETRIES, self._observe_retries),
         )
         for instrument, callback in counters:
             meter.create_observable_counter(
@@ -274,6 +276,19 @@ class Metrics:
         for (tool, agent, source, origin, reason, rule), value in items:
             labels = key_labels(tool, agent, source, origin)
             yield Observation(value, {**labels, ATTR_OUTCOME_REASON: reason, ATTR_OUTCOME_RULE: rule})
+
+    def count_retry(self, breaker: CircuitBreaker, outcome: str) -> None:
+        """One retry of ``breaker``'s tool made below the model, by its outcome (``success``,
+        ``failure``, ``ignored``, ``rejected``), or one the budget refused (``budget_exhausted``)."""
+        key = (breaker.name, breaker.agent_name, breaker.source, breaker.origin, outcome)
+        with self._lock:
+            self._retries[key] = self._retries.get(key, 0) + 1
+
+    def _observe_retries(self, options: CallbackOptions) -> Iterable[Observation]:
+        with self._lock:
+            items = list(self._retries.items())
+        for (tool, agent, source, origin, outcome), value in items:
+            yield Observation(value, {**key_labels(tool, agent, source, origin), ATTR_OUTCOME: outcome})
 
     def _observe_loops(self, options: CallbackOptions) -> Iterable[Observation]:
         for source in LOOP_SOURCES:

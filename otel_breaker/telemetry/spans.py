@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from opentelemetry import context as context_api
 from opentelemetry import trace as trace_api
+from opentelemetry._logs import SeverityNumber
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from otel_breaker.breaker import SHADOW, CircuitBreaker, State
@@ -41,6 +42,7 @@ from otel_breaker.semconv import (
     ERROR_CIRCUIT_OPEN,
     EVENT_EXCEPTION,
     EVENT_REJECTED,
+    EVENT_RETRY_BUDGET_EXHAUSTED,
     OPERATION,
     span_name,
 )
@@ -152,11 +154,21 @@ class Spans:
     tracer: Callable[[], Any]
     _record_duration: Callable[..., None]
     _emit_event: Callable[..., None]
+    count_retry: Callable[[CircuitBreaker, str], None]
 
-    def start(self, call: ToolCall, breaker: CircuitBreaker, start_time: int | None = None) -> Any:
+    def start(
+        self,
+        call: ToolCall,
+        breaker: CircuitBreaker,
+        start_time: int | None = None,
+        extra: dict[str, Any] | None = None,
+        linked: Any = None,
+    ) -> Any:
         """Start the tool span (made current). None when tracing is off or suppressed.
 
-        ``start_time`` (ns since the epoch) is for a call whose span is made after it ran."""
+        ``start_time`` (ns since the epoch) is for a call whose span is made after it ran;
+        ``extra``: more attributes (the tool's side-effect class, a retry's number);
+        ``linked``: another call's span handle to link to (a retry's first attempt)."""
         if not self._meter_ready:
             self._ensure_meter()
         tracer = self._tracer
@@ -183,14 +195,21 @@ class Spans:
             # The framework traces this call itself: one span per call, so ours is
             # not started; the framework's carries our attributes instead.
             _annotate_native(native, shape, call, state)
+            if extra and native.is_recording():
+                native.set_attributes(extra)
             return (native, None, state)
         attributes = {**shape.attributes, ATTR_STATE: state, ATTR_REJECTED: False}
+        if extra:
+            attributes.update(extra)
         if call.call_id is not None:
             attributes[ATTR_TOOL_CALL_ID] = bounded(call.call_id)
         if self.capture_content and call.arguments is not None:
             attributes[ATTR_TOOL_ARGUMENTS] = bounded(call.arguments)
+        links = None
+        if linked is not None:
+            links = [trace_api.Link(linked[0].get_span_context())]
         span = tracer.start_span(
-            shape.name, parent, kind=SpanKind.INTERNAL, attributes=attributes, start_time=start_time
+            shape.name, parent, kind=SpanKind.INTERNAL, attributes=attributes, links=links, start_time=start_time
         )
         token = context_api.attach(trace_api.set_span_in_context(span, parent))
         return (span, token, state)
@@ -311,6 +330,22 @@ class Spans:
             if handle[1] is not None:  # the framework ends its own span
                 with RECORDING.lock:
                     span.end()
+
+    def annotate(self, handle: Any, attributes: dict[str, Any]) -> None:
+        """Put ``attributes`` on a call's span (one learned while it ran)."""
+        if handle is not None and handle[0].is_recording():
+            handle[0].set_attributes(attributes)
+
+    def retry_budget_exhausted(self, call: ToolCall, breaker: CircuitBreaker) -> None:
+        """A transient failure was not retried: the retry budget of ``breaker`` is spent.
+        One log-based event (correlated with the current span), and the count."""
+        self.count_retry(breaker, "budget_exhausted")
+        self._emit_event(
+            EVENT_RETRY_BUDGET_EXHAUSTED,
+            (SeverityNumber.WARN, "WARN"),
+            {**key_labels(breaker.name, breaker.agent_name, breaker.source, breaker.origin), **call_labels(call)},
+            None,
+        )
 
     def escalated(self, handle: Any, call: ToolCall, breaker: CircuitBreaker) -> None:
         """A human approved one call through an open breaker."""

@@ -26,6 +26,7 @@ COUNTERS = {
     "otel_breaker_calls_rejected_total",
     "otel_breaker_calls_neutral_total",
     "otel_breaker_loops_total",
+    "otel_breaker_retries_total",
     "otel_breaker_tokens_saved_total",
     "otel_breaker_cost_saved_total",
     "otel_breaker_store_errors_total",

@@ -119,6 +119,30 @@ class Outage:
     error: str
 
 
+#: The answer of a healthy ``fetch_page`` of a ``/blip/`` page (the pricing page).
+PAGE = _PAGE
+#: What the model reads of a destructive tool's call in doubt.
+OUTCOME_UNKNOWN = "outcome unknown: the call may have taken effect; check before calling again"
+
+
+def no_sleep_retries() -> None:
+    """Back-offs that return at once (the clock they wait on is the breakers' own real
+    one, so a wait is skipped, never slept); undone by :func:`real_retry_timing`."""
+    from otel_breaker import retry_policy
+
+    async def skip(seconds: float) -> None:
+        return None
+
+    retry_policy.set_retry_timing(lambda seconds: None, skip)
+
+
+def real_retry_timing() -> None:
+    from otel_breaker import effects, retry_policy
+
+    retry_policy.set_retry_timing()
+    effects.clear_registered_effects()
+
+
 def failure_counts(tool: str) -> list[int]:
     """The failures each breaker guarding ``tool`` counted (one per agent): a mistake counts none,
     and one counted below the threshold would still bring a real failure's lockout closer."""
@@ -185,6 +209,23 @@ def quote_tool() -> Tool:
 # -- backends ---------------------------------------------------------------------------------
 
 
+def send_tool(url: str) -> Tool:
+    """``send_message(text)``: posts a message to a server that never answers; its read
+    timeout leaves the caller not knowing whether the message went out."""
+    runs = Runs()
+
+    def send_message(text: str) -> str:
+        """Sends a message to the team channel."""
+        runs()
+        response = httpx.post(
+            url, json={"text": text}, timeout=httpx.Timeout(HTTP_TIMEOUT, read=READ_TIMEOUT), trust_env=False
+        )
+        response.raise_for_status()
+        return "sent"
+
+    return Tool(send_message, runs)
+
+
 class _Server(http.server.ThreadingHTTPServer):
     daemon_threads = True
 
@@ -192,16 +233,38 @@ class _Server(http.server.ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), _Handler)
         #: Set when the server closes: a request held unanswered ends then.
         self.release = threading.Event()
+        #: Requests per ``/blip/`` and ``/down/`` path, and the lock they are counted under.
+        self.hits: dict[str, int] = {}
+        self.hits_lock = threading.Lock()
+
+    def hit(self, path: str) -> int:
+        """Count a request to ``path``; how many it has had, this one included."""
+        with self.hits_lock:
+            self.hits[path] = self.hits.get(path, 0) + 1
+            return self.hits[path]
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
     """``/docs/pricing``: 200; ``/status/<code>/...``: that status; ``/private/...``: 401
-    on every call; ``/hang/...``: accepted, never answered; anything else: 404."""
+    on every call; ``/hang/...``: accepted, never answered; ``/blip/...``: 503 the first
+    time, then the pricing page; ``/down/...``: 503 every time (both counted); anything
+    else: 404."""
 
     server: _Server
 
+    def do_POST(self) -> None:
+        self.do_GET()
+
     def do_GET(self) -> None:
-        if self.path.startswith("/hang/"):
+        if self.path.startswith("/blip/"):
+            if self.server.hit(self.path) == 1:
+                self._answer(503, "the server is restarting")
+            else:
+                self._answer(200, _PAGE)
+        elif self.path.startswith("/down/"):
+            self.server.hit(self.path)
+            self._answer(503, "the server is down")
+        elif self.path.startswith("/hang/"):
             self.server.release.wait()
             return
         if self.path == "/docs/pricing":
@@ -230,12 +293,35 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 class Backends:
     """Every backend of the scenarios, live for one test; see :func:`backends`."""
 
-    def __init__(self, workdir: pathlib.Path, server_url: str, closed_port: int) -> None:
+    def __init__(self, workdir: pathlib.Path, server_url: str, closed_port: int, server: _Server) -> None:
+        self._server = server
         self.server_url = server_url
         self.closed_port = closed_port
         self.database = workdir / "shop.db"
         self.notes = workdir / "notes"
         self.missing_database = workdir / "no-such-folder" / "shop.db"
+
+    def hits(self, prefix: str) -> int:
+        """Requests the server received to paths starting with ``prefix`` (``/blip/``, ``/down/``)."""
+        with self._server.hits_lock:
+            return sum(n for path, n in self._server.hits.items() if path.startswith(prefix))
+
+    def forget_hits(self) -> None:
+        """Start counting afresh: a ``/blip/`` page fails once more."""
+        with self._server.hits_lock:
+            self._server.hits.clear()
+
+    def blip(self, name: str) -> str:
+        """A page whose server answers 503 once (restarting), then the page."""
+        return f"{self.server_url}/blip/{name}"
+
+    def down(self, name: str) -> str:
+        """A page whose server answers 503 every time."""
+        return f"{self.server_url}/down/{name}"
+
+    def hang(self, name: str) -> str:
+        """A server that takes the request and never answers."""
+        return f"{self.server_url}/hang/{name}"
 
     def mistakes(self, name: str) -> Mistakes:
         """The :data:`MISTAKE_SCENARIOS` entry ``name``."""
@@ -346,7 +432,7 @@ def backends(workdir: pathlib.Path) -> Iterator[Backends]:
     try:
         closed.bind(("127.0.0.1", 0))
         host, port = server.server_address[:2]
-        yield Backends(workdir, f"http://{host}:{port}", closed.getsockname()[1])
+        yield Backends(workdir, f"http://{host}:{port}", closed.getsockname()[1], server)
     finally:
         closed.close()
         server.release.set()

@@ -1,0 +1,112 @@
+"""Retries below the model through LangGraph's ReAct loop (docs/retries.md).
+
+The backend is a local HTTP server: ``/blip/`` answers 503 once and then the page,
+``/down/`` 503 every time, ``/hang/`` never. The model is LangChain's fake chat model
+with scripted tool calls (``test_outcomes.run_agent``).
+
+* a blip of a read-only tool with retries on: the model reads the page, in the same
+  requests as for a healthy tool; with retries off the run is the same with
+  otel-breaker on as off;
+* a dead backend with retries on: the requests reaching it stay within the budget and
+  the breaker opens no later than without retries;
+* a destructive tool whose call times out runs once, whatever is configured, and the
+  model reads "outcome unknown".
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("langgraph")
+sys.path.insert(0, str(Path(__file__).parent))
+
+import httpx
+from outcome_scenarios import (
+    OUTCOME_UNKNOWN,
+    PAGE,
+    Backends,
+    backends,
+    no_sleep_retries,
+    page_tool,
+    real_retry_timing,
+    send_tool,
+)
+from status_prompt import breaker_settings
+from test_outcomes import run_agent
+
+from otel_breaker.breaker import State
+from otel_breaker.registry import default_registry
+
+CALLS = 10
+
+
+@pytest.fixture
+def live(tmp_path: Path) -> Iterator[Backends]:
+    no_sleep_retries()
+    with backends(tmp_path) as found:
+        yield found
+    real_retry_timing()
+
+
+def fetch() -> object:
+    return page_tool(httpx.Timeout(60.0))
+
+
+def test_a_blip_costs_no_model_turn_with_retries_on(live: Backends, instrument) -> None:
+    healthy = run_agent(fetch(), [f"{live.server_url}/docs/pricing"])
+    instrument("langchain")
+    breaker_settings(retry="transient", tool_effects="fetch_page=read_only")
+    tool = fetch()
+    on = run_agent(tool, [live.blip("on")])
+    assert tool.runs.count == 2, "the first attempt met the 503, the retry the page"
+    assert [r.text for r in on.results] == [PAGE]
+    assert [r.status for r in on.results] == [r.status for r in healthy.results] == ["success"]
+    assert len(on.requests) == len(healthy.requests), "no model turn spent on the blip"
+    assert on.final == healthy.final
+
+
+def test_with_retries_off_a_blip_reads_the_same_on_as_off(live: Backends, instrument) -> None:
+    breaker_settings(tool_effects="fetch_page=read_only")
+    off = run_agent(fetch(), [live.blip("page")])
+    live.forget_hits()
+    instrument("langchain")
+    on = run_agent(fetch(), [live.blip("page")])
+    assert off.runs == on.runs == 1
+    assert on.results == off.results and "503" in on.results[0].text
+    assert on.requests == off.requests
+
+
+def test_a_dead_backend_gets_no_more_traffic_and_opens_no_later(live: Backends, instrument) -> None:
+    instrument("langchain")
+
+    def outage(name: str, **retry: str) -> tuple[int, int]:
+        breaker_settings(failure_threshold="3", tool_effects="fetch_page=read_only", **retry)
+        run_agent(fetch(), [live.down(f"{name}-{i}") for i in range(CALLS)])
+        breaker = default_registry().find("fetch_page")[0]
+        assert breaker.state is State.OPEN
+        reached = live.hits(f"/down/{name}-")
+        default_registry().clear(keep_counts=False)
+        return reached, breaker.stats.failure_count
+
+    without, _ = outage("plain")
+    with_retries, _ = outage("retried", retry="transient")
+    assert with_retries <= without * 1.2, f"{with_retries} requests with retries, {without} without"
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"retry": "transient"}, {"retry": "transient", "retry_attempts": "10", "failure_threshold": "50"}],
+    ids=["retries-off", "retries-on", "ten-attempts"],
+)
+def test_a_destructive_tool_that_times_out_runs_once(options: dict[str, str], live: Backends, instrument) -> None:
+    instrument("langchain")
+    breaker_settings(tool_effects="send_message=destructive", **options)
+    tool = send_tool(live.hang("send"))
+    run = run_agent(tool, ["standup moved to 10:30"])
+    assert tool.runs.count == 1, "a destructive tool is never run twice by us"
+    assert run.results[0].status == "error"
+    assert OUTCOME_UNKNOWN in run.results[0].text, run.results

@@ -1,0 +1,111 @@
+"""Retries below the model through PydanticAI's agent loop (docs/retries.md).
+
+The backend is a local HTTP server: ``/blip/`` answers 503 once and then the page,
+``/down/`` 503 every time, ``/hang/`` never. The model is PydanticAI's
+``FunctionModel`` (``test_outcomes.run_agent``), in both ways a PydanticAI tool meets
+an error: ``raised`` (the exception ends the run) and ``tool_failed`` (``ToolFailed``,
+the run goes on).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pydantic_ai")
+sys.path.insert(0, str(Path(__file__).parent))
+
+import httpx
+from outcome_scenarios import (
+    OUTCOME_UNKNOWN,
+    PAGE,
+    Backends,
+    backends,
+    no_sleep_retries,
+    page_tool,
+    real_retry_timing,
+    send_tool,
+)
+from status_prompt import breaker_settings
+from test_outcomes import STYLES, run_agent
+
+from otel_breaker.breaker import State
+from otel_breaker.registry import default_registry
+
+CALLS = 10
+
+
+@pytest.fixture
+def live(tmp_path: Path) -> Iterator[Backends]:
+    no_sleep_retries()
+    with backends(tmp_path) as found:
+        yield found
+    real_retry_timing()
+
+
+def fetch() -> object:
+    return page_tool(httpx.Timeout(60.0))
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_a_blip_costs_no_model_turn_with_retries_on(style: str, live: Backends, instrument) -> None:
+    healthy = run_agent(fetch(), [f"{live.server_url}/docs/pricing"], style)
+    instrument("pydantic_ai")
+    breaker_settings(retry="transient", tool_effects="fetch_page=read_only")
+    tool = fetch()
+    on = run_agent(tool, [live.blip("page")], style)
+    assert tool.runs.count == 2, "the first attempt met the 503, the retry the page"
+    assert on.results == healthy.results == [PAGE]
+    assert len(on.requests) == len(healthy.requests), "no model turn spent on the blip"
+    assert on.ends == healthy.ends == [("output", "done")]
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_with_retries_off_a_blip_reads_the_same_on_as_off(style: str, live: Backends, instrument) -> None:
+    breaker_settings(tool_effects="fetch_page=read_only")
+    off = run_agent(fetch(), [live.blip("page")], style)
+    live.forget_hits()
+    instrument("pydantic_ai")
+    on = run_agent(fetch(), [live.blip("page")], style)
+    assert off.runs == on.runs == 1
+    assert on.results == off.results and on.ends == off.ends and on.requests == off.requests
+    assert "503" in str(on.ends if style == "raised" else on.results)
+
+
+def test_a_dead_backend_gets_no_more_traffic_and_opens_no_later(live: Backends, instrument) -> None:
+    instrument("pydantic_ai")
+
+    def outage(name: str, **retry: str) -> int:
+        breaker_settings(failure_threshold="3", tool_effects="fetch_page=read_only", **retry)
+        run_agent(fetch(), [live.down(f"{name}-{i}") for i in range(CALLS)], "tool_failed")
+        assert default_registry().find("fetch_page")[0].state is State.OPEN
+        default_registry().clear(keep_counts=False)
+        return live.hits(f"/down/{name}-")
+
+    without = outage("plain")
+    with_retries = outage("retried", retry="transient")
+    assert with_retries <= without * 1.2, f"{with_retries} requests with retries, {without} without"
+
+
+@pytest.mark.parametrize("style", STYLES)
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"retry": "transient"}, {"retry": "transient", "retry_attempts": "10", "failure_threshold": "50"}],
+    ids=["retries-off", "retries-on", "ten-attempts"],
+)
+def test_a_destructive_tool_that_times_out_runs_once(
+    options: dict[str, str], style: str, live: Backends, instrument
+) -> None:
+    instrument("pydantic_ai")
+    breaker_settings(tool_effects="send_message=destructive", **options)
+    tool = send_tool(live.hang("send"))
+    run = run_agent(tool, ["standup moved to 10:30"], style)
+    assert tool.runs.count == 1, "a destructive tool is never run twice by us"
+    if style == "tool_failed":
+        assert OUTCOME_UNKNOWN in run.results[0], run.results  # the run's own "tool failed", read by the model
+        assert run.ends == [("output", "done")]
+    else:
+        assert OUTCOME_UNKNOWN in run.ends[0][1], run.ends  # the exception that ends the run says it
