@@ -595,8 +595,9 @@ def failed_value(
     """What the caller gets of an attempt that raised ``exc``: the exception itself, or,
     for a destructive tool whose call may have taken effect (a timeout, a dropped
     connection), :class:`OutcomeUnknownError` with ``exc`` as its cause: we never run it
-    again, and the model is told to check before calling again."""
-    if verdict.outcome != FAILURE:
+    again, and the model is told to check before calling again. (A transport failure its
+    upstream's breaker counted is neutral for the tool's, and as much in doubt.)"""
+    if verdict.outcome != FAILURE and verdict.reason != UPSTREAM:
         return Raised(exc)
     try:
         if not _retry_policy.outcome_unknown(verdict, exc, _retry_policy.tool_effects(breaker, call)):
@@ -623,7 +624,7 @@ def unknown_outcome_text(breaker: CircuitBreaker, call: ToolCall, exc: BaseExcep
     path sees it (the adapter answers with this text instead); None for any other error."""
     try:
         verdict = raised(breaker, call, None, exc)[0]
-        if verdict.outcome != FAILURE:
+        if verdict.outcome != FAILURE and verdict.reason != UPSTREAM:
             return None
         if not _retry_policy.outcome_unknown(verdict, exc, _retry_policy.tool_effects(breaker, call)):
             return None

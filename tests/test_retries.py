@@ -361,3 +361,38 @@ def test_a_breaker_call_with_retries_on_runs_the_quick_route(sleeper):
     backend = Backend(1)
     assert breaker.call(backend) == "answer to q"
     assert backend.runs == 2
+
+
+class _Listed:
+    """A tool as an MCP listing holds it: a name and its annotations (the SDK's attribute names)."""
+
+    def __init__(self, name: str, **annotations: object) -> None:
+        self.name = name
+        self.annotations = annotations or None
+
+
+def test_a_servers_listing_announces_its_tools_effects():
+    from otel_breaker.instrumentation.mcp_identity import note_effects
+
+    note_effects(
+        "notes@1.0",
+        [
+            _Listed("search", readOnlyHint=True),
+            _Listed("delete_note", destructive_hint=True),
+            _Listed("touch", idempotentHint="yes"),  # the wrong type: no hint
+            _Listed("plain"),
+        ],
+    )
+    assert effects.effects_of("search", "notes@1.0", None) == "read_only"
+    assert effects.effects_of("delete_note", "notes@1.0", None) == "destructive"
+    assert effects.effects_of("touch", "notes@1.0", None) == "unknown"
+    assert effects.effects_of("plain", "notes@1.0", None) == "unknown"
+    assert effects.effects_of("search", "other@2.0", None) == "unknown", "another server's tool of that name"
+
+
+def test_a_destructive_tools_connection_dropped_behind_an_upstream_is_outcome_unknown(sleeper):
+    settings(upstreams="mail=send_email", tool_effects="send_email=destructive", retry="transient")
+    backend = Backend(5)  # the connection is reset after the request left
+    with pytest.raises(OutcomeUnknownError):
+        guard("send_email")(backend)()
+    assert backend.runs == 1
