@@ -41,6 +41,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
 
 from otel_breaker import __version__
+from otel_breaker.breaker_config import CircuitBreakerConfig
 from otel_breaker.call_steps import OutcomeUnknownError
 from otel_breaker.classify import is_transport_error
 from otel_breaker.guard import Guard, default_guard
@@ -397,7 +398,16 @@ class Forwarder:
         )
         # A half-open server is probed with a ping before a destructive tool's call reaches it.
         await self._guard.aprobe_upstream(call, partial(link.request, types.PingRequest(), types.EmptyResult))
-        return await self._guard.acall(call, forward, adapter=self._adapter)
+        return await self._guard.acall(call, forward, adapter=self._adapter, config=self._config_of(link))
+
+    def _config_of(self, link: UpstreamLink) -> CircuitBreakerConfig | None:
+        """The breaker configuration of ``link``'s tools when its ``--config`` entry has outcome
+        overrides (``neutralErrors``, ``failureErrors``), else None (the settings decide)."""
+        spec = link.spec
+        if spec.neutral_errors is None and spec.failure_errors is None:
+            return None
+        defaults = self._guard.registry.settings.defaults
+        return defaults.with_changes(neutral_errors=spec.neutral_errors, failure_errors=spec.failure_errors)
 
     async def _tool_route(self, exposed: str) -> tuple[UpstreamLink, str] | None:
         if self._single:

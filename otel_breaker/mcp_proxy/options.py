@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from otel_breaker.breaker_config import pattern_problem
 from otel_breaker.config.values import parse_error_patterns
 from otel_breaker.status_server import is_loopback
 
@@ -49,6 +50,11 @@ class ServerSpec:
     cwd: str | None = None
     url: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
+    neutral_errors: str | None = None
+    """A ``--config`` entry's ``"neutralErrors"``: errors of this server's tools that are the
+    caller's mistake (a regular expression, as ``OTEL_BREAKER_NEUTRAL_ERRORS`` takes)."""
+    failure_errors: str | None = None
+    """A ``--config`` entry's ``"failureErrors"``: errors of this server's tools that count."""
 
     @property
     def is_stdio(self) -> bool:
@@ -208,10 +214,25 @@ def load_config(path: str) -> tuple[ServerSpec, ...]:
     return tuple(specs)
 
 
+def _error_patterns(entry: Mapping[str, Any], here: str) -> dict[str, str]:
+    """An entry's outcome overrides (``"neutralErrors"``, ``"failureErrors"``), each checked."""
+    patterns = {}
+    for key, option in (("neutralErrors", "neutral_errors"), ("failureErrors", "failure_errors")):
+        pattern = entry.get(key)
+        if pattern is None:
+            continue
+        problem = pattern_problem(pattern)
+        if problem is not None:
+            raise OptionsError(f'{here}: "{key}" {problem}')
+        patterns[option] = pattern
+    return patterns
+
+
 def _spec_from_entry(name: str, entry: Mapping[str, Any], where: str) -> ServerSpec:
     if not _SERVER_NAME.match(name):
         raise OptionsError(f"{where}: server name {name[:64]!r} may use letters, digits and . _ - @ + only")
     here = f"{where}: server {name!r}"
+    patterns = _error_patterns(entry, here)
     url = entry.get("url", entry.get("serverUrl"))
     command = entry.get("command")
     if (url is None) == (command is None):
@@ -223,7 +244,7 @@ def _spec_from_entry(name: str, entry: Mapping[str, Any], where: str) -> ServerS
         if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
             raise OptionsError(f'{here}: "headers" must be an object of strings')
         checked = dict(parse_header(f"{k}: {v}") for k, v in headers.items())
-        return ServerSpec(name=name, url=_url(url, here), headers=checked)
+        return ServerSpec(name=name, url=_url(url, here), headers=checked, **patterns)
     args = entry.get("args") or []
     env = entry.get("env") or {}
     cwd = entry.get("cwd")
@@ -235,7 +256,7 @@ def _spec_from_entry(name: str, entry: Mapping[str, Any], where: str) -> ServerS
         raise OptionsError(f'{here}: "env" must be an object of strings')
     if cwd is not None and not isinstance(cwd, str):
         raise OptionsError(f'{here}: "cwd" must be a string')
-    return ServerSpec(name=name, command=command, args=tuple(args), env=dict(env), cwd=cwd)
+    return ServerSpec(name=name, command=command, args=tuple(args), env=dict(env), cwd=cwd, **patterns)
 
 
 def check_error_patterns(environ: Mapping[str, str]) -> None:

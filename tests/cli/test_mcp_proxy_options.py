@@ -93,6 +93,8 @@ def test_config_reads_the_clients_files(tmp_path):
         ('{"mcpServers": {"a": {"url": "ftp://x"}}}', "http:// or https://"),
         ('{"mcpServers": {"a b": {"command": "x"}}}', "server name"),
         ('{"mcpServers": {"a": {"command": "x", "disabled": true}}}', "every server is disabled"),
+        ('{"mcpServers": {"a": {"command": "x", "failureErrors": "("}}}', '"failureErrors" does not compile'),
+        ('{"mcpServers": {"a": {"command": "x", "neutralErrors": 5}}}', '"neutralErrors" expected a regular'),
     ],
 )
 def test_a_bad_config_is_one_line_naming_the_problem(tmp_path, document, message):
@@ -101,6 +103,15 @@ def test_a_bad_config_is_one_line_naming_the_problem(tmp_path, document, message
     with pytest.raises(OptionsError, match=message) as caught:
         load_config(str(config))
     assert "\n" not in str(caught.value)
+
+
+def test_a_config_entry_carries_its_servers_outcome_overrides(tmp_path):
+    config = tmp_path / "servers.json"
+    entry = {"command": "npx", "neutralErrors": "quota of the day", "failureErrors": "ENOENT"}
+    config.write_text(json.dumps({"mcpServers": {"fs": entry, "other": {"command": "x"}}}))
+    fs, other = load_config(str(config))
+    assert (fs.neutral_errors, fs.failure_errors) == ("quota of the day", "ENOENT")
+    assert (other.neutral_errors, other.failure_errors) == (None, None)
 
 
 def test_a_missing_config_file_is_one_line():

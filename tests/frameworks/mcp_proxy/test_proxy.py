@@ -426,7 +426,7 @@ def test_without_the_mcp_sdk_it_says_what_to_install():
         [sys.executable, "-c", code, "mcp-proxy", "--", "server"], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 2
-    assert 'pip install "otel-breaker[mcp]"' in done.stderr
+    assert 'pip install "mcp>=2.3,<3"' in done.stderr and 'pip install -e ".[mcp]"' in done.stderr
 
 
 # -- cancellation and memory -------------------------------------------------------------------------

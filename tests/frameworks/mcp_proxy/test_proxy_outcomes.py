@@ -8,6 +8,7 @@ polling server of the MCP client suite (``tests/frameworks/mcp/polling_server.py
 
 from __future__ import annotations
 
+import json
 import logging
 import subprocess
 import sys
@@ -175,3 +176,18 @@ def test_an_override_pattern_that_does_not_compile_stops_the_start():
     assert done.returncode == 2
     (line,) = done.stderr.strip().splitlines()
     assert "OTEL_BREAKER_NEUTRAL_ERRORS" in line and "ENOENT(" in line and "does not compile" in line
+
+
+async def test_a_config_entry_counts_what_the_rules_call_a_mistake(allowed, tmp_path):
+    """``"failureErrors"`` in a ``--config`` entry: that server's ENOENT counts, as
+    ``OTEL_BREAKER_FAILURE_ERRORS`` with ``@server`` does."""
+    command = filesystem_command(allowed)
+    config = tmp_path / "servers.json"
+    entry = {"command": command[0], "args": command[1:], "failureErrors": "ENOENT"}
+    config.write_text(json.dumps({"mcpServers": {"files": entry}}))
+    proxy = stdio([sys.executable, "-m", "otel_breaker", "mcp-proxy", "--config", str(config)], env=breaker_env())
+    calls = missing_reads(allowed, THRESHOLD + 1)
+    with anyio.fail_after(PATIENCE):
+        got = await answers(proxy, calls)
+    assert all("ENOENT" in text for _, text in got[:THRESHOLD])
+    assert UNAVAILABLE in got[THRESHOLD][1]
