@@ -188,3 +188,18 @@ def test_uninstrument_restores_exactly(instrument):
 def test_the_status_reports_the_framework_active(instrument):
     status = instrument("claude_agent_sdk").status()
     assert status["claude_agent_sdk"].startswith("active (claude-agent-sdk "), status
+
+
+def test_one_execute_tool_span_per_in_process_call_with_our_attributes(api, instrument, otel):
+    instrument("claude_agent_sdk")
+    tool = Tool.healthy("echo")
+    api.play([call("echo", x=1), call("echo", x=2), "done"])
+    assert ask(options(api.url, {"tools": server([tool])})) == "done"
+    spans = otel.tool_spans("echo")
+    assert [span.name for span in spans] == ["execute_tool echo"] * 2
+    for span in spans:
+        attributes = span.attributes
+        assert attributes["gen_ai.operation.name"] == "execute_tool"
+        assert attributes["otel_breaker.state"] == "closed" and attributes["otel_breaker.rejected"] is False
+        assert attributes["otel_breaker.framework"] == "claude_agent_sdk"
+        assert attributes.get("gen_ai.tool.call.id")  # the model's tool use id, from the CLI's request
