@@ -7,15 +7,18 @@ a fake clock of its own (when each call ended), moved past the minute by hand.
 
 from __future__ import annotations
 
-import time
+import json
+import os
+import subprocess
+import sys
+import textwrap
 from collections.abc import Iterator
 
 import pytest
 
 from otel_breaker import guard
 from otel_breaker.latency import LATENCY, MAX_SAMPLES
-from otel_breaker.registry import BreakerRegistry, default_registry
-from otel_breaker.status_server import StatusServer
+from otel_breaker.registry import default_registry
 
 
 @pytest.fixture
@@ -29,37 +32,47 @@ def recorder_clock(clock) -> Iterator:
     LATENCY.clock = saved
 
 
-def test_without_a_status_endpoint_guarded_calls_are_not_timed(registry_clock):
-    assert LATENCY.enabled is False, "a status endpoint of an earlier test is still running"
+#: A process with no status endpoint: its guarded calls (sync and async, a success and a failure)
+#: are not timed. Run in a fresh interpreter, so no endpoint another test left running can count.
+UNTIMED = textwrap.dedent(
+    """
+    import asyncio, json
+    from otel_breaker import guard
+    from otel_breaker.latency import LATENCY
+    from otel_breaker.registry import default_registry
 
     @guard("lookup")
-    def lookup(seconds: float) -> str:
-        registry_clock.advance(seconds)
+    def lookup() -> str:
         return "ok"
 
     @guard("fetch")
     def fetch() -> None:
         raise ConnectionError("refused")
 
-    for _ in range(5):
-        assert lookup(0.2) == "ok"
-        with pytest.raises(ConnectionError):
-            fetch()
-    assert LATENCY.enabled is False
-    assert LATENCY.percentiles(default_registry().get("lookup")) is None
-
-
-async def test_an_async_tool_is_not_timed_either(registry_clock):
-    assert LATENCY.enabled is False, "a status endpoint of an earlier test is still running"
-
     @guard("async_lookup")
-    async def lookup() -> str:
-        registry_clock.advance(0.2)
+    async def async_lookup() -> str:
         return "ok"
 
-    assert await lookup() == "ok"
-    assert LATENCY.enabled is False
-    assert LATENCY.percentiles(default_registry().get("async_lookup")) is None
+    for _ in range(5):
+        assert lookup() == "ok"
+        try:
+            fetch()
+        except ConnectionError:
+            pass
+    assert asyncio.run(async_lookup()) == "ok"
+    kept = [LATENCY.percentiles(default_registry().get(name)) for name in ("lookup", "fetch", "async_lookup")]
+    print(json.dumps({"enabled": LATENCY.enabled, "kept": kept}))
+    """
+)
+
+
+def test_without_a_status_endpoint_guarded_calls_are_not_timed():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    done = subprocess.run(
+        [sys.executable, "-c", UNTIMED], capture_output=True, text=True, timeout=120, env=env, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.splitlines()[-1]) == {"enabled": False, "kept": [None, None, None]}
 
 
 def test_p50_and_p99_of_guarded_calls_in_the_last_minute(recorder_clock, registry_clock):
@@ -108,22 +121,54 @@ async def test_async_calls_are_timed_and_only_the_latest_are_kept(recorder_clock
     assert LATENCY.percentiles(default_registry().get("embed")) == pytest.approx((0.040, 0.040))
 
 
-def test_a_status_endpoint_switches_timing_on_until_the_last_one_stops(clock):
-    assert LATENCY.enabled is False, "a status endpoint of an earlier test is still running"
+#: Two status endpoints in a fresh interpreter: timing is on from the first one's start until
+#: the last one stops (closing one twice counts once), and what was kept is then forgotten.
+SWITCHED = textwrap.dedent(
+    """
+    import json, time
+    from otel_breaker.latency import LATENCY
+    from otel_breaker.registry import BreakerRegistry
+    from otel_breaker.status_server import StatusServer
+
+    class Clock:
+        now = 1000.0
+        def __call__(self) -> float:
+            return self.now
+        def advance(self, seconds: float) -> None:
+            self.now += seconds
+
+    clock = Clock()
     registry = BreakerRegistry(clock=clock)
     search = registry.get("search")
+    seen = {"before": LATENCY.enabled}
     first = StatusServer("127.0.0.1", 0, registry=registry)
-    second = None
-    try:
-        assert LATENCY.enabled is True
-        second = StatusServer("127.0.0.1", 0, registry=registry)
-        first.close()
-        assert LATENCY.enabled is True  # the other endpoint still shows latency
-        search.call(clock.advance, 0.25)
-        assert LATENCY.percentiles(search, now=time.monotonic()) == pytest.approx((0.25, 0.25))
-    finally:
-        first.close()  # closing twice counts once
-        if second is not None:
-            second.close()
-    assert LATENCY.enabled is False
-    assert LATENCY.percentiles(search) is None  # what was kept is forgotten
+    seen["one"] = LATENCY.enabled
+    second = StatusServer("127.0.0.1", 0, registry=registry)
+    first.close()
+    first.close()
+    seen["after_first_closed_twice"] = LATENCY.enabled
+    search.call(clock.advance, 0.25)
+    seen["kept"] = LATENCY.percentiles(search, now=time.monotonic())
+    second.close()
+    seen["after_last"] = LATENCY.enabled
+    seen["forgotten"] = LATENCY.percentiles(search)
+    print(json.dumps(seen))
+    """
+)
+
+
+def test_a_status_endpoint_switches_timing_on_until_the_last_one_stops():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    done = subprocess.run(
+        [sys.executable, "-c", SWITCHED], capture_output=True, text=True, timeout=120, env=env, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert seen == {
+        "before": False,
+        "one": True,
+        "after_first_closed_twice": True,
+        "kept": [0.25, 0.25],
+        "after_last": False,
+        "forgotten": None,
+    }
