@@ -39,6 +39,8 @@ if TYPE_CHECKING:
         reset_all_circuit_breakers,
     )
     from otel_breaker.retry_hint import register_retry_hint, unregister_retry_hint
+    from otel_breaker.run_budget import RunBudgetError
+    from otel_breaker.runs import run
     from otel_breaker.toolcall import ToolCall, agent_scope
 
 # The other public names, each loaded from its module on first use: ``OTEL_BREAKER_ENABLED``
@@ -66,6 +68,8 @@ _LAZY = {
     "ToolCall": "otel_breaker.toolcall",
     "agent_scope": "otel_breaker.toolcall",
     "ToolLoopError": "otel_breaker.loops",
+    "run": "otel_breaker.runs",
+    "RunBudgetError": "otel_breaker.run_budget",
     "register_retry_hint": "otel_breaker.retry_hint",
     "unregister_retry_hint": "otel_breaker.retry_hint",
     "ToolKey": "otel_breaker.identity",
@@ -136,6 +140,7 @@ __all__ = [
     "OutcomeUnknownError",
     "PermissionDeniedError",
     "Rejection",
+    "RunBudgetError",
     "State",
     "StateChange",
     "ToolCall",

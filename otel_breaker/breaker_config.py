@@ -88,6 +88,14 @@ class CircuitBreakerConfig:
     loop_count: tuple[str, ...] = ("mistakes",)
     """What ends an identical call in a counted way: ``mistakes`` (arguments the tool
     rejects, an unknown tool), ``failures``, ``retries`` (``ModelRetry`` and the like)."""
+    run_rejections: int | None = 3
+    """The waste budget: how many times the breaker may reject this tool in one run before
+    ``run_action`` answers the run's next call of it (``OTEL_BREAKER_RUN_REJECTIONS``).
+    None: no budget, the run may keep calling an open tool (``runs.py``, docs/runs.md)."""
+    run_action: str = "hide"
+    """What the spent waste budget does: ``hide`` (the tool leaves this run's menu, and its
+    calls are rejected for this run), ``stop`` (raise ``RunBudgetError`` to the caller of
+    the run) or ``warn`` (an event, nothing else) (``OTEL_BREAKER_RUN_ACTION``)."""
     neutral_errors: str | None = None
     """A regular expression: an error whose ``"<rule> <ErrorType>: <message>"`` it matches
     (searched, case-insensitively) is the caller's mistake, whatever the built-in rules say
@@ -198,6 +206,8 @@ CONFIG_FIELDS = tuple(f.name for f in fields(CircuitBreakerConfig))
 
 #: What the loop guard may do once an identical call repeats (``loop_action``).
 LOOP_ACTIONS = ("reject", "stop", "warn")
+#: What a spent waste budget does (``run_action``).
+RUN_ACTIONS = ("hide", "stop", "warn")
 #: What may count toward the loop guard (``loop_count``).
 LOOP_COUNT_KINDS = ("mistakes", "failures", "retries")
 
@@ -281,6 +291,11 @@ def _config_problems(c: CircuitBreakerConfig):
         problems.append(f"loop_limit={c.loop_limit!r} (must be at most {MAX_COUNT:,})")
     if c.loop_action not in LOOP_ACTIONS:
         problems.append(f"loop_action={c.loop_action!r} (must be one of {', '.join(LOOP_ACTIONS)})")
+    budget = c.run_rejections
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or not 1 <= budget <= MAX_COUNT):
+        problems.append(f"run_rejections={budget!r} (must be a whole number from 1 to {MAX_COUNT:,}, or None: off)")
+    if c.run_action not in RUN_ACTIONS:
+        problems.append(f"run_action={c.run_action!r} (must be one of {', '.join(RUN_ACTIONS)})")
     kinds = c.loop_count
     if not isinstance(kinds, tuple) or not all(k in LOOP_COUNT_KINDS for k in kinds):
         problems.append(f"loop_count={kinds!r} (must be a subset of {', '.join(LOOP_COUNT_KINDS)})")

@@ -24,6 +24,7 @@ from typing import Any
 from otel_breaker import call_steps, deadline
 from otel_breaker import loops as _loops
 from otel_breaker import retry_policy as _retry_policy
+from otel_breaker import run_budget as _run_budget
 from otel_breaker import upstream as _upstream
 from otel_breaker import upstream_gate as _upstream_gate
 from otel_breaker.breaker import REJECTED, SHADOW, CircuitBreaker, CircuitBreakerConfig, State, bind_entrance
@@ -350,6 +351,9 @@ class CallPath:
         breaker = self.breaker_for(call, config)
         if breaker is None:
             return None, _loops.RUN
+        answer = _run_budget.check(call, breaker, adapter)
+        if answer is not _run_budget.RUN:
+            return None, answer
         answer, watch = _loops.enter(call, breaker, adapter, args, kwargs)
         if answer is not _loops.RUN:
             return None, answer

@@ -49,7 +49,8 @@ from otel_breaker.classify import (
     result_text,
 )
 from otel_breaker.latency import LATENCY
-from otel_breaker.sanitize import exception_message, safe_name, sanitize
+from otel_breaker.runs import current_run
+from otel_breaker.sanitize import bounded, exception_message, safe_name, sanitize
 from otel_breaker.semconv import ATTR_EFFECTS, ATTR_OUTCOME_UNKNOWN, ATTR_RETRY_ATTEMPT
 from otel_breaker.telemetry import TELEMETRY
 from otel_breaker.toolcall import ToolCall
@@ -130,6 +131,17 @@ def default_call(breaker: CircuitBreaker) -> ToolCall:
     return call
 
 
+def count_run_rejection(breaker: CircuitBreaker, call: ToolCall | None) -> None:
+    """A breaker rejected a call: one more for its tool in the run open here, if any
+    (the waste budget, ``run_budget.py``, reads it before the run's next call)."""
+    opened = current_run()
+    if opened is None:
+        return
+    if call is None:
+        call = default_call(breaker)
+    opened.rejected(call.tool, call.where)
+
+
 def reject(
     breaker: CircuitBreaker, call: ToolCall | None, adapter: Adapter | None, span: Any, observed: bool
 ) -> tuple[bool, Any]:
@@ -143,6 +155,7 @@ def reject(
         and (not observed or (span is None and not TELEMETRY.logs_on()))
     ):
         # Nothing to report to and nothing framework-specific: the cached rejection.
+        count_run_rejection(breaker, call)
         return False, rejection.rejection_result(breaker, call)
     if call is None:
         call = default_call(breaker)
@@ -150,6 +163,7 @@ def reject(
     if config.high_stakes and rejection.escalation_approves(call, info):
         TELEMETRY.escalated(span, call, breaker)
         return True, None
+    count_run_rejection(breaker, call)
     try:
         TELEMETRY.rejected(span, call, breaker, info)
     except Exception:
@@ -442,6 +456,7 @@ def _attempt(
                 return _NOT_ADMITTED
             run_anyway, value = _upstream_gate.reject(upstream, breaker, call, adapter)
             if not run_anyway:
+                count_run_rejection(breaker, call)
                 return Attempt(value, None, None, None, 0.0)
             up_permit = SHADOW
             escalated_upstream = True

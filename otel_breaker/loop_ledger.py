@@ -22,6 +22,7 @@ from typing import Any
 
 from otel_breaker.loop_signature import MAX_ERROR_CHARS
 from otel_breaker.registry import session_of_context
+from otel_breaker.runs import CLOSE_LISTENERS, Run, current_run
 from otel_breaker.sanitize import bounded
 from otel_breaker.semconv import (
     ATTR_AGENT,
@@ -70,6 +71,13 @@ class LoopGuard:
     # -- what the call path asks ------------------------------------------------------------
 
     def scope(self, call: ToolCall) -> str:
+        """The run ``call`` belongs to, as the ledger keys it: the run open in this
+        context (``runs.py``: a framework's top-level invocation, or ``otel_breaker.run``),
+        else the session scope or the call's session, else the agent's name (a framework
+        whose run cannot be seen; no name: the process)."""
+        opened = current_run()
+        if opened is not None:
+            return f"r:{opened.id}"
         session = session_of_context()
         if session is not None:
             return f"s:{session}"
@@ -136,6 +144,17 @@ class LoopGuard:
         else:
             self._tools.pop((scope, tool), None)
 
+    def forget_scope(self, scope: str) -> None:
+        """Forget every entry of ``scope`` (a run that ended: a new run starts clean)."""
+        with self._lock:
+            if not any(key[0] == scope for key in self._tools):
+                return
+            for key in [key for key in self._entries if key[0] == scope]:
+                self._forget(key, self._entries[key])
+
+    def run_closed(self, closed: Run) -> None:
+        self.forget_scope(f"r:{closed.id}")
+
     def clear(self) -> None:
         with self._lock:
             self._entries.clear()
@@ -189,6 +208,7 @@ class LoopGuard:
 
 
 LOOPS = LoopGuard()
+CLOSE_LISTENERS.append(LOOPS.run_closed)
 LOOP_SOURCES.append(LOOPS.detections)
 SAVINGS_SOURCES.append(LOOPS.saved_turns)
 

@@ -84,9 +84,18 @@ class ToolLoopError(BaseException):
             f"the previous {count} ended with: {last_error or 'an error'}. The run was stopped."
         )
 
+    def for_model(self) -> str:
+        """What the model reads for this stop where it cannot reach the caller of the run
+        (the framework's loop goes on)."""
+        return _identical_call_message(self)
+
 
 def loop_message(error: ToolLoopError) -> str:
     """The ``reject`` text for a stop that cannot reach the caller of the run."""
+    return error.for_model()
+
+
+def _identical_call_message(error: ToolLoopError) -> str:
     tool = safe_name(error.tool)
     why = f" The last error was: {sanitize(error.last_error)}." if error.last_error else ""
     return sanitize(

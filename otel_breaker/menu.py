@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from otel_breaker.degrade import _breakers_for
+from otel_breaker.runs import Run, current_run
 from otel_breaker.upstream import upstream_name, upstream_of
 
 T = TypeVar("T")
@@ -86,9 +87,29 @@ def open_tools(agent: Any = None, registry: Any = None) -> frozenset[tuple[str, 
     return result
 
 
+def menu_may_change() -> bool:
+    """Whether a model request's menu may lose tools now: the switch is on, or the run open
+    here took tools out of its own menu (adapters amend menus only then, so a healthy
+    agent's requests stay exactly what they were)."""
+    return hide_open_tools_enabled() or hiding_run() is not None
+
+
+def hiding_run() -> Run | None:
+    """The run open here when its waste budget took tools out of its menu (``run_budget.py``),
+    else None: such a tool leaves this run's menu whatever ``OTEL_BREAKER_HIDE_OPEN_TOOLS`` says."""
+    opened = current_run()
+    if opened is None or not opened.hidden:
+        return None
+    return opened
+
+
 def is_hidden(tool: str, source: str | None = None, *, agent: Any = None, opened: frozenset | None = None) -> bool:
     """Whether ``tool`` (from ``source``) is out of the menu now: the switch is
-    on and a breaker that would reject its next call is open."""
+    on and a breaker that would reject its next call is open, or this run's waste
+    budget took it out."""
+    run = hiding_run()
+    if run is not None and run.hides(tool, source):
+        return True
     if opened is None:
         if not hide_open_tools_enabled():
             return False
@@ -105,25 +126,36 @@ def visible_tools(
 ) -> Sequence[T]:
     """``tools`` without the open ones; the very same object when nothing is
     hidden (switch off, nothing open), so unchanged requests stay identical."""
-    if not tools or not hide_open_tools_enabled():
+    if not tools:
         return tools
-    opened = open_tools(agent)
-    if not opened:
+    run = hiding_run()
+    if hide_open_tools_enabled():
+        opened: frozenset = open_tools(agent)
+    elif run is None:
         return tools
-    kept = [t for t in tools if not _hidden(t, name_of, source_of, opened)]
+    else:
+        opened = frozenset()
+    if not opened and run is None:
+        return tools
+    kept = [t for t in tools if not _hidden(t, name_of, source_of, opened, run)]
     if len(kept) == len(tools):
         return tools
     return type(tools)(kept) if isinstance(tools, (list, tuple)) else kept
 
 
 def hidden_names(names: Iterable[str], *, source: str | None = None, agent: Any = None) -> frozenset[str]:
-    """Which of ``names`` are out of the menu now (empty when the switch is off)."""
-    if not hide_open_tools_enabled():
+    """Which of ``names`` are out of the menu now (empty when the switch is off and the
+    run's waste budget took nothing out)."""
+    run = hiding_run()
+    if hide_open_tools_enabled():
+        opened: frozenset = open_tools(agent)
+    elif run is None:
         return frozenset()
-    opened = open_tools(agent)
-    if not opened:
+    else:
+        opened = frozenset()
+    if not opened and run is None:
         return frozenset()
-    return frozenset(n for n in names if (n, source) in opened)
+    return frozenset(n for n in names if (n, source) in opened or (run is not None and run.hides(n, source)))
 
 
 def unavailable_description(description: str | None) -> str:
@@ -135,10 +167,16 @@ def unavailable_description(description: str | None) -> str:
 
 
 def _hidden(
-    tool: T, name_of: Callable[[T], str | None], source_of: Callable[[T], str | None] | None, opened: frozenset
+    tool: T,
+    name_of: Callable[[T], str | None],
+    source_of: Callable[[T], str | None] | None,
+    opened: frozenset,
+    run: Run | None = None,
 ) -> bool:
     name = name_of(tool)
     if name is None:
         return False
     source = source_of(tool) if source_of is not None else None
+    if run is not None and run.hides(name, source):
+        return True
     return (name, source) in opened

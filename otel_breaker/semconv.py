@@ -82,6 +82,14 @@ EVENT_EXCEPTION = "exception"
 EVENT_LOOP = "otel_breaker.loop"
 #: ``otel_breaker.reason`` of a call the loop guard did not run.
 REASON_LOOP = "loop"
+#: ``reason`` of a call the waste budget answered (``run_budget.py``).
+REASON_RUN_BUDGET = "run_budget"
+#: The log-based event of a run's waste budget spent on a tool.
+EVENT_RUN_BUDGET = "otel_breaker.run_budget"
+ATTR_RUN_ACTION = "otel_breaker.run.action"
+ATTR_RUN_REJECTIONS = "otel_breaker.run.rejections"
+#: A run's identity: on events only, never a metric label (one value per run).
+ATTR_RUN_ID = "otel_breaker.run.id"
 #: ``gen_ai.tool.name`` of a loop of calls to a tool no tool has: no per-name series.
 UNKNOWN_TOOL = "otel_breaker.unknown_tool"
 #: ``otel_breaker.loop.action`` of a loop detection.

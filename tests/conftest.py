@@ -6,7 +6,7 @@ import gc
 
 import pytest
 
-from otel_breaker import loops, telemetry
+from otel_breaker import loops, run_budget, telemetry
 from otel_breaker.config import set_settings
 from otel_breaker.registry import default_registry
 
@@ -55,6 +55,7 @@ def fresh_state():
     default_registry().clear(keep_counts=False)
     telemetry.TELEMETRY.reset(counts=True)
     loops.reset()
+    run_budget.reset()
     gc.collect()  # breakers of earlier tests must not show up in this test's metrics
     yield
     default_registry().clear(keep_counts=False)

@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from otel_breaker.breaker import LOOP_ACTIONS, LOOP_COUNT_KINDS, PRESETS, CircuitBreakerConfig
-from otel_breaker.breaker_config import pattern_problem
+from otel_breaker.breaker_config import RUN_ACTIONS, pattern_problem
 from otel_breaker.catalogue import ALIASES, FRAMEWORK_IDS
 from otel_breaker.sanitize import quoted
 from otel_breaker.words import FALSE_WORDS, TRUE_WORDS
@@ -45,6 +45,8 @@ BREAKER_OPTIONS: dict[str, str] = {
     "loop_limit": "int",
     "loop_action": "loop_action",
     "loop_count": "loop_count",
+    "run_rejections": "int_or_off",
+    "run_action": "run_action",
     "retry": "retry",
     "retry_attempts": "int",
     "retry_max_wait": "float",
@@ -106,6 +108,14 @@ def parse_value(kind: str, raw: str) -> Any:
         if text not in LOOP_ACTIONS:
             raise ValueError(f"expected one of {', '.join(LOOP_ACTIONS)}")
         return text
+    if kind == "run_action":
+        if text not in RUN_ACTIONS:
+            raise ValueError(f"expected one of {', '.join(RUN_ACTIONS)}")
+        return text
+    if kind == "int_or_off":
+        if text.lower() in _FALSE or text.lower() in ("none", "never"):
+            return None
+        return parse_value("int", text)
     if kind == "loop_count":
         kinds = tuple(k.strip() for k in text.replace("+", ",").replace("|", ",").split(",") if k.strip())
         if not all(k in LOOP_COUNT_KINDS for k in kinds):

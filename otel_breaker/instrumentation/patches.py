@@ -9,13 +9,16 @@ framework, and each is one declaration here, built into a wrapper by
 * :func:`prompt_patch`: a model call whose instructions get the tool-status block
   while ``OTEL_BREAKER_STATUS_IN_PROMPT`` is on;
 * :func:`menu_patch`: a call carrying (or returning) the tools offered to the
-  model, which loses the open ones while ``OTEL_BREAKER_HIDE_OPEN_TOOLS`` is on;
+  model, which loses the open ones while ``OTEL_BREAKER_HIDE_OPEN_TOOLS`` is on,
+  and the tools the run's waste budget took out of it;
 * :func:`context_patch`: a framework call during which a context variable holds
   something the framework knows there and not where a tool runs (the agent of a
   turn, the model's tool call id, "a model request is being prepared").
 
 A fifth, :func:`observe_patch`, is a call whose result the adapter only looks at
-(what the framework built, for later calls), whatever the settings.
+(what the framework built, for later calls), whatever the settings. A sixth,
+:func:`run_patch`, is the framework's top-level invocation of an agent or graph:
+a run (:mod:`otel_breaker.runs`), the unit of the loop guard and the waste budget.
 
 A prompt or menu patch names the adapter method that amends the call (its
 ``hook``). On the arguments (the default) the hook is ``hook(instance, args,
@@ -25,9 +28,9 @@ returns None to leave the call alone, and is called only while its setting is
 on; when it raises, the call goes on unchanged (logged at debug level).
 
 This module holds the declarations, helpers for a wrapped call's arguments and
-callbacks, and the context wrappers, none of which need an adapter; it imports
-nothing of ours but :mod:`.sync_context` (which imports nothing), so any adapter
-module may use it.
+callbacks, and the context and run wrappers, none of which need an adapter; it
+imports nothing of ours but :mod:`.sync_context` (which imports nothing) and
+:mod:`otel_breaker.runs`, so any adapter module may use it.
 """
 
 from __future__ import annotations
@@ -39,9 +42,10 @@ from contextlib import contextmanager
 from typing import Any, Literal, NamedTuple
 
 from otel_breaker.instrumentation.sync_context import scoped_generator
+from otel_breaker.runs import async_steps_in_run, close_run, joined_or_new, open_run, steps_in_run
 
 Kind = Literal["sync", "async", "asyncgen", "gen"]
-Role = Literal["tool", "prompt", "menu", "context", "observe"]
+Role = Literal["tool", "prompt", "menu", "context", "observe", "run"]
 
 #: Returned by a :func:`context_patch` value function: leave the variable as it is.
 SKIP: Any = object()
@@ -128,6 +132,51 @@ def context_patch(
     ``var`` is the adapter's own module-level ``ContextVar``.
     """
     return Patch(module, qualname, kind, "context", var=var, value=value)
+
+
+def run_patch(module: str, qualname: str, kind: Kind = "async") -> Patch:
+    """The framework's top-level invocation of an agent or graph: a run (``runs.py``).
+    The loop guard and the waste budget count within it; an invocation inside a run
+    already open (a sub-agent, a handoff, a nested graph) joins it. For a ``gen`` or
+    ``asyncgen`` call the run is current only while the stream runs a step, and ends
+    with its last one."""
+    return Patch(module, qualname, kind, "run")
+
+
+def run_wrapper(patch: Patch) -> Callable[..., Any]:
+    """The ``wrapt`` wrapper of a :func:`run_patch`."""
+    if patch.kind == "sync":
+
+        def sync(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+            token = open_run(framework=patch.module)[1]
+            try:
+                return wrapped(*args, **kwargs)
+            finally:
+                close_run(token)
+
+        return sync
+
+    if patch.kind == "async":
+
+        async def run_async(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+            token = open_run(framework=patch.module)[1]
+            try:
+                return await wrapped(*args, **kwargs)
+            finally:
+                close_run(token)
+
+        return run_async
+
+    def stream(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        iterator = wrapped(*args, **kwargs)
+        opened = joined_or_new(framework=patch.module)
+        if patch.kind == "gen" and hasattr(iterator, "send"):
+            return steps_in_run(iterator, opened)
+        if patch.kind == "asyncgen" and hasattr(iterator, "asend"):
+            return async_steps_in_run(iterator, opened)
+        return iterator
+
+    return stream
 
 
 def argument(args: tuple, kwargs: dict, index: int, name: str, default: Any = None) -> Any:

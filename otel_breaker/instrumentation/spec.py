@@ -50,11 +50,13 @@ from otel_breaker.instrumentation.patches import (  # noqa: F401 - the declarati
     menu_patch,
     observe_patch,
     prompt_patch,
+    run_patch,
+    run_wrapper,
     tool_patch,
     with_argument,
 )
 from otel_breaker.loglines import logger
-from otel_breaker.menu import hide_open_tools_enabled
+from otel_breaker.menu import menu_may_change
 from otel_breaker.toolcall import ToolCall
 
 # -- the one status-block inserter -----------------------------------------------------
@@ -185,13 +187,15 @@ class SpecAdapter(FrameworkAdapter):
     def _wrapper(self, patch: Patch) -> Callable[..., Any]:
         if patch.role == "context":
             return context_wrapper(patch)
+        if patch.role == "run":
+            return run_wrapper(patch)
         if patch.role in ("prompt", "menu", "observe"):
             if patch.after:
                 return self._after_wrapper(patch)
             if patch.role == "prompt" and patch.hook in (None, "with_status"):
                 return self._prompt_call
             hook = getattr(self, patch.hook or "without_open_tools")
-            enabled = status_in_prompt_enabled if patch.role == "prompt" else hide_open_tools_enabled
+            enabled = status_in_prompt_enabled if patch.role == "prompt" else menu_may_change
 
             def amend_arguments(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
                 if enabled():
@@ -204,7 +208,7 @@ class SpecAdapter(FrameworkAdapter):
     def _after_wrapper(self, patch: Patch) -> Callable[..., Any]:
         """The wrapper of a prompt, menu or observe patch on the call's result."""
         hook = getattr(self, patch.hook or ("with_status" if patch.role == "prompt" else "without_open_tools"))
-        enabled = {"prompt": status_in_prompt_enabled, "menu": hide_open_tools_enabled}.get(patch.role, _always)
+        enabled = {"prompt": status_in_prompt_enabled, "menu": menu_may_change}.get(patch.role, _always)
         observe = patch.role == "observe"
         what = f"{'observe' if observe else 'amend'} the result of {patch.qualname}"
 
@@ -327,7 +331,7 @@ class SpecAdapter(FrameworkAdapter):
         menu, each only while its setting is on."""
         if status_in_prompt_enabled():
             args, kwargs = self._amend(self.with_status, "add the tool-status block", instance, args, kwargs)
-        if hide_open_tools_enabled():
+        if menu_may_change():
             args, kwargs = self._amend(self.without_open_tools, "hide open tools", instance, args, kwargs)
         return wrapped(*args, **kwargs)
 
