@@ -1,4 +1,4 @@
-"""A retried action as one logical call (``retried_action``), on a small real module that
+"""A retried action as one logical call (CrewAI's ``actions``), on a small real module that
 retries an action the way a framework does: an entry calls an attempt, which invokes the
 tool and, on an error, calls the entry again."""
 
@@ -12,7 +12,7 @@ import pytest
 
 from otel_breaker import State, ToolCall
 from otel_breaker.config import load_settings, set_settings
-from otel_breaker.instrumentation.retried_action import Action, Actions, RetriedAction
+from otel_breaker.instrumentation.crewai.actions import Action, Actions, RetriedAction
 from otel_breaker.instrumentation.spec import SpecAdapter, tool_patch
 from otel_breaker.registry import default_registry
 

@@ -1,4 +1,4 @@
-"""The status block in the messages a framework's context manager yields (``status_context``)."""
+"""The status block in the messages a framework's context manager yields (CrewAI's ``status_while_open``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from otel_breaker.config import load_settings, set_settings
 from otel_breaker.degrade import STATUS_HEADER
 from otel_breaker.instrumentation.chat_messages import DICT_MESSAGES
-from otel_breaker.instrumentation.status_context import status_while_open
+from otel_breaker.instrumentation.crewai.adapter import status_while_open
 from otel_breaker.registry import default_registry
 
 

@@ -1,4 +1,4 @@
-"""A framework's argument check as the model's mistake (``validator``): on a small real module
+"""A framework's argument check as the model's mistake (CrewAI's ``ArgumentCheck``): on a small real module
 whose tool validates the model's arguments before its body runs, patched as a framework would be."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from otel_breaker.classify import MISTAKE
 from otel_breaker.config import load_settings, set_settings
 from otel_breaker.instrumentation.base import PatchTarget
 from otel_breaker.instrumentation.spec import SpecAdapter, tool_patch
-from otel_breaker.instrumentation.validator import Validator
+from otel_breaker.instrumentation.crewai.arguments import ArgumentCheck
 from otel_breaker.registry import default_registry
 
 FRAMEWORK_SOURCE = """
@@ -33,7 +33,7 @@ class Tool:
 """
 
 SEEN: list[Exception] = []
-CHECK = Validator("test_validator", then=SEEN.append)
+CHECK = ArgumentCheck("test_validator", then=SEEN.append)
 
 
 class ValidatingToy(SpecAdapter):
@@ -84,7 +84,7 @@ def test_refused_arguments_never_count_for_the_breaker(framework):
 
 
 def test_the_hint_is_for_the_error_the_check_raised_only():
-    check = Validator("test_validator_alone", errors=(KeyError,))
+    check = ArgumentCheck("test_validator_alone", errors=(KeyError,))
 
     def refuse():
         raise KeyError("x")
