@@ -107,7 +107,14 @@ class Adapter(Protocol):
     # ``CONTROL`` or None, for exceptions only the adapter can read (a validation
     # error of the model's arguments is the same class as one a tool body raises).
     # Optional: ``unknown_outcome(call, exc, message)`` -> the framework's own error
-    # carrying ``message`` for a destructive tool's call in doubt, or None.
+    # carrying ``message`` for a destructive tool's call in doubt (or, where the framework
+    # answers failures with a value, that value: an MCP ``isError`` result), or None.
+    # Optional: ``unknown_outcome_result(call, result, message)`` -> the framework's own
+    # failed value carrying ``message`` instead of ``result``, a failed value in doubt
+    # (an MCP server's "504" answer to a destructive tool), or None: ``result`` as it is.
+    # Optional: ``retried(call, failure, note)`` -> the last failure (the exception raised
+    # or the failed value returned) carrying ``note``, the number of attempts, in the
+    # form the framework shows the model; None: the default (see :func:`with_attempts`).
 
 
 _bookkeeping_warned = False
@@ -196,12 +203,15 @@ class OutcomeUnknownError(Exception):
 
     def __init__(self, tool: str, cause: BaseException) -> None:
         self.tool = tool
-        super().__init__(
-            sanitize(
-                f"Tool '{safe_name(tool)}': outcome unknown: the call may have taken effect; check before "
-                f"calling again. ({type(cause).__name__}: {exception_message(cause, 300)})"
-            )
-        )
+        super().__init__(outcome_unknown_text(tool, f"{type(cause).__name__}: {exception_message(cause, 300)}"))
+
+
+def outcome_unknown_text(tool: str, detail: str) -> str:
+    """What the model reads of a destructive tool's call in doubt (``detail``: how it failed)."""
+    return sanitize(
+        f"Tool '{safe_name(tool)}': outcome unknown: the call may have taken effect; check before "
+        f"calling again. ({bounded(detail, 320)})"
+    )
 
 
 _TIMED_OUT = Verdict(FAILURE, None, TIMEOUT_ERROR_TYPE)
@@ -390,13 +400,15 @@ def _slow(breaker: CircuitBreaker, elapsed: float) -> None:
 class Attempt(NamedTuple):
     """How one attempt of a call ended: what the caller would get (``value``: the result,
     :class:`Raised` or a rejection's value), the verdict (None: not run), what it raised
-    or returned, its span handle and when it started (breaker clock)."""
+    or returned, its span handle, when it started (breaker clock), and whether ``value``
+    is the "outcome unknown" answer of a destructive tool's call in doubt (never run again)."""
 
     value: Any
     verdict: Verdict | None
     exc: BaseException | None
     span: Any
     started: float
+    in_doubt: bool = False
 
 
 #: What a retry's admission answers when a breaker stopped it (the call keeps its last failure).
@@ -507,7 +519,7 @@ def _attempt(
             value = failed_value(breaker, call, adapter, verdict, exc, span)
             if observed:
                 _end(breaker, call, span, breaker.clock() - start, err, exc, permit, verdict)
-            return Attempt(value, verdict, exc, span, start)
+            return _failed_attempt(value, verdict, exc, span, start)
         if up_permit is not None:
             yield (SETTLE, upstream, up_permit, _upstream_gate.outcome_of_answer(adapter, call, result))
         verdict, err, elapsed = returned(breaker, call, adapter, result, start, timed)
@@ -517,9 +529,12 @@ def _attempt(
         if verdict.outcome == IGNORED:
             _count_neutral(breaker, verdict)
         _slow(breaker, elapsed)
+        answer = result
+        if verdict.outcome == FAILURE and adapter is not None:
+            answer = failed_result(breaker, call, adapter, verdict, result, span)
         if observed:
             _end(breaker, call, span, elapsed, err, None, permit, verdict)
-        return Attempt(result, verdict, None, span, start)
+        return Attempt(answer, verdict, None, span, start, answer is not result)
     finally:
         if span is not None:
             TELEMETRY.detach(span)
@@ -549,7 +564,7 @@ def after_failure(
         verdict = last.verdict
         if verdict is None or verdict.outcome == SUCCESS:
             return last.value
-        if last.value.__class__ is Raised and last.value.exc is not last.exc:
+        if last.in_doubt:
             return last.value  # a destructive tool's call in doubt: never run again
         try:
             delay, refused = _retry_policy.retry_delay(
@@ -561,18 +576,18 @@ def after_failure(
         if delay is None:
             if refused is not None:
                 _budget_exhausted(breaker, call)
-            return _last_failure(last, retries)
+            return _last_failure(call, adapter, last, retries)
         yield (SLEEP, delay)
         fresh = getattr(adapter, "new_attempt", None) if adapter is not None else None
         if fresh is not None:
             fresh()  # what the framework showed of the last attempt (its error text) is no longer news
         if _stopped_by_breakers(breaker, upstream):
             _count_retry(breaker, "rejected")
-            return _last_failure(last, retries)
+            return _last_failure(call, adapter, last, retries)
         attempt = yield from _attempt(breaker, call, adapter, upstream, observed, first, retries + 2)
         if attempt.verdict is None:
             _count_retry(breaker, "rejected")
-            return _last_failure(last, retries)
+            return _last_failure(call, adapter, last, retries)
         retries += 1
         _count_retry(breaker, OUTCOME_NAMES[attempt.verdict.outcome])
         last = attempt
@@ -589,14 +604,62 @@ def _stopped_by_breakers(breaker: CircuitBreaker, upstream: CircuitBreaker | Non
         return True
 
 
-def _last_failure(last: Attempt, retries: int) -> Any:
-    """The value of the last failed attempt; a raised one notes how many attempts were made."""
-    if retries and last.exc is not None:
+def attempts_note(attempts: int) -> str:
+    """What the model reads after the last failure of a call retried below it."""
+    return f"(otel-breaker: the call failed {attempts} times; retried {attempts - 1} times below the model)"
+
+
+def _last_failure(call: ToolCall | None, adapter: Adapter | None, last: Attempt, retries: int) -> Any:
+    """The value of the last failed attempt. After retries it carries the number of
+    attempts where the model reads it (:func:`with_attempts`): the model sees one result."""
+    if not retries:
+        return last.value
+    note = attempts_note(retries + 1)
+    if last.value.__class__ is Raised:
+        return Raised(with_attempts(call, adapter, last.value.exc, note))
+    return with_attempts(call, adapter, last.value, note)
+
+
+def with_attempts(call: ToolCall | None, adapter: Adapter | None, failure: Any, note: str) -> Any:
+    """``failure`` (an exception raised, or a failed value returned) carrying ``note``.
+
+    The adapter's ``retried`` answers first, for a framework that shows the model a form
+    of its own (a PydanticAI "tool failed" part, an MCP ``isError`` result, the OpenAI
+    Agents SDK's error text). Otherwise: an exception whose message is its first argument
+    gets the note at the end of that message (what ``str()`` and ``repr()`` show, so what
+    a framework formatting it shows the model), and a note (``add_note``) for tracebacks;
+    a failed value that is text gets the note appended; anything else is left as it is.
+    Never raises: a failure of ours leaves ``failure`` as it was."""
+    try:
+        native = getattr(adapter, "retried", None) if adapter is not None else None
+        if native is not None:
+            noted = native(call, failure, note)
+            if noted is not None:
+                return noted
+        if isinstance(failure, BaseException):
+            _note_on_exception(failure, note)
+        elif isinstance(failure, str):
+            return f"{failure} {note}"
+    except Exception:
+        bookkeeping_failed("noting the attempts of a retried call")
+    return failure
+
+
+def _note_on_exception(exc: BaseException, note: str) -> None:
+    """``note`` at the end of ``exc``'s message when its message is its first argument (kept
+    only when ``str(exc)`` then shows it: an ``OSError`` formats its own), and as a note."""
+    args = exc.args
+    if args and isinstance(args[0], str) and note not in args[0]:
+        exc.args = (f"{args[0]} {note}", *args[1:])
         try:
-            last.exc.add_note(f"otel-breaker: the call failed {retries + 1} times (retried {retries} times)")
+            shown = note in str(exc)
         except Exception:
-            pass
-    return last.value
+            shown = False
+        if not shown:
+            exc.args = args
+    add_note = getattr(exc, "add_note", None)  # Python 3.11 and later
+    if add_note is not None:
+        add_note(note)
 
 
 def failed_value(
@@ -606,7 +669,7 @@ def failed_value(
     verdict: Verdict,
     exc: BaseException,
     span: Any,
-) -> Raised:
+) -> Raised | InDoubt:
     """What the caller gets of an attempt that raised ``exc``: the exception itself, or,
     for a destructive tool whose call may have taken effect (a timeout, a dropped
     connection), :class:`OutcomeUnknownError` with ``exc`` as its cause: we never run it
@@ -626,11 +689,57 @@ def failed_value(
     native = getattr(adapter, "unknown_outcome", None) if adapter is not None else None
     if native is not None:
         try:  # the framework's own error form, where the adapter knows one (PydanticAI's "tool failed")
-            error = native(call, exc, str(error)) or error
+            answer = native(call, exc, str(error))
         except Exception:
             bookkeeping_failed("wording an unknown outcome")
+            answer = None
+        if answer is not None and not isinstance(answer, BaseException):
+            return InDoubt(answer)  # a framework that answers failures with a value (an MCP result)
+        error = answer or error
     error.__cause__ = exc
     return Raised(error)
+
+
+class InDoubt:
+    """What :func:`failed_value` returns when the adapter answers a call in doubt with a
+    value (an MCP ``isError`` result) instead of an exception: the driver returns ``value``."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
+def _failed_attempt(value: Any, verdict: Verdict, exc: BaseException, span: Any, start: float) -> Attempt:
+    """The attempt that raised ``exc``, from what :func:`failed_value` made of it."""
+    if value.__class__ is InDoubt:
+        return Attempt(value.value, verdict, exc, span, start, True)
+    return Attempt(value, verdict, exc, span, start, value.__class__ is Raised and value.exc is not exc)
+
+
+def failed_result(
+    breaker: CircuitBreaker, call: ToolCall | None, adapter: Adapter, verdict: Verdict, result: Any, span: Any
+) -> Any:
+    """What the caller gets of an attempt that returned a failed value: ``result``, or, for
+    a destructive tool whose call may have taken effect (its server answered a gateway
+    timeout, a dropped connection), the adapter's own failed value saying "outcome
+    unknown" (``unknown_outcome_result``). Never raises."""
+    native = getattr(adapter, "unknown_outcome_result", None)
+    if native is None:
+        return result
+    try:
+        if not _retry_policy.outcome_unknown(verdict, None, _retry_policy.tool_effects(breaker, call)):
+            return result
+        tool = call.tool if call is not None else breaker.name
+        answer = native(call, result, outcome_unknown_text(tool, result_text(result) or "no text"))
+        if answer is None:
+            return result
+        if span is not None:
+            TELEMETRY.annotate(span, {ATTR_OUTCOME_UNKNOWN: True})
+        return answer
+    except Exception:
+        bookkeeping_failed("judging whether an outcome is known")
+        return result
 
 
 def unknown_outcome_text(breaker: CircuitBreaker, call: ToolCall, exc: BaseException) -> str | None:
@@ -661,7 +770,7 @@ def after_quick_raise(
     verdict = raised(breaker, call, None, exc)[0]
     if verdict.outcome != FAILURE:
         return None
-    first = Attempt(failed_value(breaker, call, None, verdict, exc, None), verdict, exc, None, breaker.clock())
+    first = _failed_attempt(failed_value(breaker, call, None, verdict, exc, None), verdict, exc, None, breaker.clock())
     return after_failure(breaker, call, None, None, False, first)
 
 

@@ -245,7 +245,13 @@ def _kind_of_result(
         return None, None
     text = result_text(result)
     verdict = judge_error_result(breaker, call, result, err, adapter)
-    return _kind_of_verdict(verdict), (text[:MAX_ERROR_CHARS] if text else err)
+    bounded_text = text[:MAX_ERROR_CHARS] if text else err
+    try:
+        if verdict.outcome == FAILURE and outcome_unknown(verdict, None, tool_effects(breaker, call)):
+            return None, bounded_text  # a destructive tool's answer in doubt: calling again is no mistake
+    except Exception:
+        return None, bounded_text
+    return _kind_of_verdict(verdict), bounded_text
 
 
 def _text(result: Any) -> str | None:

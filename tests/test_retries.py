@@ -126,6 +126,59 @@ def test_at_most_retry_attempts_then_the_last_failure_with_the_attempts(sleeper)
     assert sleeper[1] > sleeper[0] / 2, "the back-off grows (jittered)"
 
 
+def test_the_last_failure_the_model_reads_says_how_many_attempts_were_made(sleeper):
+    """Frameworks show the model ``str()`` or ``repr()`` of a tool's exception: after
+    retries, its message ends with the number of attempts; its type is its own."""
+    settings(retry="transient", tool_effects="*=read_only", failure_threshold="50")
+    backend = Backend(10, lambda: _status(503))
+    with pytest.raises(httpx.HTTPStatusError) as raised:
+        guard("search")(backend)()
+    note = "(otel-breaker: the call failed 3 times; retried 2 times below the model)"
+    assert str(raised.value).startswith("Server error '503 Service Unavailable'")
+    assert str(raised.value).endswith(note) and note in repr(raised.value)
+    assert raised.value.response.status_code == 503, "the exception is the tool's own"
+
+
+def test_an_exception_that_formats_its_own_message_keeps_it_and_gets_a_note(sleeper):
+    settings(retry="transient", tool_effects="*=read_only", failure_threshold="50")
+    with pytest.raises(ConnectionResetError) as raised:
+        guard("search")(Backend(10))()
+    assert str(raised.value) == "[Errno 104] reset by peer", "an OSError's message is its errno's"
+    assert raised.value.errno == errno.ECONNRESET
+    assert any("failed 3 times" in note for note in raised.value.__notes__)
+
+
+@pytest.mark.parametrize("env", [{}, {"tool_effects": "*=destructive"}, {"tool_effects": "*=unknown"}])
+def test_a_failure_not_retried_reads_as_it_came(env, sleeper):
+    settings(**({"retry": "transient"} if env else {}), **env)
+    with pytest.raises(httpx.HTTPStatusError) as raised:
+        guard("search")(Backend(10, lambda: _status(503)))()
+    assert "otel-breaker" not in str(raised.value) and not getattr(raised.value, "__notes__", None)
+
+
+async def test_an_async_retried_failure_says_how_many_attempts_too(sleeper):
+    settings(retry="transient", tool_effects="*=read_only", failure_threshold="50", retry_attempts="1")
+    runs = []
+
+    async def search(query: str) -> str:
+        runs.append(query)
+        raise _status(502)
+
+    with pytest.raises(httpx.HTTPStatusError) as raised:
+        await guard("search")(search)("q")
+    assert len(runs) == 2 and str(raised.value).endswith("failed 2 times; retried 1 times below the model)")
+
+
+def test_noting_attempts_on_an_odd_exception_never_fails_the_call(sleeper):
+    class Odd(ConnectionError):
+        def __str__(self) -> str:
+            raise RuntimeError("no text")
+
+    settings(retry="transient", tool_effects="*=read_only", failure_threshold="50")
+    with pytest.raises(Odd):
+        guard("search")(Backend(10, lambda: Odd("reset")))()
+
+
 def test_a_short_429_hint_is_waited_out_a_long_one_goes_to_the_model(sleeper):
     settings(retry="transient", tool_effects="*=read_only")
     short = Backend(1, lambda: _status(429, {"Retry-After": "1"}))

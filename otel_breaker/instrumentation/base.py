@@ -102,8 +102,14 @@ class _OuterCall(GuardedCall):
     def result_hint(self, call: ToolCall, result: Any) -> str | None:
         return self.adapter.result_hint(call, result)
 
-    def unknown_outcome(self, call: ToolCall, exc: BaseException, message: str) -> BaseException | None:
+    def unknown_outcome(self, call: ToolCall, exc: BaseException, message: str) -> Any:
         return self.adapter.unknown_outcome(call, exc, message)
+
+    def unknown_outcome_result(self, call: ToolCall, result: Any, message: str) -> Any:
+        return self.adapter.unknown_outcome_result(call, result, message)
+
+    def retried(self, call: ToolCall, failure: Any, note: str) -> Any:
+        return self.adapter.retried(call, failure, note)
 
     @property
     def error_results_are_answers(self) -> bool:
@@ -228,10 +234,22 @@ class FrameworkAdapter:
         is the model's mistake or control flow in this framework, else None."""
         return None
 
-    def unknown_outcome(self, call: ToolCall, exc: BaseException, message: str) -> BaseException | None:
+    def unknown_outcome(self, call: ToolCall, exc: BaseException, message: str) -> Any:
         """The framework's own error carrying ``message``, for a destructive tool's call whose
         outcome is unknown (``exc``: what it raised), where the framework hands such errors to
-        the model in a form of its own; None: ``OutcomeUnknownError``."""
+        the model in a form of its own (or the failed value it answers with); None:
+        ``OutcomeUnknownError``."""
+        return None
+
+    def unknown_outcome_result(self, call: ToolCall, result: Any, message: str) -> Any:
+        """The framework's failed value carrying ``message`` instead of ``result``, a failed
+        value of a destructive tool's call in doubt; None: ``result`` as it is."""
+        return None
+
+    def retried(self, call: ToolCall, failure: Any, note: str) -> Any:
+        """The last failure of a call retried below the model (an exception, or a failed
+        value) carrying ``note``, the number of attempts, where the framework shows the
+        model a form of its own; None: the call path's default (``call_steps.with_attempts``)."""
         return None
 
     def result_hint(self, call: ToolCall, result: Any) -> str | None:

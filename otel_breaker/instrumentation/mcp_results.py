@@ -139,6 +139,47 @@ def rejection(message: str) -> Any:
     return CallToolResult(content=[TextContent(type="text", text=message)], is_error=True)
 
 
+def with_note(result: Any, note: str) -> Any:
+    """A copy of a failed tool result whose first text block ends with ``note`` (a text
+    block of its own when it has none): the SDK's ``CallToolResult`` or the wire's dict.
+    None for anything else."""
+    if isinstance(result, dict):
+        content = result.get("content")
+        if not isinstance(content, list):
+            return None
+        blocks = list(content)
+        for i, block in enumerate(blocks):
+            if isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
+                blocks[i] = {**block, "text": f"{block['text']} {note}"}
+                break
+        else:
+            blocks.append({"type": "text", "text": note})
+        return {**result, "content": blocks}
+    if type(result).__name__ != "CallToolResult" or not hasattr(result, "model_copy"):
+        return None
+    from mcp.types import TextContent
+
+    blocks = list(getattr(result, "content", None) or ())
+    for i, block in enumerate(blocks):
+        if isinstance(block, TextContent):
+            blocks[i] = block.model_copy(update={"text": f"{block.text} {note}"})
+            break
+    else:
+        blocks.append(TextContent(type="text", text=note))
+    return result.model_copy(update={"content": blocks})
+
+
+def in_doubt(result: Any, message: str) -> Any:
+    """The failed tool result a destructive tool's call in doubt answers instead of ``result``:
+    ``message`` alone (the server's text is in it, bounded), in ``result``'s form (the SDK's
+    ``CallToolResult`` or the wire's dict); None for anything else."""
+    if isinstance(result, dict):
+        return {"content": [{"type": "text", "text": message}], "isError": True}
+    if type(result).__name__ != "CallToolResult" or not hasattr(result, "model_copy"):
+        return None
+    return rejection(message)
+
+
 class MCPAnswers:
     """What an MCP answer means, as adapter methods: mixed in (before the adapter base)
     by every adapter that judges MCP's own results."""
@@ -164,3 +205,13 @@ class MCPAnswers:
 
     def rejection(self, call: ToolCall, info: Rejection) -> Any:
         return rejection(info.message)
+
+    def unknown_outcome_result(self, call: ToolCall, result: Any, message: str) -> Any:
+        """An ``isError`` answer of a destructive tool's call in doubt (a gateway timeout, a
+        dropped connection behind the server): the model reads "outcome unknown"."""
+        return in_doubt(result, message)
+
+    def retried(self, call: ToolCall, failure: Any, note: str) -> Any:
+        """The last ``isError`` answer of a call retried below the client, with the number
+        of attempts at the end of its text (an exception: the call path's default)."""
+        return None if isinstance(failure, BaseException) else with_note(failure, note)

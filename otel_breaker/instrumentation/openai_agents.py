@@ -11,6 +11,7 @@ a hidden tool's call is rejected.
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 from contextlib import suppress
 from typing import Any
 
@@ -120,6 +121,13 @@ class OpenAIAgentsAdapter(SpecAdapter):
     def exception_hint(self, call: ToolCall, exc: BaseException) -> str | None:
         """Bad arguments raised (a tool without a failure-error function): the model's mistake."""
         return MISTAKE if _invalid_arguments(exc) else None
+
+    def retried(self, call: ToolCall, failure: Any, note: str) -> Any:
+        """The SDK's error text of the last attempt of a call retried below the model, with
+        the number of attempts at its end (an exception: the call path's default)."""
+        if type(failure).__name__ != "_FunctionToolInvocationResult" or not isinstance(failure.output, str):
+            return None
+        return dataclasses.replace(failure, output=f"{failure.output} {note}")
 
     def rejection(self, call: ToolCall, info: Rejection) -> Any:
         from agents.tool import _FunctionToolInvocationResult  # its error text bypasses the output schema

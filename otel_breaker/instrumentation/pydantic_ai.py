@@ -141,6 +141,16 @@ class PydanticAIAdapter(SpecAdapter):
         part = exc.tool_failed  # type: ignore[attr-defined]
         return type(exc)(dataclasses.replace(part, content=message))
 
+    def retried(self, call: ToolCall, failure: Any, note: str) -> Any:
+        """The last "tool failed" of a call retried below the model: the part the model
+        reads ends with the number of attempts (any other exception: the call path's default)."""
+        if type(failure).__name__ != "ToolFailedError" or not isinstance(failure.tool_failed.content, str):
+            return None
+        part = failure.tool_failed
+        noted = type(failure)(dataclasses.replace(part, content=f"{part.content} {note}"))
+        noted.__cause__ = failure.__cause__
+        return noted
+
     def rejection(self, call: ToolCall, info: Rejection) -> Any:
         """Raise the run's own "tool failed" signal; returning a value would read as success."""
         from pydantic_ai.exceptions import ToolFailed, ToolFailedError

@@ -7,6 +7,8 @@ with scripted tool calls (``test_outcomes.run_agent``).
 * a blip of a read-only tool with retries on: the model reads the page, in the same
   requests as for a healthy tool; with retries off the run is the same with
   otel-breaker on as off;
+* a backend that stays down with retries on: the model reads the last failure, with
+  the number of attempts;
 * a dead backend with retries on: the requests reaching it stay within the budget and
   the breaker opens no later than without retries;
 * a destructive tool whose call times out runs once, whatever is configured, and the
@@ -42,6 +44,9 @@ from otel_breaker.breaker import State
 from otel_breaker.registry import default_registry
 
 CALLS = 10
+#: What the model reads at the end of the last failure of a call tried three times.
+THREE_ATTEMPTS = "(otel-breaker: the call failed 3 times; retried 2 times below the model)"
+UNAVAILABLE = "is temporarily unavailable"
 
 
 @pytest.fixture
@@ -80,21 +85,38 @@ def test_with_retries_off_a_blip_reads_the_same_on_as_off(live: Backends, instru
     assert on.requests == off.requests
 
 
-def test_a_dead_backend_gets_no_more_traffic_and_opens_no_later(live: Backends, instrument) -> None:
+def test_the_model_reads_the_last_failure_with_the_attempts(live: Backends, instrument) -> None:
+    instrument("langchain")
+    breaker_settings(retry="transient", tool_effects="fetch_page=read_only", failure_threshold="50")
+    tool = fetch()
+    run = run_agent(tool, [live.down("attempts")])
+    assert tool.runs.count == live.hits("/down/attempts") == 3, "the first attempt and two retries"
+    [result] = run.results
+    assert result.status == "error" and "503 Service Unavailable" in result.text
+    assert THREE_ATTEMPTS in result.text, result.text
+
+
+def test_a_dead_backend_gets_no_more_traffic_and_opens_no_later(live: Backends, instrument, capsys) -> None:
     instrument("langchain")
 
     def outage(name: str, **retry: str) -> tuple[int, int]:
         breaker_settings(failure_threshold="3", tool_effects="fetch_page=read_only", **retry)
-        run_agent(fetch(), [live.down(f"{name}-{i}") for i in range(CALLS)])
+        run = run_agent(fetch(), [live.down(f"{name}-{i}") for i in range(CALLS)])
         breaker = default_registry().find("fetch_page")[0]
         assert breaker.state is State.OPEN
         reached = live.hits(f"/down/{name}-")
         default_registry().clear(keep_counts=False)
-        return reached, breaker.stats.failure_count
+        return reached, next(i for i, r in enumerate(run.results) if UNAVAILABLE in r.text)
 
-    without, _ = outage("plain")
-    with_retries, _ = outage("retried", retry="transient")
+    without, opened_without = outage("plain")
+    with_retries, opened_with = outage("retried", retry="transient")
     assert with_retries <= without * 1.2, f"{with_retries} requests with retries, {without} without"
+    assert opened_with <= opened_without, "the breaker opens no later (in the model's calls) with retries"
+    with capsys.disabled():
+        print(
+            f"\n[retries] langchain dead backend: {with_retries} requests with retries, {without} without; "
+            f"the model's call {opened_with + 1} rejected with retries, {opened_without + 1} without"
+        )
 
 
 @pytest.mark.parametrize(

@@ -34,6 +34,9 @@ from otel_breaker.breaker import State
 from otel_breaker.registry import default_registry
 
 CALLS = 10
+#: What the model reads at the end of the last failure of a call tried three times.
+THREE_ATTEMPTS = "(otel-breaker: the call failed 3 times; retried 2 times below the model)"
+UNAVAILABLE = "is temporarily unavailable"
 
 
 @pytest.fixture
@@ -71,19 +74,38 @@ def test_with_retries_off_a_blip_reads_the_same_on_as_off(failure_text: str, liv
     assert on.results == off.results and on.requests == off.requests and on.final == off.final
 
 
-def test_a_dead_backend_gets_no_more_traffic_and_opens_no_later(live: Backends, instrument) -> None:
+@pytest.mark.parametrize("failure_text", ["default", "detailed"])
+def test_the_model_reads_the_last_failure_with_the_attempts(failure_text: str, live: Backends, instrument) -> None:
+    instrument("openai_agents")
+    breaker_settings(retry="transient", tool_effects="fetch_page=read_only", failure_threshold="50")
+    tool = fetch()
+    run = run_agent(tool, [live.down("attempts")], failure_text)
+    assert tool.runs.count == live.hits("/down/attempts") == 3, "the first attempt and two retries"
+    [result] = run.results
+    assert THREE_ATTEMPTS in result, result
+    if failure_text == "detailed":
+        assert "503 Service Unavailable" in result
+
+
+def test_a_dead_backend_gets_no_more_traffic_and_opens_no_later(live: Backends, instrument, capsys) -> None:
     instrument("openai_agents")
 
-    def outage(name: str, **retry: str) -> int:
+    def outage(name: str, **retry: str) -> tuple[int, int]:
         breaker_settings(failure_threshold="3", tool_effects="fetch_page=read_only", **retry)
-        run_agent(fetch(), [live.down(f"{name}-{i}") for i in range(CALLS)], "detailed")
+        run = run_agent(fetch(), [live.down(f"{name}-{i}") for i in range(CALLS)], "detailed")
         assert default_registry().find("fetch_page")[0].state is State.OPEN
         default_registry().clear(keep_counts=False)
-        return live.hits(f"/down/{name}-")
+        return live.hits(f"/down/{name}-"), next(i for i, r in enumerate(run.results) if UNAVAILABLE in r)
 
-    without = outage("plain")
-    with_retries = outage("retried", retry="transient")
+    without, opened_without = outage("plain")
+    with_retries, opened_with = outage("retried", retry="transient")
     assert with_retries <= without * 1.2, f"{with_retries} requests with retries, {without} without"
+    assert opened_with <= opened_without, "the breaker opens no later (in the model's calls) with retries"
+    with capsys.disabled():
+        print(
+            f"\n[retries] openai_agents dead backend: {with_retries} requests with retries, {without} without; "
+            f"the model's call {opened_with + 1} rejected with retries, {opened_without + 1} without"
+        )
 
 
 @pytest.mark.parametrize(

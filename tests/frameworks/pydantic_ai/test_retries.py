@@ -36,6 +36,9 @@ from otel_breaker.breaker import State
 from otel_breaker.registry import default_registry
 
 CALLS = 10
+#: What the model reads at the end of the last failure of a call tried three times.
+THREE_ATTEMPTS = "(otel-breaker: the call failed 3 times; retried 2 times below the model)"
+UNAVAILABLE = "is temporarily unavailable"
 
 
 @pytest.fixture
@@ -75,19 +78,42 @@ def test_with_retries_off_a_blip_reads_the_same_on_as_off(style: str, live: Back
     assert "503" in str(on.ends if style == "raised" else on.results)
 
 
-def test_a_dead_backend_gets_no_more_traffic_and_opens_no_later(live: Backends, instrument) -> None:
+@pytest.mark.parametrize("style", STYLES)
+def test_the_model_reads_the_last_failure_with_the_attempts(style: str, live: Backends, instrument) -> None:
+    """``tool_failed``: the "tool failed" part the model reads; ``raised``: the exception
+    that ends the run (the program's own error handling shows it)."""
+    instrument("pydantic_ai")
+    breaker_settings(retry="transient", tool_effects="fetch_page=read_only", failure_threshold="50")
+    tool = fetch()
+    run = run_agent(tool, [live.down("attempts")], style)
+    assert tool.runs.count == live.hits("/down/attempts") == 3, "the first attempt and two retries"
+    read = run.results[0] if style == "tool_failed" else run.ends[0][1]
+    assert "503 Service Unavailable" in read and THREE_ATTEMPTS in read, read
+    if style == "tool_failed":
+        assert run.ends == [("output", "done")]
+    else:
+        assert run.ends[0][0] == "HTTPStatusError", "the tool's own exception ends the run, as without us"
+
+
+def test_a_dead_backend_gets_no_more_traffic_and_opens_no_later(live: Backends, instrument, capsys) -> None:
     instrument("pydantic_ai")
 
-    def outage(name: str, **retry: str) -> int:
+    def outage(name: str, **retry: str) -> tuple[int, int]:
         breaker_settings(failure_threshold="3", tool_effects="fetch_page=read_only", **retry)
-        run_agent(fetch(), [live.down(f"{name}-{i}") for i in range(CALLS)], "tool_failed")
+        run = run_agent(fetch(), [live.down(f"{name}-{i}") for i in range(CALLS)], "tool_failed")
         assert default_registry().find("fetch_page")[0].state is State.OPEN
         default_registry().clear(keep_counts=False)
-        return live.hits(f"/down/{name}-")
+        return live.hits(f"/down/{name}-"), next(i for i, r in enumerate(run.results) if UNAVAILABLE in r)
 
-    without = outage("plain")
-    with_retries = outage("retried", retry="transient")
+    without, opened_without = outage("plain")
+    with_retries, opened_with = outage("retried", retry="transient")
     assert with_retries <= without * 1.2, f"{with_retries} requests with retries, {without} without"
+    assert opened_with <= opened_without, "the breaker opens no later (in the model's calls) with retries"
+    with capsys.disabled():
+        print(
+            f"\n[retries] pydantic_ai dead backend: {with_retries} requests with retries, {without} without; "
+            f"the model's call {opened_with + 1} rejected with retries, {opened_without + 1} without"
+        )
 
 
 @pytest.mark.parametrize("style", STYLES)
