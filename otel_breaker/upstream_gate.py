@@ -47,7 +47,7 @@ from otel_breaker.classify import (
     is_transport_error,
     is_transport_text,
 )
-from otel_breaker.effects import DESTRUCTIVE
+from otel_breaker.effects import SAFE_TO_REPEAT
 from otel_breaker.retry_hint import retry_hint
 from otel_breaker.sanitize import MAX_ALTERNATIVES, safe_name, sanitize
 from otel_breaker.semconv import ATTR_ERROR_TYPE, ATTR_GUARDED
@@ -185,16 +185,17 @@ def outcome_of_exception(upstream: CircuitBreaker, exc: BaseException) -> int:
 
 
 async def probe_safely(upstream: CircuitBreaker, effects: str, probe: Callable[[], Awaitable[Any]]) -> None:
-    """Before a destructive tool's call reaches a half-open upstream, probe it with
-    ``probe``, a request without side effects (an MCP ``ping``): the destructive call is
-    then never the one that finds out whether the server is back.
+    """Before the call of a tool that is not safe to repeat (destructive, or unknown: nobody
+    said) reaches a half-open upstream, probe it with ``probe``, a request without side
+    effects (an MCP ``ping``): that call is then never the one that finds out whether the
+    server is back.
 
     Up to ``success_threshold`` probes while the upstream stays half-open: an answer
     (any, an error answer included: the server is there) is a success, a transport
     failure a failure (it opens again, and the call is rejected as usual). Where no
-    probe slot is free, or the tool is not destructive, nothing is done: the first
-    real call is the probe, as always."""
-    if effects != DESTRUCTIVE:
+    probe slot is free, or the tool is read-only or idempotent, nothing is done: the
+    first real call is the probe, as always."""
+    if effects in SAFE_TO_REPEAT:
         return
     for _ in range(max(1, upstream.config.success_threshold)):
         if upstream.state is not State.HALF_OPEN:

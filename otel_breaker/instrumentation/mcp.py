@@ -25,8 +25,10 @@ import threading
 import time
 from typing import Any
 
+import anyio
+
 from otel_breaker import loops
-from otel_breaker.classify import is_excluded
+from otel_breaker.classify import is_excluded, is_transport_error
 from otel_breaker.instrumentation import mcp_results
 from otel_breaker.instrumentation.base import GuardedCall, _active_call, active_call, same_logical_call
 from otel_breaker.instrumentation.mcp_identity import LISTINGS, mcp_call, note_effects, server_identity
@@ -41,6 +43,9 @@ logger = logging.getLogger("otel_breaker")
 _SESSION = "mcp.client.session"
 _CLIENT = "mcp.client.client"
 _MAX_CONFIRMED = 4096
+#: How long a half-open server's ``ping`` may take before it counts as failed (seconds):
+#: generous, a busy server is not a dead one; a ping that hangs must not hold the probe forever.
+PROBE_TIMEOUT = 30.0
 # Inside ``Client.list_tools``: the session's listing passes through whole (the client caches it).
 _client_listing: contextvars.ContextVar[bool] = contextvars.ContextVar("otel_breaker_mcp_listing", default=False)
 
@@ -78,10 +83,41 @@ class MCPAdapter(MCPAnswers, SpecAdapter):
         call = self._call_of(instance, args, kwargs)
         if call is None:
             return await wrapped(*args, **kwargs)
-        if not same_logical_call(active_call(), call) and not self._known(instance, call):
+        outermost = not same_logical_call(active_call(), call)
+        if outermost and not self._known(instance, call):
             answer = loops.check_unknown(call, self)  # a name that already failed as unknown
             return answer if answer is not loops.RUN else await self._first_call(call, wrapped, args, kwargs)
+        if outermost:
+            await self._probe_first(instance, call)
         return await self.run_async(call, wrapped, args, kwargs)
+
+    async def _probe_first(self, instance: Any, call: ToolCall) -> None:
+        """Before a destructive or unannounced tool's call reaches a half-open server, ping it
+        on the same session (``upstream_gate.probe_safely``): answered, the upstream closes
+        and the call goes through; failed, the upstream opens again and the call is rejected."""
+        try:  # the Client's session (the Client's own ``send_ping`` is deprecated), else the session itself
+            session = getattr(instance, "session", None) if type(instance).__name__ == "Client" else instance
+            if getattr(session, "send_ping", None) is None or getattr(session, "list_tools", None) is None:
+                return
+        except Exception:
+            return  # no session to probe on: the first real call is the probe, as without one
+
+        async def probe() -> None:
+            with anyio.fail_after(PROBE_TIMEOUT):
+                try:
+                    await session.send_ping()
+                except Exception as exc:
+                    if is_transport_error(exc):
+                        raise
+                    # No ping in this protocol version (removed in 2026-07-28): a listing, also free of effects.
+                    await session.list_tools()
+
+        await self.guard.aprobe_upstream(call, probe)
+
+    def unknown_outcome(self, call: ToolCall, exc: BaseException, message: str) -> Any:
+        """A destructive tool's call in doubt (a timeout, a dropped connection) answers as the
+        server's own failure does, an ``isError`` result with ``message``: MCP's rejection form."""
+        return mcp_results.rejection(message)
 
     def visible(self, instance: Any, args: tuple, kwargs: dict, result: Any) -> Any:
         """A ``ListToolsResult`` copy without this server's open tools; None when nothing is hidden."""
