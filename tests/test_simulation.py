@@ -209,3 +209,37 @@ def test_the_readme_loop_table_is_what_the_code_computes():
             f"{saved['flat']:,} | {saved['context']:,} |"
         )
         assert row in readme, row
+
+
+# -- the stubborn model ----------------------------------------------------------------------------
+
+
+def test_the_stubborn_model_budget_off_hide_and_stop():
+    from otel_breaker.simulation.loop_case import TURN_LIMIT
+    from otel_breaker.simulation.stubborn_case import compare_stubborn_cases
+
+    off, hide, stop = compare_stubborn_cases()
+    # off: every call of the open tool is rejected, until the run's own limit; no answer
+    assert (off.model_turns, off.tool_calls, off.rejected) == (TURN_LIMIT, TURN_LIMIT, TURN_LIMIT)
+    assert off.outcome.startswith("turn limit")
+    # hide: three rejections, the 4th call spends the budget, the tool leaves the menu, the model answers
+    assert (hide.tool_calls, hide.model_turns, hide.outcome) == (4, 5, "answered without the tool")
+    # stop: the 4th call ends the run
+    assert (stop.tool_calls, stop.model_turns) == (4, 4) and "RunBudgetError" in stop.outcome
+    assert off.model_tokens > hide.model_tokens > stop.model_tokens
+
+
+def test_the_readme_stubborn_table_is_what_the_code_computes():
+    import pathlib
+
+    from otel_breaker.simulation.stubborn_case import compare_stubborn_cases
+
+    readme = (pathlib.Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
+    off, hide, stop = compare_stubborn_cases()
+    assert f"| off | {off.model_turns} | {off.model_tokens:,} | - | {off.tool_calls} |" in readme
+    for label, result in (("`hide` (default)", hide), ("`stop`", stop)):
+        row = (
+            f"| {label} | {result.model_turns} | {result.model_tokens:,} | "
+            f"{off.model_tokens - result.model_tokens:,} | {result.tool_calls} |"
+        )
+        assert row in readme, row

@@ -11,6 +11,7 @@ from otel_breaker.simulation.agent import Ledger
 from otel_breaker.simulation.cases import CaseResult
 from otel_breaker.simulation.loop_case import TURN_LIMIT, LoopResult, savings
 from otel_breaker.simulation.runs import Moment
+from otel_breaker.simulation.stubborn_case import StubbornResult
 from otel_breaker.simulation.upstream_scene import SceneResult
 from otel_breaker.simulation.world import BACKUP, MAX_ATTEMPTS, PRIMARY, TOOL_TIMEOUT, outage
 
@@ -112,6 +113,7 @@ def render(
     prompt: list[str],
     cases: list[CaseResult] | None = None,
     loop_cases: list[LoopResult] | None = None,
+    stubborn_cases: list[StubbornResult] | None = None,
 ) -> str:
     first, last = outage(steps)
     lines = [
@@ -154,6 +156,8 @@ def render(
         lines += ["", *render_cases(cases)]
     if loop_cases:
         lines += ["", *render_loop_cases(loop_cases)]
+    if stubborn_cases:
+        lines += ["", *render_stubborn_cases(stubborn_cases)]
     return "\n".join(lines)
 
 
@@ -178,6 +182,45 @@ def render_loop_cases(results: list[LoopResult]) -> list[str]:
     )
     lines.append(textwrap.fill(note, width=100, initial_indent="  ", subsequent_indent="  "))
     return lines
+
+
+def render_stubborn_cases(results: list[StubbornResult]) -> list[str]:
+    """The stubborn model: one run keeps calling a tool whose breaker is open; budget off, hide and stop."""
+    off = results[0]
+    width = max(len(r.label) for r in results)
+    titles = ("model turns", "est. tokens", "saved", "calls")
+    lines = [
+        f"What the waste budget saves: a model keeps calling an open tool in one run (run limit {TURN_LIMIT} calls)",
+        f"  {'':<{width}}" + "".join(f"  {t:>12}" for t in titles) + "  outcome",
+    ]
+    for r in results:
+        saved = "-" if r is off else f"{off.model_tokens - r.model_tokens:,}"
+        cells = [f"{r.model_turns:,}", f"{r.model_tokens:,}", saved, f"{r.tool_calls:,}"]
+        lines.append(f"  {r.label:<{width}}" + "".join(f"  {c:>12}" for c in cells) + f"  {r.outcome}")
+    note = (
+        "Each rejection is text the model reads, and a stubborn model calls again every turn. With the budget "
+        "(OTEL_BREAKER_RUN_REJECTIONS, default 3) the tool leaves this run's menu (hide) or the run ends (stop); "
+        "other runs keep the tool and its breaker."
+    )
+    lines.append(textwrap.fill(note, width=100, initial_indent="  ", subsequent_indent="  "))
+    return lines
+
+
+def stubborn_cases_json(results: list[StubbornResult]) -> list[dict[str, Any]]:
+    off = results[0] if results else None
+    return [
+        {
+            "case": r.key,
+            "label": r.label,
+            "model_turns": r.model_turns,
+            "est_tokens": r.model_tokens,
+            "tool_calls": r.tool_calls,
+            "rejected": r.rejected,
+            "outcome": r.outcome,
+            "tokens_saved": None if r is off or off is None else off.model_tokens - r.model_tokens,
+        }
+        for r in results
+    ]
 
 
 def loop_cases_json(results: list[LoopResult]) -> list[dict[str, Any]]:
@@ -250,6 +293,7 @@ def as_json(
     transitions: dict,
     cases: list[CaseResult] | None = None,
     loop_cases: list[LoopResult] | None = None,
+    stubborn_cases: list[StubbornResult] | None = None,
 ) -> dict:
     def ledger(x: Ledger) -> dict[str, Any]:
         return {
@@ -277,6 +321,7 @@ def as_json(
         "reopenings": openings(transitions, "half_open"),
         "menu_cases": cases_json(cases or []),
         "loop_cases": loop_cases_json(loop_cases or []),
+        "stubborn_cases": stubborn_cases_json(stubborn_cases or []),
     }
 
 

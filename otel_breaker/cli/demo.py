@@ -32,6 +32,7 @@ from otel_breaker.simulation import upstream_scene
 from otel_breaker.simulation.cases import CASES, run_case
 from otel_breaker.simulation.loop_case import compare_loop_cases
 from otel_breaker.simulation.runs import Moment, run_with_breakers, run_without_breakers
+from otel_breaker.simulation.stubborn_case import compare_stubborn_cases
 from otel_breaker.simulation.world import DEFAULT_STEPS
 
 
@@ -184,6 +185,7 @@ def run(args: argparse.Namespace) -> int:
     # what the demo exports is the run with breakers alone.
     cases = [run_case(case, args.steps, lambda step, c=case: progress.advance(c.label)) for case in CASES]
     loop_cases = compare_loop_cases()
+    stubborn_cases = compare_stubborn_cases()
     TELEMETRY.reset(counts=True)
     upstream_scene.prepare(default_registry())
     record = None
@@ -229,11 +231,11 @@ def run(args: argparse.Namespace) -> int:
                 for outcome in without.outcomes:
                     record.write(json.dumps(outcome) + "\n")
         if args.json:
-            data = as_json(args.steps, without, with_, timeline, transitions, cases, loop_cases)
+            data = as_json(args.steps, without, with_, timeline, transitions, cases, loop_cases, stubborn_cases)
             data["upstream_scene"] = scene_json(scene)
             print(json.dumps(data, indent=2))
         else:
-            print(render(args.steps, without, with_, timeline, transitions, prompt, cases, loop_cases))
+            print(render(args.steps, without, with_, timeline, transitions, prompt, cases, loop_cases, stubborn_cases))
             print(render_scene(scene))
         if record is not None:
             # The demo's breaker settings, so tune's "(current)" row is this run's configuration.
