@@ -8,10 +8,13 @@ every time.
 
 * a blip with retries on: the client reads the page, one call; with retries off it
   reads what it reads without the proxy;
+* a backend that stays down with retries on: the client reads the server's last answer,
+  with the number of attempts;
 * a dead backend with retries on: the requests reaching it stay within the budget and
   the breaker opens no later;
 * a destructive tool that runs past the call's timeout runs once, whatever is
-  configured, and the client reads "outcome unknown";
+  configured, and the client reads "outcome unknown"; so does one whose server answers
+  a gateway timeout;
 * a half-open server is probed with ``ping`` before a destructive tool's call reaches it.
 """
 
@@ -47,16 +50,21 @@ SETTLE = 30.0
 PAGE = "<h1>Pricing</h1><p>The team plan costs 12 EUR per seat.</p>"
 #: What the client reads of a destructive tool's call in doubt.
 OUTCOME_UNKNOWN = "outcome unknown: the call may have taken effect; check before calling again"
+#: What the client reads at the end of the last failure of a call tried three times.
+THREE_ATTEMPTS = "(otel-breaker: the call failed 3 times; retried 2 times below the model)"
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
-    """``/blip/...``: 503 the first time, then the page; ``/down/...``: 503 every time."""
+    """``/blip/...``: 503 the first time, then the page; ``/down/...``: 503 every time;
+    ``/gateway/...``: 504 every time."""
 
     server: Backend
 
     def do_GET(self) -> None:
         first = self.server.hit(self.path) == 1
         status = 503 if self.path.startswith("/down/") or first else 200
+        if self.path.startswith("/gateway/"):
+            status = 504
         body = (PAGE if status == 200 else "the server is restarting").encode()
         self.send_response(status)
         self.send_header("Content-Type", "text/html; charset=utf-8")
@@ -161,7 +169,24 @@ async def test_with_retries_off_a_blip_reads_as_without_the_proxy(live: Backend,
     assert runs.of("fetch_page") == 2, "one run each"
 
 
-async def test_a_dead_backend_gets_no_more_traffic_and_opens_no_later(live: Backend, runs: Runs) -> None:
+async def test_a_backend_that_stays_down_reads_its_last_answer_with_the_attempts(live: Backend, runs: Runs) -> None:
+    server = proxied(runs, OTEL_BREAKER_RETRY="transient", OTEL_BREAKER_FAILURE_THRESHOLD="50")
+    async with connect(server) as client:
+        answer = await client.call_tool("fetch_page", {"url": live.down("attempts")})
+    assert answer.is_error and "HTTP Error 503" in text(answer) and text(answer).endswith(THREE_ATTEMPTS)
+    assert runs.of("fetch_page") == live.hits_under("/down/attempts") == 3
+
+
+async def test_a_destructive_tools_gateway_timeout_answer_reads_outcome_unknown(live: Backend, runs: Runs) -> None:
+    """The user's word makes the fetch destructive (it wins over the server's annotation)."""
+    server = proxied(runs, OTEL_BREAKER_RETRY="transient", OTEL_BREAKER_TOOL_EFFECTS="fetch_page=destructive")
+    async with connect(server) as client:
+        answer = await client.call_tool("fetch_page", {"url": f"{live.url}/gateway/pay"})
+    assert answer.is_error and OUTCOME_UNKNOWN in text(answer) and "HTTP Error 504" in text(answer), text(answer)
+    assert runs.of("fetch_page") == 1
+
+
+async def test_a_dead_backend_gets_no_more_traffic_and_opens_no_later(live: Backend, runs: Runs, capsys) -> None:
     async def outage(name: str, **env: str) -> tuple[int, int]:
         answers = []
         async with connect(proxied(runs, **env)) as client:
@@ -175,6 +200,11 @@ async def test_a_dead_backend_gets_no_more_traffic_and_opens_no_later(live: Back
     with_retries, opened_with = await outage("retried", OTEL_BREAKER_RETRY="transient")
     assert with_retries <= without * 1.2, f"{with_retries} requests with retries, {without} without"
     assert opened_with <= opened_without
+    with capsys.disabled():
+        print(
+            f"\n[retries] mcp proxy dead backend: {with_retries} requests with retries, {without} without; "
+            f"the client's call {opened_with + 1} rejected with retries, {opened_without + 1} without"
+        )
 
 
 @pytest.mark.parametrize(
