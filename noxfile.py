@@ -13,6 +13,7 @@ Run everything with ``nox``; one framework with ``nox -s "framework(name='crewai
 from __future__ import annotations
 
 import pathlib
+import runpy
 
 import nox
 
@@ -22,7 +23,14 @@ nox.options.error_on_missing_interpreters = True
 nox.options.sessions = ["lint", "tests", "api_only", "framework"]  # `nox -s benchmarks` runs on demand
 
 ROOT = pathlib.Path(__file__).parent
-FRAMEWORKS = sorted(p.parent.name for p in (ROOT / "tests" / "frameworks").glob("*/requirements.txt"))
+#: The framework catalogue, run by path (it imports nothing; importing the package would need
+#: OpenTelemetry in nox's own environment).
+CATALOGUE = runpy.run_path(str(ROOT / "otel_breaker" / "catalogue.py"))
+#: One session per framework (and the MCP proxy's): ``tests/frameworks/<name>/requirements.txt``,
+#: written from the catalogue, holds what it installs.
+FRAMEWORKS = list(CATALOGUE["TEST_SESSIONS"])
+#: The frameworks the benchmarks import (LangChain's tool call; importing each with the switch off and on).
+BENCHMARK_FRAMEWORKS = ("langchain", "pydantic_ai", "strands")
 TEST_DEPS = [
     "pytest>=8",
     "pytest-xdist>=3.5",
@@ -103,5 +111,6 @@ def benchmarks(session: nox.Session) -> None:
     """Speed against a bare call and the peer breakers (numbers go to docs/performance.md);
     langchain-core for the framework-level benchmark, and pydantic-ai and Strands for the
     start-up one (importing each with the switch off and on)."""
-    session.install("-e", ".[dev]", "langchain-core>=1.0,<2", "pydantic-ai-slim>=2.68,<3", "strands-agents>=1.62,<2")
+    tested = [CATALOGUE["BY_ID"][name].requirement for name in BENCHMARK_FRAMEWORKS]
+    session.install("-e", ".[dev]", *tested)
     session.run("pytest", "benchmarks", "-q", "--benchmark-columns=min,median,mean,ops", *session.posargs)

@@ -11,41 +11,30 @@ packaging is imported.
 
 The ``.pth`` line executes this file by path rather than importing it, so the
 ``otel_breaker`` package (which imports OpenTelemetry) is not loaded at
-start-up. It therefore imports nothing but ``sys``, and any failure is one
-line on stderr, never a traceback in the user's process.
+start-up. It therefore imports nothing but ``sys`` (and ``os``, which ``site``
+has loaded already), reads the list of frameworks from ``catalogue.py`` the
+same way (that module imports nothing), and any failure is one line on stderr, never a traceback in the user's process.
 """
 
 import sys
 
-#: Modules whose import means a supported framework is being loaded: the ``imports``
-#: of every entry of ``otel_breaker.catalogue``, written out because this hook imports
-#: nothing of otel-breaker (``tests/test_catalogue.py`` checks the two agree).
-FRAMEWORK_MODULES = frozenset(
-    {
-        "langchain_core",
-        "langgraph",
-        "langchain_mcp_adapters",
-        "agents",
-        "pydantic_ai",
-        "llama_index.core",
-        "smolagents",
-        "crewai",
-        "autogen_core",
-        "autogen_agentchat",
-        "praisonaiagents",
-        "mcp",
-        "google.adk",
-        "google.genai",
-        "strands",
-        "agent_framework",
-        "semantic_kernel",
-        "agno",
-        "dspy",
-        "haystack",
-        "fastmcp",
-        "claude_agent_sdk",
-    }
-)
+
+def _watched_modules() -> frozenset:
+    """The catalogue's ``WATCHED_MODULES``: ``catalogue.py`` (next to this file) run by
+    path from its cached bytecode, as the ``.pth`` line runs this file, because importing
+    ``otel_breaker.catalogue`` would import the package. The catalogue imports nothing."""
+    import os  # loaded already: ``site`` imports it
+
+    path = os.path.join(os.path.dirname(globals().get("__file__") or ""), "catalogue.py")
+    loader = sys.modules["_frozen_importlib_external"].SourceFileLoader("otel_breaker.catalogue", path)
+    table = {"__name__": "otel_breaker.catalogue", "__file__": path}
+    exec(loader.get_code("otel_breaker.catalogue"), table)
+    return table["WATCHED_MODULES"]
+
+
+#: Modules whose import means a supported framework is being loaded: every entry's
+#: ``imports`` in ``otel_breaker/catalogue.py``, the one list of frameworks.
+FRAMEWORK_MODULES = _watched_modules()
 
 
 class FrameworkImportWatch:

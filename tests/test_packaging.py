@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import email.parser
 import importlib.util
 import pathlib
 import re
@@ -30,19 +31,52 @@ def test_the_changelog_has_an_unreleased_section():
     assert "otel_breaker_cost_saved_total" in text
 
 
-def test_the_wheel_ships_py_typed_and_the_licence(tmp_path):
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> pathlib.Path:
+    """The wheel ``uv build`` makes of this checkout, built once for the tests that read it."""
     uv = shutil.which("uv") or str(pathlib.Path(sys.executable).parent / "uv")
     if not pathlib.Path(uv).exists():
         pytest.skip("uv is not installed (it builds the wheel)")
+    out = tmp_path_factory.mktemp("wheel")
     result = subprocess.run(
-        [uv, "build", "--wheel", "--out-dir", str(tmp_path), str(ROOT)], capture_output=True, text=True, timeout=300
+        [uv, "build", "--wheel", "--out-dir", str(out), str(ROOT)], capture_output=True, text=True, timeout=300
     )
     assert result.returncode == 0, result.stderr
-    (wheel,) = tmp_path.glob("*.whl")
+    (built,) = out.glob("*.whl")
+    return built
+
+
+def test_the_wheel_ships_py_typed_and_the_licence(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     assert "otel_breaker/py.typed" in names
     assert any(name.endswith(".dist-info/licenses/LICENSE") for name in names)
     assert "otel_breaker/semconv.py" in names
+
+
+def test_the_wheels_extras_are_the_catalogue(wheel):
+    """What ``pip install "otel-breaker[<extra>]"`` installs is the framework's tested range,
+    as the catalogue says (the published metadata, not only ``pyproject.toml``)."""
+    from packaging.requirements import Requirement
+
+    from otel_breaker.catalogue import CATALOGUE
+
+    def same(lines) -> set[tuple[str, object]]:  # the order of specifiers is the builder's
+        return {(Requirement(line).name, Requirement(line).specifier) for line in lines}
+
+    archive = zipfile.ZipFile(wheel)
+    [metadata_name] = [name for name in archive.namelist() if name.endswith(".dist-info/METADATA")]
+    metadata = email.parser.Parser().parsestr(archive.read(metadata_name).decode("utf-8"))
+    extras = set(metadata.get_all("Provides-Extra"))
+    by_extra: dict[str, list[str]] = {}
+    for line in metadata.get_all("Requires-Dist"):
+        requirement, _, marker = line.partition(";")
+        found = re.search(r"extra == ['\"]([^'\"]+)['\"]", marker)
+        if found:
+            by_extra.setdefault(found.group(1), []).append(requirement)
+    for framework in CATALOGUE:
+        assert framework.extra in extras, framework.extra
+        assert same(by_extra[framework.extra]) == same(framework.extra_install), framework.extra
+    assert same(by_extra["instruments-any"]) == same(framework.requirement for framework in CATALOGUE)
 
 
 def test_test_runs_show_skip_reasons_and_only_our_deprecations(tmp_path):
