@@ -5,100 +5,155 @@
 caller's context). A rejection is raised: smolagents shows the model its text as the step error
 (a returned string would read as a successful observation). Arguments ``validate_tool_arguments``
 refuses and names no tool has are the model's mistakes, for the loop guard. An action step's
-messages get the status block; a ``ToolCallingAgent``'s menu loses the open tools. Not covered:
-remote executors; managed agents (called as agents).
+messages get the status block.
+
+A ``ToolCallingAgent`` hands the model its tools by reading one property,
+``tools_and_managed_agents``, on every model call and nowhere else: that property is
+replaced by one that leaves the open tools out while ``OTEL_BREAKER_HIDE_OPEN_TOOLS`` is
+on, and restored by ``uninstrument`` like any other patch. The agent keeps its tools: a
+call to a hidden one still reaches the guard and gets the rejection.
+
+Not covered: remote executors; managed agents (called as agents).
 """
 
 from __future__ import annotations
 
 import contextvars
 import dataclasses
+import importlib
+import logging
+from collections.abc import Callable
 from typing import Any
 
 from otel_breaker.classify import MISTAKE
 from otel_breaker.degrade import Rejection
 from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation import refusals
-from otel_breaker.instrumentation.base import PatchTarget, agent_display_name
+from otel_breaker.instrumentation.base import PatchTarget, _Patched, agent_display_name
 from otel_breaker.instrumentation.chat_messages import content_text, with_content_text
 from otel_breaker.instrumentation.mistakes import wrong_arguments
 from otel_breaker.instrumentation.patches import argument, context_patch, prompt_patch, tool_patch
-from otel_breaker.instrumentation.property_menu import MenuProperty
 from otel_breaker.instrumentation.spec import MessageDialect, SpecAdapter, insert_status_block
 from otel_breaker.instrumentation.sync_context import decorator_in_caller_context
+from otel_breaker.menu import visible_tools
 from otel_breaker.toolcall import ToolCall
 
-_AGENTS, _TOOLS = "smolagents.agents", "smolagents.tools"
+logger = logging.getLogger("otel_breaker")
+
+_AGENTS = "smolagents.agents"
+_TOOLS = "smolagents.tools"
+_EXECUTOR = "smolagents.local_python_executor"
+#: The tool a ``ToolCallingAgent`` ends its run with: not a tool call to guard.
 _UNGUARDED_TOOLS = frozenset({"final_answer"})
-_Var = contextvars.ContextVar
-# (agent, tool-call id) of the step or tool call running in this context.
-_caller: _Var[tuple[Any, str | None] | None] = _Var("otel_breaker_smolagents_caller", default=None)
-# Tool-call ids of the model message being processed: (by id of the arguments object, by unique tool name).
-_call_ids: _Var[tuple[dict[int, str], dict[str, str]] | None] = _Var("otel_breaker_smolagents_ids", default=None)
+#: The class and property a ``ToolCallingAgent`` reads its menu from, for every model call.
+_MENU_OWNER = "ToolCallingAgent"
+_MENU_PROPERTY = "tools_and_managed_agents"
+
+#: (agent, tool-call id) of the step or tool call running in this context.
+_caller: contextvars.ContextVar[tuple[Any, str | None] | None] = contextvars.ContextVar(
+    "otel_breaker_smolagents_caller", default=None
+)
 
 
-def _ids_of(instance: Any, args: tuple, kwargs: dict) -> Any:
-    """The tool-call ids of a model message, by its arguments objects and by unique name."""
-    by_arguments, names = {}, {}
+class _CallIds:
+    """The tool-call ids of the model message being processed: by the id of each call's
+    arguments object (``execute_tool_call`` receives that very object), and by tool name
+    where a name is called once."""
+
+    __slots__ = ("by_arguments", "by_name")
+
+    def __init__(self, by_arguments: dict[int, str], by_name: dict[str, str]) -> None:
+        self.by_arguments = by_arguments
+        self.by_name = by_name
+
+
+_call_ids: contextvars.ContextVar[_CallIds | None] = contextvars.ContextVar("otel_breaker_smolagents_ids", default=None)
+
+
+def _ids_of(instance: Any, args: tuple, kwargs: dict) -> _CallIds:
+    """``process_tool_calls(chat_message, ...)``: the ids of the message's tool calls."""
+    by_arguments: dict[int, str] = {}
+    ids_by_name: dict[Any, list[str]] = {}
     for tool_call in getattr(argument(args, kwargs, 0, "chat_message"), "tool_calls", None) or []:
-        call_id, function = getattr(tool_call, "id", None), getattr(tool_call, "function", None)
-        if isinstance(call_id, str) and function is not None:
-            if getattr(function, "arguments", None):
-                by_arguments[id(function.arguments)] = call_id
-            names.setdefault(getattr(function, "name", None), []).append(call_id)
-    return by_arguments, {name: ids[0] for name, ids in names.items() if isinstance(name, str) and len(ids) == 1}
+        call_id = getattr(tool_call, "id", None)
+        function = getattr(tool_call, "function", None)
+        if not isinstance(call_id, str) or function is None:
+            continue
+        if getattr(function, "arguments", None):
+            by_arguments[id(function.arguments)] = call_id
+        ids_by_name.setdefault(getattr(function, "name", None), []).append(call_id)
+    by_name = {name: ids[0] for name, ids in ids_by_name.items() if isinstance(name, str) and len(ids) == 1}
+    return _CallIds(by_arguments, by_name)
 
 
-class SmolagentsAdapter(MenuProperty, SpecAdapter):
+def _running_agent(agent: Any, args: tuple, kwargs: dict) -> tuple[Any, None]:
+    """``_run_stream``: its agent is the caller of the tools its steps run (ids not known yet)."""
+    return agent, None
+
+
+def _agent_name(agent: Any) -> str | None:
+    return agent_display_name(agent) or type(agent).__name__
+
+
+class SmolagentsAdapter(SpecAdapter):
     name = "smolagents"
     patches = (
         tool_patch(_TOOLS, "Tool.__call__", "sync"),
         tool_patch(_TOOLS, "PipelineTool.__call__", "sync"),
         prompt_patch(_AGENTS, "MultiStepAgent.write_memory_to_messages", "sync", "status_messages", after=True),
-        context_patch(_AGENTS, "MultiStepAgent._run_stream", _caller, lambda agent, *_: (agent, None), "gen"),
+        context_patch(_AGENTS, "MultiStepAgent._run_stream", _caller, _running_agent, "gen"),
         context_patch(_AGENTS, "ToolCallingAgent.process_tool_calls", _call_ids, _ids_of, "gen"),
     )
-    modules = (_TOOLS, _AGENTS, "smolagents.local_python_executor")
-    menu_property = (_AGENTS, "ToolCallingAgent", "tools_and_managed_agents")  # read for every model call's tools
+    modules = (_TOOLS, _AGENTS, _EXECUTOR)
 
     def targets(self) -> list[PatchTarget]:
         return [
             *super().targets(),
             PatchTarget(_AGENTS, "ToolCallingAgent.execute_tool_call", self._execute_tool_call),
             PatchTarget(_AGENTS, "validate_tool_arguments", self._validate),
-            PatchTarget("smolagents.local_python_executor", "timeout", decorator_in_caller_context),
+            PatchTarget(_EXECUTOR, "timeout", decorator_in_caller_context),
         ]
 
+    def patch(self) -> list[str]:
+        return self._with_menu(super().patch(), _AGENTS)
+
+    def patch_module(self, module_name: str) -> list[str]:
+        return self._with_menu(super().patch_module(module_name), module_name)
+
     def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
-        if not (name := _tool_name(instance)):
+        name = _tool_name(instance)
+        if not name:
             return None
         agent, call_id = _caller.get() or (None, None)
-        tool_kwargs = {k: v for k, v in kwargs.items() if k != "sanitize_inputs_outputs"}
+        tool_kwargs = {key: value for key, value in kwargs.items() if key != "sanitize_inputs_outputs"}
         arguments = tool_kwargs or (args[0] if len(args) == 1 else list(args) or None)
-        agent_name = None if agent is None else agent_display_name(agent) or type(agent).__name__
-        origin = origin_of(instance, "smolagents")
-        return ToolCall(name, self.name, agent, agent_name, call_id=call_id, arguments=arguments, origin=origin)
+        return ToolCall(
+            name,
+            self.name,
+            agent,
+            None if agent is None else _agent_name(agent),
+            call_id=call_id,
+            arguments=arguments,
+            origin=origin_of(instance, "smolagents"),
+        )
 
     def rejection(self, call: ToolCall, info: Rejection) -> Any:
         raise info.error()  # smolagents turns a raised exception into the step error the model reads
 
     def exception_hint(self, call: ToolCall, exc: BaseException) -> str | None:
-        return MISTAKE if wrong_arguments(exc, "smolagents/tools.py") else None  # called with arguments it lacks
+        # Called with arguments the tool lacks: refused before its body ran.
+        return MISTAKE if wrong_arguments(exc, "smolagents/tools.py") else None
 
     def _execute_tool_call(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         """Runs knowing its agent and call id; a name no tool has (smolagents raises) goes to the loop guard."""
-        name, arguments = argument(args, kwargs, 0, "tool_name"), argument(args, kwargs, 1, "arguments")
-        call_id, ids = None, _call_ids.get()
-        if ids is not None:  # execute_tool_call receives the very arguments object of the model's tool call
-            call_id = ids[0].get(id(arguments)) if arguments else None
-            if call_id is None and isinstance(name, str):
-                call_id = ids[1].get(name)
-        token = _caller.set((instance, call_id))
+        name = argument(args, kwargs, 0, "tool_name")
+        arguments = argument(args, kwargs, 1, "arguments")
+        token = _caller.set((instance, _call_id(name, arguments)))
         try:
             return wrapped(*args, **kwargs)
         except Exception as exc:
             if isinstance(name, str) and name not in {**instance.tools, **instance.managed_agents}:
-                call = ToolCall(name, self.name, instance, agent_display_name(instance) or type(instance).__name__)
+                call = ToolCall(name, self.name, instance, _agent_name(instance))
                 refusals.refused(self.guard, call, str(exc), refusals.raising(type(exc), instance.logger), unknown=True)
             raise
         finally:
@@ -111,10 +166,13 @@ class SmolagentsAdapter(MenuProperty, SpecAdapter):
         except (ValueError, TypeError) as exc:
             from smolagents.tools import Tool
 
-            tool, arguments = argument(args, kwargs, 0, "tool"), argument(args, kwargs, 1, "arguments")
+            tool = argument(args, kwargs, 0, "tool")
+            arguments = argument(args, kwargs, 1, "arguments")
             if isinstance(tool, Tool):
-                named = isinstance(arguments, dict)
-                call = self._call_of(tool, () if named else (arguments,), dict(arguments) if named else {})
+                if isinstance(arguments, dict):
+                    call = self._call_of(tool, (), dict(arguments))
+                else:
+                    call = self._call_of(tool, (arguments,), {})
                 if call is not None:
                     refusals.refused(self.guard, call, str(exc), refusals.raising(ValueError))
             raise
@@ -125,10 +183,68 @@ class SmolagentsAdapter(MenuProperty, SpecAdapter):
             return None
         return insert_status_block(messages, _DIALECT, instance)
 
-    def menu_tool_name(self, agent: Any) -> Any:
-        """A menu entry's guarded name: tools only (managed agents are not tools here)."""
-        managed = tuple((getattr(agent, "managed_agents", None) or {}).values())
-        return lambda entry: None if any(entry is m for m in managed) else _tool_name(entry)
+    def _with_menu(self, skipped: list[str], module_name: str) -> list[str]:
+        """Once ``module_name`` is the agents module, its menu property leaves the open tools
+        out; ``skipped`` gains why not, if it cannot."""
+        if module_name != _AGENTS:
+            return skipped
+        try:
+            owner = getattr(importlib.import_module(_AGENTS), _MENU_OWNER)
+            reason = self._wrap_menu_property(owner)
+        except (ImportError, AttributeError) as exc:
+            reason = f"cannot import ({exc})"
+        if reason is None:
+            return skipped
+        return [*skipped, f"{_AGENTS}:{_MENU_PROPERTY}: {reason}"]
+
+    def _wrap_menu_property(self, owner: type) -> str | None:
+        """Replace the menu property of ``owner`` by one without the open tools. Returns why not, or None."""
+        original = owner.__dict__.get(_MENU_PROPERTY)
+        if not isinstance(original, property) or original.fget is None:
+            return "not found"
+        if any(p.owner is owner and p.attribute == _MENU_PROPERTY for p in self._patched):
+            return "already patched"
+        read_menu = original.fget
+        adapter = self
+
+        def menu(agent: Any) -> Any:
+            tools = read_menu(agent)
+            if not adapter.enabled:
+                return tools
+            try:
+                return visible_tools(tools, _menu_tool_name(agent), agent=agent)
+            except Exception:
+                logger.debug("otel-breaker: %s: could not hide open tools", adapter.name, exc_info=True)
+                return tools
+
+        wrapper = property(menu, doc=original.__doc__)
+        setattr(owner, _MENU_PROPERTY, wrapper)
+        self._patched.append(_Patched(owner, _MENU_PROPERTY, original, wrapper))
+        return None
+
+
+def _call_id(name: Any, arguments: Any) -> str | None:
+    """The model's id of the tool call ``execute_tool_call`` runs: found by its arguments
+    object, else by its name where the message calls that name once."""
+    ids = _call_ids.get()
+    if ids is None:
+        return None
+    call_id = ids.by_arguments.get(id(arguments)) if arguments else None
+    if call_id is None and isinstance(name, str):
+        call_id = ids.by_name.get(name)
+    return call_id
+
+
+def _menu_tool_name(agent: Any) -> Callable[[Any], str | None]:
+    """A menu entry's guarded name: tools only (managed agents are not tools here)."""
+    managed = tuple((getattr(agent, "managed_agents", None) or {}).values())
+
+    def guarded_name(entry: Any) -> str | None:
+        if any(entry is managed_agent for managed_agent in managed):
+            return None
+        return _tool_name(entry)
+
+    return guarded_name
 
 
 def _tool_name(tool: Any) -> str | None:
@@ -142,9 +258,16 @@ def _system_message(text: str) -> Any:
     return ChatMessage(role=MessageRole.SYSTEM, content=[{"type": "text", "text": text}])
 
 
-_DIALECT = MessageDialect(
-    is_system=lambda m: getattr(m, "role", None) == "system",
-    text=lambda m: content_text(m.content),
-    with_text=lambda m, text: dataclasses.replace(m, content=with_content_text(m.content, text)),
-    system=_system_message,
-)
+def _is_system(message: Any) -> bool:
+    return getattr(message, "role", None) == "system"
+
+
+def _text(message: Any) -> str | None:
+    return content_text(message.content)
+
+
+def _with_text(message: Any, text: str) -> Any:
+    return dataclasses.replace(message, content=with_content_text(message.content, text))
+
+
+_DIALECT = MessageDialect(is_system=_is_system, text=_text, with_text=_with_text, system=_system_message)
