@@ -1,6 +1,6 @@
-"""The shared adapter helpers for the loop guard and the status block, without a framework:
-the model's mistakes (``mistakes``), a held loop stop (``held_stop``) and a step's status
-block (``step_status``)."""
+"""Adapter helpers for the loop guard and the status block, without a framework: the
+model's mistakes (``mistakes``), Strands' held loop stop and Haystack's status block for
+one step."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import pytest
 from otel_breaker import Guard, ToolCall, ToolLoopError
 from otel_breaker.config import load_settings, set_settings
 from otel_breaker.degrade import STATUS_HEADER
-from otel_breaker.instrumentation.held_stop import hold, raising_held
+from otel_breaker.instrumentation.haystack import status_for_step
 from otel_breaker.instrumentation.mistakes import Refusals, arun_invalid, run_invalid, run_unknown
 from otel_breaker.instrumentation.spec import MessageDialect
-from otel_breaker.instrumentation.step_status import status_for_step
+from otel_breaker.instrumentation.strands import hold, raising_held
 from otel_breaker.registry import default_registry
 
 LOOP = "this exact call, with the same arguments"
