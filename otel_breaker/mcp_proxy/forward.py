@@ -46,6 +46,7 @@ from otel_breaker.call_steps import OutcomeUnknownError
 from otel_breaker.classify import is_transport_error
 from otel_breaker.guard import Guard, default_guard
 from otel_breaker.instrumentation.mcp_identity import note_effects
+from otel_breaker.mcp_proxy.eras import Subscriptions, in_client_era
 from otel_breaker.mcp_proxy.upstream import UpstreamLink
 from otel_breaker.mcp_proxy.wire import WireAdapter, for_client
 from otel_breaker.menu import hidden_names, hide_open_tools_enabled
@@ -99,6 +100,7 @@ class Clients:
     def __init__(self) -> None:
         self._sessions: OrderedDict[Any, ServerSession] = OrderedDict()
         self._in_flight: list[InFlight] = []
+        self.subscriptions = Subscriptions()  # the listen streams of 2026-07-28 clients
 
     def remember(self, ctx: ServerRequestContext[Any, Any]) -> None:
         key = client_key(ctx)
@@ -140,6 +142,7 @@ class Clients:
             logger.debug("otel-breaker: mcp-proxy: a client session is gone", exc_info=True)
 
     async def broadcast(self, notification: Any) -> None:
+        await self.subscriptions.publish(notification)
         for key, session in list(self._sessions.items()):
             try:
                 await session.send_notification(notification)
@@ -297,6 +300,7 @@ class Forwarder:
             add("completion/complete", types.CompleteRequestParams, self.complete)
         if caps.logging is not None:
             add("logging/setLevel", types.SetLevelRequestParams, self.set_level)
+        self.clients.subscriptions.serve(server)
         roots_changed = "notifications/roots/list_changed"
         server.add_notification_handler(roots_changed, types.NotificationParams, self.roots_changed)
         return server
@@ -334,9 +338,8 @@ class Forwarder:
     async def intercept(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> Any:
         """The proxy's middleware: a ``tools/call`` of an initialized client goes straight
         to :meth:`call_tool_wire` as the dicts it came in; everything else takes the
-        SDK's way (validated, then its handler). The proxy speaks the ``initialize``
-        handshake era of MCP: a ``server/discover`` probe is answered "method not found",
-        on which clients fall back to ``initialize``."""
+        SDK's way (validated, then its handler), ``server/discover`` included (the
+        client's era: :mod:`.eras`)."""
         method = ctx.method
         if method == "tools/call":
             params = ctx.params
@@ -346,9 +349,7 @@ class Forwarder:
                 and isinstance(params.get("arguments", {}), dict | None)
                 and ctx.session.client_params is not None
             ):
-                return await self.call_tool_wire(ctx, params)
-        elif method == "server/discover":
-            raise MCPError(code=types.METHOD_NOT_FOUND, message="Method not found", data=method)
+                return in_client_era(ctx.protocol_version, await self.call_tool_wire(ctx, params))
         return await call_next(ctx)
 
     async def call_tool(self, ctx: ServerRequestContext[Any, Any], params: types.CallToolRequestParams) -> Any:

@@ -14,10 +14,10 @@ import sys
 from typing import Any
 
 import anyio
-from mcp.server.runner import serve_loop
 from mcp.server.transport_security import TransportSecuritySettings
 
 from otel_breaker.mcp_proxy.door import Door, allowed_hosts
+from otel_breaker.mcp_proxy.eras import serve_stdio
 from otel_breaker.mcp_proxy.forward import Forwarder, ProxyServer
 from otel_breaker.mcp_proxy.options import ProxyOptions
 from otel_breaker.mcp_proxy.stdio import client_stdio
@@ -87,7 +87,7 @@ def _tell_apart(links: list[UpstreamLink]) -> None:
 
 async def _serve_stdio(server: ProxyServer) -> None:
     async with client_stdio() as (read, write):
-        await serve_loop(server, read, write, lifespan_state={}, init_options=server.create_initialization_options())
+        await serve_stdio(server, read, write)
 
 
 async def _serve_http(server: ProxyServer, options: ProxyOptions) -> None:

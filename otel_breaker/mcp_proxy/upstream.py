@@ -35,6 +35,7 @@ from mcp.shared.jsonrpc_dispatcher import JSONRPCDispatcher
 from otel_breaker import __version__
 from otel_breaker.instrumentation.mcp_identity import implementation_identity
 from otel_breaker.mcp_proxy.child import server_stdio
+from otel_breaker.mcp_proxy.eras import negotiate, outgoing, relay_events, send
 from otel_breaker.mcp_proxy.options import ServerSpec
 from otel_breaker.sanitize import bounded
 
@@ -118,7 +119,7 @@ class UpstreamLink:
         session = self._session
         if session is None:
             raise UpstreamUnavailable(f"MCP server {self.spec.name!r} is not connected (restarting)")
-        return await session.send_request(request, result_type, progress_callback=progress)
+        return await send(session, request, result_type, progress)
 
     async def request_raw(
         self,
@@ -138,7 +139,8 @@ class UpstreamLink:
         options = self._options
         if progress is not None:
             options = {**options, "on_progress": progress}
-        return await dispatcher.send_raw_request(method, params, options)
+        sent, options = outgoing(session, method, params, options)
+        return await dispatcher.send_raw_request(method, sent, options)
 
     async def notify(self, notification: Any) -> None:
         """Send a notification to the server; dropped while it is not connected."""
@@ -198,7 +200,7 @@ class UpstreamLink:
                 )
             )
             with anyio.fail_after(60):
-                result = await session.initialize()
+                result = await negotiate(session, self.spec.describe())
             self.initialize_result = result
             self.server_identity = implementation_identity(result.server_info) or bounded(self.spec.describe(), 128)
             self._dispatcher = dispatcher
@@ -211,7 +213,8 @@ class UpstreamLink:
             await self._to_client().connected(self)
             if task_status is not None:
                 task_status.started()
-            await ended.wait()
+            async with relay_events(session, self._message):
+                await ended.wait()
             self._session = None
             raise UpstreamUnavailable("the connection closed (the server exited)")
 

@@ -1,7 +1,7 @@
 """``otel-breaker mcp-proxy`` with real processes and the SDK's real client.
 
-The proxy speaks the ``initialize`` handshake era of MCP, so the direct
-sessions it is compared with are handshake sessions too (``mode="legacy"``).
+The sessions compared with a direct one are handshake sessions on both sides
+(``mode="legacy"``); the 2026-07-28 era, on either side, is test_proxy_eras.py's.
 """
 
 from __future__ import annotations
@@ -56,9 +56,9 @@ async def test_a_healthy_session_is_the_direct_one():
     assert through_proxy["echo"]["content"][0]["text"] == "echo: hello"
 
 
-async def test_a_client_that_probes_the_new_protocol_era_falls_back_to_the_handshake():
+async def test_a_client_that_probes_the_new_protocol_era_is_served_in_it():
     async with connect(proxied()) as client:  # mode="auto": server/discover first
-        assert client.session.initialize_result is not None
+        assert client.session.discover_result is not None and client.protocol_version == "2026-07-28"
         assert (await client.call_tool("echo", {"text": "hi"})).content[0].text == "echo: hi"
 
 
@@ -85,7 +85,7 @@ async def test_unknown_tools_and_bad_arguments_are_neutral():
 async def test_hidden_tools_leave_the_list_and_come_back():
     changes = ListChanges()
     server = proxied(proxy_args=FAST_WATCH, env=breaker_env(**HIDING))
-    async with connect(server, message_handler=changes) as client:
+    async with connect(server, mode="legacy", message_handler=changes) as client:
         assert client.session.server_capabilities.tools.list_changed
         await hidden_tool_leaves_and_returns(client, changes)
 
@@ -167,7 +167,7 @@ async def test_listen_serves_streamable_http(listening_proxy, runs):
 async def test_listen_hides_and_brings_back_tools(listening_proxy):
     url = listening_proxy(env=breaker_env(**HIDING), proxy_args=FAST_WATCH)
     changes = ListChanges()
-    async with connect(url, message_handler=changes) as client:
+    async with connect(url, mode="legacy", message_handler=changes) as client:
         await hidden_tool_leaves_and_returns(client, changes)
 
 
@@ -186,7 +186,7 @@ async def test_upstream_hides_and_brings_back_tools(http_server):
     url = http_server()
     changes = ListChanges()
     server = proxy_with("--upstream", url, *FAST_WATCH, env=breaker_env(**HIDING))
-    async with connect(server, message_handler=changes) as client:
+    async with connect(server, mode="legacy", message_handler=changes) as client:
         await hidden_tool_leaves_and_returns(client, changes)
 
 
