@@ -23,12 +23,27 @@ from otel_breaker.instrumentation.spec import MessageDialect, insert_status_bloc
 from otel_breaker.loglines import logger
 from otel_breaker.menu import visible_tools
 
+
+def _is_system_dict(message: Any) -> bool:
+    return isinstance(message, dict) and message.get("role") == "system"
+
+
+def _dict_text(message: dict) -> str | None:
+    content = message.get("content")
+    return content if isinstance(content, str) else None
+
+
+def _dict_with_text(message: dict, text: str) -> dict:
+    return {**message, "content": text}
+
+
+def _system_dict(text: str) -> dict:
+    return {"role": "system", "content": text}
+
+
 #: Plain dict messages.
 DICT_MESSAGES = MessageDialect(
-    is_system=lambda m: isinstance(m, dict) and m.get("role") == "system",
-    text=lambda m: m.get("content") if isinstance(m.get("content"), str) else None,
-    with_text=lambda m, text: {**m, "content": text},
-    system=lambda text: {"role": "system", "content": text},
+    is_system=_is_system_dict, text=_dict_text, with_text=_dict_with_text, system=_system_dict
 )
 
 
@@ -41,7 +56,8 @@ def tool_name(definition: Any) -> str | None:
     """The name of a tool a model call carries, in a provider's form: a Chat Completions
     schema (``{"function": {"name"}}``), a flat dict (``{"name"}``) or a tool object."""
     if isinstance(definition, dict):
-        name = (f if isinstance(f := definition.get("function"), dict) else definition).get("name")
+        function = definition.get("function")
+        name = (function if isinstance(function, dict) else definition).get("name")
     else:
         name = getattr(definition, "name", None)
     return name if isinstance(name, str) else None

@@ -5,12 +5,13 @@ cannot parse (the model's mistake) itself; the rejection is an error ``ToolMessa
 accepts). An MCP tool's ``source`` is its server. The agent is ``lc_agent_name``, else the innermost
 named graph (a private ``configurable`` key set by ``Pregel.stream``), else the node the tool node runs
 in. Each chat model call (``BaseChatModel``) gets the status block and loses the open tools.
+
+This adapter is on the path of every LangChain tool call, so ``describe`` stays lean.
 """
 
 from __future__ import annotations
 
 from functools import partial
-from importlib import import_module
 from traceback import walk_tb
 from typing import Any
 
@@ -25,20 +26,32 @@ from otel_breaker.instrumentation.spec import MessageDialect, SpecAdapter, inser
 from otel_breaker.menu import visible_tools
 from otel_breaker.toolcall import ToolCall
 
-_MODULE, _CHAT = "langchain_core.tools.base", "langchain_core.language_models.chat_models"
-_GRAPH, _MCP_TOOLS, _MCP_SESSION = "langgraph.pregel.main", "langchain_mcp_adapters.tools", "mcp.client.session"
-_GRAPH_KEY = "__otel_breaker_graph"  # the innermost named graph running, in ``configurable`` (private: "__")
-_FRAMES = {"_to_args_and_kwargs": MISTAKE, "_parse_input": MISTAKE, "_run": None, "_arun": None}
+_TOOLS = "langchain_core.tools.base"
+_CHAT = "langchain_core.language_models.chat_models"
+_GRAPH = "langgraph.pregel.main"
+_MCP_TOOLS = "langchain_mcp_adapters.tools"
+_MCP_SESSION = "mcp.client.session"
+#: The innermost named graph running, in ``configurable`` (private to us: the "__" prefix).
+_GRAPH_KEY = "__otel_breaker_graph"
+#: langchain-core's functions an exception may be raised under: parsing the model's
+#: arguments (the model's mistake), or running the tool's body (None: the tool's own).
+_WHERE_RAISED = {"_to_args_and_kwargs": MISTAKE, "_parse_input": MISTAKE, "_run": None, "_arun": None}
+#: Graph names LangGraph gives a graph the program did not name.
+_UNNAMED_GRAPHS = ("", "LangGraph")
 
 
 class LangChainAdapter(SpecAdapter):
     name = "langchain"
     patches = (
-        tool_patch(_MODULE, "BaseTool.run", "sync"),
-        tool_patch(_MODULE, "BaseTool.arun", "async"),
-        *(prompt_patch(_CHAT, f"BaseChatModel.{m}") for m in ("invoke", "ainvoke", "stream", "astream")),
+        tool_patch(_TOOLS, "BaseTool.run", "sync"),
+        tool_patch(_TOOLS, "BaseTool.arun", "async"),
+        prompt_patch(_CHAT, "BaseChatModel.invoke"),
+        prompt_patch(_CHAT, "BaseChatModel.ainvoke"),
+        prompt_patch(_CHAT, "BaseChatModel.stream"),
+        prompt_patch(_CHAT, "BaseChatModel.astream"),
+        # A graph's invocation is a run (a subgraph or a graph a tool calls joins it).
     )
-    modules = (_MODULE, _CHAT, _GRAPH, _MCP_TOOLS, _MCP_SESSION)
+    modules = (_TOOLS, _CHAT, _GRAPH, _MCP_TOOLS, _MCP_SESSION)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -47,8 +60,10 @@ class LangChainAdapter(SpecAdapter):
     def targets(self) -> list[PatchTarget]:
         return [
             *super().targets(),
-            *(PatchTarget(_MODULE, f"_handle_{kind}_error", partial(_note, kind)) for kind in ("tool", "validation")),
-            *(PatchTarget(_GRAPH, f"Pregel.{m}", _graph_run) for m in ("stream", "astream")),
+            PatchTarget(_TOOLS, "_handle_tool_error", partial(_note, "tool")),
+            PatchTarget(_TOOLS, "_handle_validation_error", partial(_note, "validation")),
+            PatchTarget(_GRAPH, "Pregel.stream", _graph_run),
+            PatchTarget(_GRAPH, "Pregel.astream", _graph_run),
             PatchTarget(_MCP_TOOLS, "convert_mcp_tool_to_langchain_tool", self._mcp.remembering(_mcp_server)),
             PatchTarget(_MCP_SESSION, "ClientSession.initialize", noting_initialize),
         ]
@@ -57,13 +72,25 @@ class LangChainAdapter(SpecAdapter):
         name = getattr(instance, "name", None)
         if not isinstance(name, str) or not name:
             return None
-        config, call_id = kwargs.get("config"), kwargs.get("tool_call_id")
-        agent_name, session = _run_of(config) if config and isinstance(config, dict) else (None, None)
-        return ToolCall(  # positional, in field order (cheaper per call); the agent's name keys the breaker
-            name, self.name, agent_name, agent_name, str(session) if session is not None else None,
-            str(call_id) if call_id is not None else None, "function", self._mcp.source_of(instance),
-            args[0] if args else kwargs.get("tool_input"), origin_of(instance, "langchain_core"),
-        )  # fmt: skip
+        config = kwargs.get("config")
+        call_id = kwargs.get("tool_call_id")
+        if config and isinstance(config, dict):
+            agent_name, session = _run_of(config)
+        else:
+            agent_name, session = None, None
+        # Positional, in field order: cheaper on every call. The agent's name keys the breaker.
+        return ToolCall(
+            name,  # tool
+            self.name,  # framework
+            agent_name,  # agent
+            agent_name,  # agent_name
+            None if session is None else str(session),  # session_id
+            None if call_id is None else str(call_id),  # call_id
+            "function",  # tool_type
+            self._mcp.source_of(instance),  # source
+            args[0] if args else kwargs.get("tool_input"),  # arguments
+            origin_of(instance, "langchain_core"),  # origin
+        )
 
     def exception_hint(self, call: ToolCall, exc: BaseException) -> str | None:
         """``MISTAKE`` for the model's arguments refused while langchain-core parsed them: raised
@@ -71,20 +98,24 @@ class LangChainAdapter(SpecAdapter):
         A tool's own override that fails there (a ``NotImplementedError``) is a bug in the tool."""
         if isinstance(exc, NotImplementedError):
             return None
-        hint, raised_in = None, ""
-        for frame, _ in walk_tb(exc.__traceback__):  # raised parsing the model's arguments, or in the body?
-            name, module = frame.f_code.co_name, str(frame.f_globals.get("__name__", ""))
-            if hint is None and name in _FRAMES and module.startswith("langchain_core.tools"):
-                hint = _FRAMES[name]
+        hint = None
+        raised_in = ""  # the module of the innermost frame
+        for frame, _ in walk_tb(exc.__traceback__):
+            function = frame.f_code.co_name
+            module = str(frame.f_globals.get("__name__", ""))
+            if hint is None and function in _WHERE_RAISED and module.startswith("langchain_core.tools"):
+                hint = _WHERE_RAISED[function]
                 if hint is None:
-                    return None  # in the tool's body
+                    return None  # raised in the tool's body
             raised_in = module
         if hint == MISTAKE and not raised_in.startswith(("langchain_core", "pydantic")):
             return None  # the tool's own parsing code failed: not the model's arguments
         return hint
 
     def result_error(self, call: ToolCall, result: Any) -> str | None:
-        if (frame := guarded_call()) is not None and frame.notes:  # langchain-core answered an error: _note
+        frame = guarded_call()
+        if frame is not None and frame.notes:
+            # langchain-core answered an error itself (see _note): a tool error is a failure.
             kind, error = frame.notes[-1]
             return error if kind == "tool" else None
         if getattr(result, "type", None) == "tool" and getattr(result, "status", None) == "error":
@@ -100,30 +131,42 @@ class LangChainAdapter(SpecAdapter):
 
     def without_open_tools(self, instance: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
         tools = kwargs.get("tools")  # bind_tools puts them in the call's tools
-        kept = visible_tools(tools, tool_name, agent=_agent_of(argument(args, kwargs, 1, "config"))) if tools else tools
-        return None if kept is tools else (args, {**kwargs, "tools": kept})
+        if not tools:
+            return None
+        kept = visible_tools(tools, tool_name, agent=_agent_of(argument(args, kwargs, 1, "config")))
+        if kept is tools:
+            return None
+        return args, {**kwargs, "tools": kept}
 
     def with_status(self, instance: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
         if not args and "input" not in kwargs:
             return None
-        agent, messages = _agent_of(argument(args, kwargs, 1, "config")), argument(args, kwargs, 0, "input")
-        messages = insert_status_block(instance._convert_input(messages).to_messages(), _DIALECT, agent)
-        return None if messages is None else with_argument(args, kwargs, 0, "input", messages)
+        agent = _agent_of(argument(args, kwargs, 1, "config"))
+        chat_input = argument(args, kwargs, 0, "input")
+        messages = insert_status_block(instance._convert_input(chat_input).to_messages(), _DIALECT, agent)
+        if messages is None:
+            return None
+        return with_argument(args, kwargs, 0, "input", messages)
 
 
 def _note(kind: str, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
     """langchain-core turning a ``kind`` ("tool", "validation") error into a result: noted for ``result_error``."""
-    if (frame := guarded_call()) is not None and args:
+    frame = guarded_call()
+    if frame is not None and args:
         frame.notes.append((kind, type(args[0]).__name__))
     return wrapped(*args, **kwargs)
 
 
 def _graph_run(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
     """The run's config carries this graph's name (None for an unnamed one) to its tools."""
-    name = name if isinstance(name := getattr(instance, "name", None), str) and name not in ("", "LangGraph") else None
+    name = getattr(instance, "name", None)
+    if not isinstance(name, str) or name in _UNNAMED_GRAPHS:
+        name = None
     config = argument(args, kwargs, 1, "config")
-    configurable = (config or {}).get("configurable") or {} if isinstance(config, dict | None) else None
-    if configurable is not None and configurable.get(_GRAPH_KEY) != name:
+    if not isinstance(config, dict | None):
+        return wrapped(*args, **kwargs)
+    configurable = (config or {}).get("configurable") or {}
+    if configurable.get(_GRAPH_KEY) != name:
         config = {**(config or {}), "configurable": {**configurable, _GRAPH_KEY: name}}
         args, kwargs = with_argument(args, kwargs, 1, "config", config)
     return wrapped(*args, **kwargs)
@@ -132,12 +175,15 @@ def _graph_run(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
 def _run_of(config: dict) -> tuple[str | None, Any]:
     """(agent, session) of a run's config; the agent is ``lc_agent_name``, else the named graph,
     else the agent node of the checkpoint namespace (``<agent node>:<task>|tools:<task>``)."""
-    metadata, configurable = config.get("metadata") or {}, config.get("configurable") or {}
+    metadata = config.get("metadata") or {}
+    configurable = config.get("configurable") or {}
     session = configurable.get("thread_id") or metadata.get("thread_id")
     name = metadata.get("lc_agent_name") or configurable.get(_GRAPH_KEY)
     if not isinstance(name, str) or not name:
         namespace = metadata.get("langgraph_checkpoint_ns") or configurable.get("checkpoint_ns")
-        name = namespace.split("|")[-2].split(":", 1)[0] if isinstance(namespace, str) and "|" in namespace else None
+        name = None
+        if isinstance(namespace, str) and "|" in namespace:
+            name = namespace.split("|")[-2].split(":", 1)[0]
     return name or None, session
 
 
@@ -152,10 +198,23 @@ def _mcp_server(args: tuple, kwargs: dict) -> str | None:
     return binding_identity(argument(args, kwargs, 0, "session"), kwargs.get("connection"), kwargs.get("server_name"))
 
 
-# Content blocks keep the status block in a block of its own.
-_DIALECT = MessageDialect(
-    is_system=lambda m: getattr(m, "type", None) == "system",
-    text=lambda m: part_text(m.content),
-    with_text=lambda m, text: m.model_copy(update={"content": with_part_text(m.content, text)}),
-    system=lambda text: import_module("langchain_core.messages").SystemMessage(text),  # imported once it is used
-)
+def _is_system(message: Any) -> bool:
+    return getattr(message, "type", None) == "system"
+
+
+def _text(message: Any) -> str | None:
+    return part_text(message.content)
+
+
+def _with_text(message: Any, text: str) -> Any:
+    # Content blocks keep the status block in a block of its own.
+    return message.model_copy(update={"content": with_part_text(message.content, text)})
+
+
+def _system_message(text: str) -> Any:
+    from langchain_core.messages import SystemMessage
+
+    return SystemMessage(text)
+
+
+_DIALECT = MessageDialect(is_system=_is_system, text=_text, with_text=_with_text, system=_system_message)
