@@ -73,6 +73,12 @@ ATTR_OUTCOME_REASON = "otel_breaker.outcome.reason"
 ATTR_OUTCOME_RULE = "otel_breaker.outcome.rule"
 ATTR_ESTIMATE_SOURCE = "otel_breaker.estimate.source"
 ATTR_STORE = "otel_breaker.store"
+#: MCP semantic conventions: the JSON-RPC method of an MCP span (``tools/call``).
+ATTR_MCP_METHOD = "mcp.method.name"
+#: MCP semantic conventions: the session an MCP request belongs to (streamable HTTP's ``Mcp-Session-Id``).
+ATTR_MCP_SESSION = "mcp.session.id"
+#: The MCP method of a tool call.
+MCP_TOOLS_CALL = "tools/call"
 
 # -- events (log-based, and span events behind a switch) -----------------------------------
 EVENT_STATE_CHANGE = "otel_breaker.state_change"

@@ -33,13 +33,16 @@ from mcp.client.stdio import (
     get_default_environment,
     stdio_client,
 )
+from mcp.shared.message import SessionMessage
 
-from otel_breaker.mcp_proxy.stdio import LineReadStream, LineWriteStream
+from otel_breaker.mcp_proxy.stdio import LineReadStream, LineWriteStream, edge_members, message_id
 
 logger = logging.getLogger("otel_breaker")
 
 #: The longest message line read from a server; a longer one is dropped (memory stays bounded).
 MAX_LINE_BYTES = 64 * 1024 * 1024
+#: The key of an error answer's ``data`` that marks an answer the proxy dropped for its size.
+TOO_LARGE = "otel_breaker.answer_over_bytes"
 _EXIT_POLL = 0.01
 
 
@@ -54,8 +57,33 @@ class _ServerOutput(LineReadStream):
     def _text(self, line: bytes) -> bytes | str:
         return line
 
-    def _overlong(self) -> None:
-        logger.warning("otel-breaker: mcp-proxy: dropped a message line over %d bytes", MAX_LINE_BYTES)
+    async def _overlong(self, head: bytes, tail: bytes) -> SessionMessage | None:
+        """An answer over MAX_LINE_BYTES becomes an error answer to its request (its id read
+        off the line's edges), so the request is answered and its call counts for the
+        server's upstream (see :func:`too_large`); a request or notification that long
+        is dropped."""
+        members, large = edge_members(head, tail)
+        request_id = message_id(members.get("id"))
+        answer = "method" not in members and large in ("result", "error", None)
+        if request_id is None or not answer:
+            logger.warning("otel-breaker: mcp-proxy: dropped a message line over %d bytes", MAX_LINE_BYTES)
+            return None
+        logger.warning(
+            "otel-breaker: mcp-proxy: dropped an answer over %d bytes; its request is answered with an error",
+            MAX_LINE_BYTES,
+        )
+        error = types.ErrorData(
+            code=types.INTERNAL_ERROR,
+            message=f"The server's answer was over {MAX_LINE_BYTES} bytes; the proxy dropped it",
+            data={TOO_LARGE: MAX_LINE_BYTES},
+        )
+        return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
+
+
+def too_large(exc: BaseException) -> bool:
+    """Whether ``exc`` is the error answer that stands for a server's answer over the limit."""
+    data = getattr(getattr(exc, "error", None), "data", None)
+    return isinstance(data, dict) and TOO_LARGE in data
 
 
 class _ServerInput(LineWriteStream):

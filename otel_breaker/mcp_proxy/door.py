@@ -12,6 +12,11 @@ so every request passes three checks before the MCP transport sees it:
   carries ``Authorization: Bearer <token>``, compared in constant time, else 401.
 
 The answers name the header that failed and never echo what was sent.
+
+Behind the door, a request the SDK's transport cannot read because its ``params``
+is not an object is answered JSON-RPC "invalid request" (-32600) with its id, as
+over stdio (:class:`InvalidRequests`): the SDK answers it with a null id, so the
+client could not tell which of its requests failed.
 """
 
 from __future__ import annotations
@@ -22,10 +27,14 @@ from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers
-from starlette.responses import PlainTextResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.responses import JSONResponse, PlainTextResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from otel_breaker.mcp_proxy.stdio import malformed_request_id
 from otel_breaker.status_server import is_loopback
+
+#: JSON-RPC's "invalid request" (written out: this module does not import the MCP SDK's types).
+INVALID_REQUEST = -32600
 
 #: The names of this machine's loopback, accepted on a loopback or wildcard listen address.
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
@@ -57,11 +66,55 @@ def host_name(value: str) -> str | None:
         return None
 
 
+class InvalidRequests:
+    """ASGI middleware: a request whose ``params`` is not an object is answered -32600 with its id.
+
+    The body is kept only until the MCP app starts its answer; the SDK's own 400 answer
+    to such a request (a null id, and a validation text that echoes what was sent) is
+    replaced, every other answer passes as it is."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self._app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("method") != "POST":
+            await self._app(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        replaced = False
+
+        async def keep() -> Message:  # the request's body, kept as the app reads it
+            message = await receive()
+            if message["type"] == "http.request":
+                chunks.append(message.get("body", b""))
+            return message
+
+        async def answer(message: Message) -> None:
+            nonlocal replaced
+            if replaced:
+                return  # the SDK's own body of the answer replaced
+            if message["type"] == "http.response.start":
+                request_id = malformed_request_id(b"".join(chunks)) if message["status"] == 400 else None
+                chunks.clear()
+                if request_id is not None:
+                    replaced = True
+                    await _invalid_request(request_id)(scope, receive, send)
+                    return
+            await send(message)
+
+        await self._app(scope, keep, answer)
+
+
+def _invalid_request(request_id: int | str) -> JSONResponse:
+    error = {"code": INVALID_REQUEST, "message": "Invalid request: params must be an object"}
+    return JSONResponse({"jsonrpc": "2.0", "id": request_id, "error": error}, status_code=400)
+
+
 class Door:
     """ASGI middleware in front of the MCP app: Host, Origin and the bearer token."""
 
     def __init__(self, app: ASGIApp, hosts: frozenset[str], token: str | None) -> None:
-        self._app = app
+        self._app = InvalidRequests(app)
         self._hosts = hosts
         self._token = token.encode("utf-8") if token else None
 

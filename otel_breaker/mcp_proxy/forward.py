@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
@@ -39,6 +39,7 @@ from mcp.server.models import InitializationOptions
 from mcp.server.session import ServerSession
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
+from opentelemetry import trace as trace_api
 
 from otel_breaker import __version__
 from otel_breaker.breaker_config import CircuitBreakerConfig
@@ -46,11 +47,13 @@ from otel_breaker.call_steps import OutcomeUnknownError
 from otel_breaker.classify import is_transport_error
 from otel_breaker.guard import Guard, default_guard
 from otel_breaker.instrumentation.mcp_identity import note_effects
+from otel_breaker.mcp_proxy.child import too_large
 from otel_breaker.mcp_proxy.eras import Subscriptions, in_client_era
 from otel_breaker.mcp_proxy.upstream import UpstreamLink
 from otel_breaker.mcp_proxy.wire import WireAdapter, for_client
 from otel_breaker.menu import hidden_names, hide_open_tools_enabled
 from otel_breaker.sanitize import bounded
+from otel_breaker.semconv import ATTR_MCP_METHOD, ATTR_MCP_SESSION, ATTR_TOOL, MCP_TOOLS_CALL, span_name
 from otel_breaker.toolcall import ToolCall
 
 logger = logging.getLogger("otel_breaker")
@@ -62,6 +65,9 @@ _MAX_SESSIONS = 256
 _MAX_PAGES = 100
 _MAX_TOOLS = 10_000
 _MAX_ERROR_CHARS = 500
+_MAX_NAME_CHARS = 128
+#: How long a server's roots request waits for the first client (the servers start before it).
+CLIENT_WAIT = 30.0
 
 
 class ProxyServer(Server[Any]):
@@ -100,6 +106,7 @@ class Clients:
     def __init__(self) -> None:
         self._sessions: OrderedDict[Any, ServerSession] = OrderedDict()
         self._in_flight: list[InFlight] = []
+        self._arrived = anyio.Event()  # set when the first client is there
         self.subscriptions = Subscriptions()  # the listen streams of 2026-07-28 clients
 
     def remember(self, ctx: ServerRequestContext[Any, Any]) -> None:
@@ -108,6 +115,13 @@ class Clients:
         self._sessions.move_to_end(key)
         while len(self._sessions) > _MAX_SESSIONS:
             self._sessions.popitem(last=False)
+        self._arrived.set()
+
+    async def wait_for_client(self) -> None:
+        """Until a client has connected (at most :data:`CLIENT_WAIT` seconds): the servers are
+        connected before any client, and a server may ask for roots as it starts."""
+        with anyio.move_on_after(CLIENT_WAIT):
+            await self._arrived.wait()
 
     @contextlib.contextmanager
     def calling(self, ctx: ServerRequestContext[Any, Any], link: UpstreamLink | None) -> Iterator[None]:
@@ -156,7 +170,10 @@ class Clients:
         """Send a server's request (sampling, elicitation, roots) to the client whose call
         caused it; its error answer comes back as is. With no call in flight, the only
         client (a stdio client, or the one HTTP client) is asked; where several clients
-        could have caused it, the server is answered with an error."""
+        could have caused it, the server is answered with an error. A roots request that
+        comes before any client (a server starting) waits for the first one."""
+        if not self._sessions and capability == "roots":
+            await self.wait_for_client()
         owner = self.owner(link)
         if owner is not None:
             session, request_id = owner.session, owner.request_id
@@ -303,6 +320,8 @@ class Forwarder:
         self.clients.subscriptions.serve(server)
         roots_changed = "notifications/roots/list_changed"
         server.add_notification_handler(roots_changed, types.NotificationParams, self.roots_changed)
+        initialized = "notifications/initialized"
+        server.add_notification_handler(initialized, types.NotificationParams, self.client_initialized)
         return server
 
     # -- tools -------------------------------------------------------------------------------------
@@ -343,6 +362,7 @@ class Forwarder:
         method = ctx.method
         if method == "tools/call":
             params = ctx.params
+            _name_tool_span(ctx, params)
             if (
                 params is not None
                 and isinstance(params.get("name"), str)
@@ -365,7 +385,7 @@ class Forwarder:
             return _error_result(f"Unknown tool: {bounded(exposed, 128)}")
         link, name = route
         sent = params if name == exposed else {**params, "name": name}
-        forward = partial(link.request_raw, "tools/call", sent, _progress(ctx))
+        forward = partial(_whole_answer, link.request_raw, "tools/call", sent, _progress(ctx))
         try:
             with self.clients.calling(ctx, link):
                 result = await self._guarded(link, name, params, forward)
@@ -374,10 +394,12 @@ class Forwarder:
         except Exception as exc:
             if not is_transport_error(exc):
                 raise
-            # The server died or the connection dropped: counted by the guard (transport
-            # failure); the client's session goes on while the server restarts.
+            # The server died, the connection dropped, or its answer was too large to read:
+            # counted by the guard (transport failure); the client's session goes on.
             text = bounded(f"{type(exc).__name__}: {exc}", _MAX_ERROR_CHARS)
-            return _error_result(f"MCP server {link.spec.name!r} is unreachable: {text}")
+            if isinstance(exc, AnswerTooLarge):
+                return _error_result(f"MCP server {link.label} answered, but the answer was too large: {text}")
+            return _error_result(f"MCP server {link.label} is unreachable: {text}")
         finally:
             await self.check_hidden()
         if isinstance(result, dict):
@@ -415,6 +437,8 @@ class Forwarder:
             link = self.links[0]
             if link not in self._listed and exposed not in self._tools[link]:
                 await self._refresh_tools()
+            if exposed not in self._tools[link] and not (len(exposed) <= _MAX_NAME_CHARS and exposed.isprintable()):
+                return None  # no tool has such a name: answered here, never put in the server's spans
             return link, exposed
         if exposed not in self._routes:
             await self._refresh_tools()
@@ -439,7 +463,7 @@ class Forwarder:
             try:
                 listed = await self._pages(link, types.ListToolsRequest, types.ListToolsResult, "tools")
             except Exception as exc:
-                logger.debug("otel-breaker: mcp-proxy: %r lists no tools now: %r", link.spec.name, exc)
+                logger.debug("otel-breaker: mcp-proxy: %s lists no tools now: %r", link.label, exc)
                 listed = [
                     types.Tool(name=n, input_schema={"type": "object"}) for n in sorted(self._tools[link])
                 ]  # the last listing, while the server restarts
@@ -538,7 +562,7 @@ class Forwarder:
             try:
                 listed = await self._pages(link, request, result, field)
             except Exception as exc:
-                logger.debug("otel-breaker: mcp-proxy: %r: %s/list failed: %r", link.spec.name, field, exc)
+                logger.debug("otel-breaker: mcp-proxy: %s: %s/list failed: %r", link.label, field, exc)
                 continue
             for item in listed:
                 if field == "prompts":
@@ -609,6 +633,19 @@ class Forwarder:
                 await link.request(types.SetLevelRequest(params=params), types.EmptyResult)
         return types.EmptyResult()
 
+    async def client_initialized(self, ctx: ServerRequestContext[Any, Any], params: Any) -> None:
+        """A client has connected. The servers were connected before it, so the roots they
+        asked for as they started were those of no client: a client that declares roots is
+        announced to every server with ``notifications/roots/list_changed``, on which a
+        server asks again, and that request reaches this client (the only one, or the one
+        whose call is in flight)."""
+        self.clients.remember(ctx)
+        declared = ctx.session.client_capabilities
+        if declared is None or declared.roots is None:
+            return
+        for link in self.links:
+            await link.notify(types.RootsListChangedNotification())
+
     async def roots_changed(self, ctx: ServerRequestContext[Any, Any], params: Any) -> None:
         """The client's roots changed: every server is told, as the client would have told it."""
         for link in self.links:
@@ -636,7 +673,7 @@ class Forwarder:
                 await self.clients.send(owner, notification)
                 return
             if self.clients.several(link):
-                logger.debug("otel-breaker: mcp-proxy: a log message of %r has no one owner", link.spec.name)
+                logger.debug("otel-breaker: mcp-proxy: a log message of %s has no one owner", link.label)
                 return
         await self.clients.broadcast(notification)
 
@@ -651,6 +688,49 @@ class Forwarder:
             # A restarted server may list other tools: the client is told to list them again.
             self._listed.discard(link)
             await self.clients.broadcast(types.ToolListChangedNotification())
+
+
+def _name_tool_span(ctx: ServerRequestContext[Any, Any], params: Mapping[str, Any] | None) -> None:
+    """The SDK's server span of a ``tools/call`` becomes the call's one tool span.
+
+    The SDK names it ``tools/call {tool}`` and marks it ``execute_tool``; the GenAI and
+    MCP conventions make a tool call's MCP span and its ``execute_tool`` span one span
+    when both would trace the same execution, named ``execute_tool {tool}`` and carrying
+    the MCP attributes: the SDK's ``mcp.method.name``, ``mcp.protocol.version`` and
+    ``jsonrpc.request.id``, and here ``mcp.session.id`` (over HTTP). The guarded call
+    then puts its attributes on it (:mod:`otel_breaker.telemetry.spans`). The tool's
+    name is the client's text: bounded and without control characters, as every name."""
+    span = trace_api.get_current_span()
+    if not span.is_recording():
+        return
+    attributes = getattr(span, "attributes", None)
+    if attributes is None or attributes.get(ATTR_MCP_METHOD) != MCP_TOOLS_CALL:
+        return
+    name = params.get("name") if params is not None else None
+    tool = bounded(name, _MAX_NAME_CHARS) if isinstance(name, str) else ""
+    span.update_name(span_name(tool) if tool else MCP_TOOLS_CALL)
+    if tool:
+        span.set_attribute(ATTR_TOOL, tool)
+    session = client_key(ctx)
+    if session is not None:
+        span.set_attribute(ATTR_MCP_SESSION, bounded(session, _MAX_NAME_CHARS))
+
+
+class AnswerTooLarge(ConnectionError):
+    """The server's answer to a ``tools/call`` was over the proxy's line limit and was
+    dropped: the call got no answer it can use, which counts for the server's upstream
+    as a lost answer does, and not against the tool (the caller may ask for less)."""
+
+
+async def _whole_answer(request: Callable[..., Awaitable[T]], *args: Any) -> T:
+    """``request(*args)``; the error answer that stands for an answer over the limit is
+    raised as :class:`AnswerTooLarge`."""
+    try:
+        return await request(*args)
+    except MCPError as exc:
+        if too_large(exc):
+            raise AnswerTooLarge(exc.error.message) from exc
+        raise
 
 
 def _progress(ctx: ServerRequestContext[Any, Any]) -> Any:

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -31,6 +32,15 @@ from pydantic import BaseModel, ValidationError
 
 #: The longest message line read from the client; a longer one is dropped (memory stays bounded).
 MAX_LINE_BYTES = 64 * 1024 * 1024
+#: How much of each end of a line too long to keep is looked at for its small fields (its ``id``).
+EDGE_BYTES = 4096
+_CHUNK_BYTES = 1 << 20
+# One top-level member of a JSON object whose value is small: a number, a short string
+# without escapes, or a literal. The large member of an overlong message is never one.
+_MEMBER = re.compile(rb'\s*"(\w{1,32})"\s*:\s*(-?\d{1,20}|"[^"\\]{0,256}"|null|true|false)\s*')
+_TRAILING_MEMBER = re.compile(rb"," + _MEMBER.pattern)
+_LEADING_KEY = re.compile(rb'\s*"(\w{1,32})"\s*:')
+_TRAILING = re.compile(rb'((?:,\s*"\w{1,32}"\s*:\s*(?:-?\d{1,20}|"[^"\\]{0,256}"|null|true|false)\s*)+)\}\s*$')
 
 
 def parse_message(line: str | bytes, likely: type[BaseModel]) -> SessionMessage | Exception:
@@ -68,10 +78,14 @@ class LineReadStream:
             if self._closed:
                 raise anyio.ClosedResourceError
             try:
-                line = await self._reader.readline()
-            except ValueError:  # longer than MAX_LINE_BYTES: dropped, the rest reads as a bad message
-                self._overlong()
-                continue
+                line = await self._reader.readuntil(b"\n")
+            except asyncio.IncompleteReadError as exc:  # the last line, with no line end
+                line = exc.partial
+            except asyncio.LimitOverrunError as exc:  # longer than MAX_LINE_BYTES: skipped, by its edges
+                answer = await self._overlong(*await self._skip_line(exc.consumed))
+                if answer is None:
+                    continue
+                return answer
             except ConnectionError:
                 raise anyio.EndOfStream from None
             if not line:
@@ -83,6 +97,32 @@ class LineReadStream:
                 continue
             return message
 
+    async def _skip_line(self, pending: int) -> tuple[bytes, bytes]:
+        """Read past a line too long to keep, ``pending`` bytes of which are known to hold no
+        line end, in bounded chunks; its first and last :data:`EDGE_BYTES` (where a message's
+        small top-level fields are, around its large one)."""
+        reader = self._reader
+        head = tail = b""
+        while True:
+            try:
+                while pending > 0:
+                    chunk = await reader.read(min(pending, _CHUNK_BYTES))
+                    if not chunk:
+                        return head, tail
+                    pending -= len(chunk)
+                    if len(head) < EDGE_BYTES:
+                        head += chunk[: EDGE_BYTES - len(head)]
+                    tail = chunk[-EDGE_BYTES:] if len(chunk) >= EDGE_BYTES else (tail + chunk)[-EDGE_BYTES:]
+                rest = await reader.readuntil(b"\n")
+            except asyncio.LimitOverrunError as exc:
+                pending = exc.consumed
+                continue
+            except asyncio.IncompleteReadError as exc:
+                rest = exc.partial
+            except ConnectionError:
+                raise anyio.EndOfStream from None
+            return head, (tail + rest)[-EDGE_BYTES:]
+
     async def _answered(self, line: bytes) -> bool:
         """Whether a line that is not a valid message was answered here (it is then not
         handed on); the session drops what it cannot parse without an answer."""
@@ -92,8 +132,10 @@ class LineReadStream:
         """The line as the parser gets it."""
         return line.decode("utf-8", "replace")
 
-    def _overlong(self) -> None:
-        """A line over MAX_LINE_BYTES was dropped."""
+    async def _overlong(self, head: bytes, tail: bytes) -> SessionMessage | None:
+        """A line over MAX_LINE_BYTES was skipped (``head`` and ``tail`` are its edges): the
+        message to hand on in its place, if any."""
+        return None
 
     def __aiter__(self) -> LineReadStream:
         return self
@@ -169,13 +211,75 @@ class ClientInput(LineReadStream):
         request_id = invalid_request_id(line)
         if request_id is None:
             return False
-        error = types.ErrorData(code=types.INVALID_REQUEST, message="Invalid request: params must be an object")
+        await self._answer(request_id, "Invalid request: params must be an object")
+        return True
+
+    async def _overlong(self, head: bytes, tail: bytes) -> SessionMessage | None:
+        """A request over MAX_LINE_BYTES is answered "invalid request" with its id (read off
+        its edges); anything else that long is dropped."""
+        members, _ = edge_members(head, tail)
+        request_id = message_id(members.get("id"))
+        if request_id is not None and isinstance(members.get("method"), str):
+            await self._answer(request_id, f"Invalid request: a message over {MAX_LINE_BYTES} bytes")
+        return None
+
+    async def _answer(self, request_id: int | str, message: str) -> None:
+        error = types.ErrorData(code=types.INVALID_REQUEST, message=message)
         answer = types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error)
         try:
             await self._output.send(SessionMessage(answer))
         except (anyio.ClosedResourceError, anyio.BrokenResourceError):
             pass
-        return True
+
+
+def edge_members(head: bytes, tail: bytes) -> tuple[dict[str, Any], str | None]:
+    """The small top-level members of a JSON object too long to parse, read off its first
+    and last bytes (``{"jsonrpc": "2.0", "id": 7, "result": ...}`` as most SDKs write a
+    message, ``{"result": ..., "jsonrpc": "2.0", "id": 7}`` as the TypeScript SDK does),
+    and the key of its first large member; nothing is guessed from inside the large value."""
+    members: dict[str, Any] = {}
+    large: str | None = None
+    text = head.lstrip()
+    if not text.startswith(b"{"):
+        return members, None
+    position = 1
+    while True:
+        member = _MEMBER.match(text, position)
+        if member is None:
+            key = _LEADING_KEY.match(text, position)
+            large = key.group(1).decode() if key is not None else None
+            break
+        members[member.group(1).decode()] = json.loads(member.group(2))
+        position = member.end()
+        if text[position : position + 1] != b",":
+            break
+        position += 1
+    trailing = _TRAILING.search(tail)
+    if trailing is not None:
+        for member in _TRAILING_MEMBER.finditer(trailing.group(1)):
+            members.setdefault(member.group(1).decode(), json.loads(member.group(2)))
+    return members, large
+
+
+def message_id(value: Any) -> int | str | None:
+    """``value`` when it is a JSON-RPC id (a number or a string), else None."""
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        return None
+    return value
+
+
+def malformed_request_id(body: bytes) -> int | str | None:
+    """The id of a request in shape whose ``params`` is there but not an object; None for
+    anything else (a valid request refused for another reason keeps that reason)."""
+    try:
+        document = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(document, dict) or "params" not in document or isinstance(document["params"], dict):
+        return None
+    if not isinstance(document.get("method"), str):
+        return None
+    return message_id(document.get("id"))
 
 
 def invalid_request_id(line: bytes) -> int | str | None:
@@ -188,10 +292,7 @@ def invalid_request_id(line: bytes) -> int | str | None:
         return None
     if not isinstance(document, dict) or not isinstance(document.get("method"), str):
         return None
-    request_id = document.get("id")
-    if isinstance(request_id, bool) or not isinstance(request_id, int | str):
-        return None
-    return request_id
+    return message_id(document.get("id"))
 
 
 @contextlib.asynccontextmanager

@@ -36,7 +36,7 @@ from otel_breaker import __version__
 from otel_breaker.instrumentation.mcp_identity import implementation_identity
 from otel_breaker.mcp_proxy.child import server_stdio
 from otel_breaker.mcp_proxy.eras import negotiate, outgoing, relay_events, send
-from otel_breaker.mcp_proxy.options import ServerSpec
+from otel_breaker.mcp_proxy.options import DEFAULT_SERVER_NAME, ServerSpec
 from otel_breaker.sanitize import bounded
 
 logger = logging.getLogger("otel_breaker")
@@ -103,6 +103,23 @@ class UpstreamLink:
         return self.server_identity
 
     @property
+    def label(self) -> str:
+        """The server as the proxy's messages name it: its breaker's name (``name@version``,
+        as the status endpoint and the spans show it) once it has answered ``initialize``,
+        with its ``--config`` entry's name when it has one; before that, the entry's name,
+        or the command or URL it was started with."""
+        named = self.spec.name != DEFAULT_SERVER_NAME
+        if self.identity is None:
+            return self.spec.name if named else bounded(self.spec.describe(), 120)
+        return f"{self.identity} ({self.spec.name})" if named else self.identity
+
+    @property
+    def restarting(self) -> str:
+        """What the supervisor does when the server is gone: a stdio server's process is
+        started again ("restarting"); an HTTP server is only connected to again ("reconnecting")."""
+        return "reconnecting" if self.spec.url is not None else "restarting"
+
+    @property
     def connected(self) -> bool:
         return self._session is not None
 
@@ -118,7 +135,7 @@ class UpstreamLink:
         SDK's ``MCPError`` for an error answer (or "Connection closed" when it dies)."""
         session = self._session
         if session is None:
-            raise UpstreamUnavailable(f"MCP server {self.spec.name!r} is not connected (restarting)")
+            raise UpstreamUnavailable(f"MCP server {self.label} is not connected ({self.restarting})")
         return await send(session, request, result_type, progress)
 
     async def request_raw(
@@ -135,7 +152,7 @@ class UpstreamLink:
         Raises as :meth:`request` does."""
         session, dispatcher = self._session, self._dispatcher
         if session is None or dispatcher is None:
-            raise UpstreamUnavailable(f"MCP server {self.spec.name!r} is not connected (restarting)")
+            raise UpstreamUnavailable(f"MCP server {self.label} is not connected ({self.restarting})")
         options = self._options
         if progress is not None:
             options = {**options, "on_progress": progress}
@@ -167,8 +184,8 @@ class UpstreamLink:
                 if first and self.starts == 0:
                     raise
                 logger.warning(
-                    "otel-breaker: mcp-proxy: MCP server %r: %s",
-                    self.spec.name,
+                    "otel-breaker: mcp-proxy: MCP server %s: %s",
+                    self.label,
                     bounded(describe_error(exc), 300),
                 )
             finally:
@@ -177,7 +194,9 @@ class UpstreamLink:
             first = False
             if anyio.current_time() - started_at >= _HEALTHY_AFTER:
                 delay = self._restart_delay
-            logger.warning("otel-breaker: mcp-proxy: MCP server %r is down; restarting in %.3gs", self.spec.name, delay)
+            logger.warning(
+                "otel-breaker: mcp-proxy: MCP server %s is down; %s in %.3gs", self.label, self.restarting, delay
+            )
             await anyio.sleep(delay)
             delay = min(delay * 2, self._max_restart_delay)
 
@@ -209,7 +228,8 @@ class UpstreamLink:
             self._session = session
             self.starts += 1
             if self.starts > 1:
-                logger.warning("otel-breaker: mcp-proxy: MCP server %r restarted", self.spec.name)
+                done = "reconnected" if self.spec.url is not None else "restarted"
+                logger.warning("otel-breaker: mcp-proxy: MCP server %s %s", self.label, done)
             await self._to_client().connected(self)
             if task_status is not None:
                 task_status.started()
@@ -242,7 +262,7 @@ class UpstreamLink:
 
     async def _message(self, message: Any) -> None:
         if isinstance(message, Exception):
-            logger.debug("otel-breaker: mcp-proxy: transport error from %r: %r", self.spec.name, message)
+            logger.debug("otel-breaker: mcp-proxy: transport error from %s: %r", self.label, message)
             return
         await self._to_client().notify(self, message)
 
