@@ -21,6 +21,7 @@ always wins, and a hint of the wrong type is no hint.
 from __future__ import annotations
 
 import fnmatch
+import os
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -40,6 +41,16 @@ SAFE_TO_REPEAT = frozenset({READ_ONLY, IDEMPOTENT})
 MAX_ANNOUNCED = 10_000
 
 _lock = threading.Lock()
+
+
+def _reinit_after_fork() -> None:
+    """A lock another thread held at a fork stays held in the child: replace it."""
+    global _lock
+    _lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_reinit_after_fork)
 _registered: list[tuple[str, str]] = []
 _announced: dict[tuple[str | None, str], str] = {}
 
@@ -120,10 +131,10 @@ def _hint(annotations: Any, name: str) -> bool | None:
     try:
         if isinstance(annotations, Mapping):
             value = annotations.get(name, annotations.get(_SNAKE[name]))
-        else:
-            value = getattr(annotations, name, None)
+        else:  # the SDK's own name first: a compatibility layer warns on the other (FastMCP's)
+            value = getattr(annotations, _SNAKE[name], None)
             if value is None:
-                value = getattr(annotations, _SNAKE[name], None)
+                value = getattr(annotations, name, None)
     except Exception:
         return None
     return value if isinstance(value, bool) else None

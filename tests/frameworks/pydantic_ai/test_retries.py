@@ -4,11 +4,13 @@ The backend is a local HTTP server: ``/blip/`` answers 503 once and then the pag
 ``/down/`` 503 every time, ``/hang/`` never. The model is PydanticAI's
 ``FunctionModel`` (``test_outcomes.run_agent``), in both ways a PydanticAI tool meets
 an error: ``raised`` (the exception ends the run) and ``tool_failed`` (``ToolFailed``,
-the run goes on).
+the run goes on). Also through PydanticAI's MCP toolset, with a real server subprocess
+whose tools announce their side effects (``../mcp_proxy/effects_server.py``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +21,7 @@ pytest.importorskip("pydantic_ai")
 sys.path.insert(0, str(Path(__file__).parent))
 
 import httpx
+from fastmcp.client.transports import StdioTransport
 from outcome_scenarios import (
     OUTCOME_UNKNOWN,
     PAGE,
@@ -29,6 +32,10 @@ from outcome_scenarios import (
     real_retry_timing,
     send_tool,
 )
+from pydantic_ai import Agent
+from pydantic_ai.mcp import MCPToolset
+from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.models.function import AgentInfo, FunctionModel
 from status_prompt import breaker_settings
 from test_outcomes import STYLES, run_agent
 
@@ -135,3 +142,29 @@ def test_a_destructive_tool_that_times_out_runs_once(
         assert run.ends == [("output", "done")]
     else:
         assert OUTCOME_UNKNOWN in run.ends[0][1], run.ends  # the exception that ends the run says it
+
+
+def test_an_mcp_servers_read_only_annotation_lets_its_tool_ride_out_a_blip(live: Backends, instrument, tmp_path):
+    """PydanticAI's MCP toolset lists the server's tools through the MCP client below it,
+    where the annotations are read: ``fetch_page`` is read-only by the server's word."""
+    server = Path(__file__).parent.parent / "mcp_proxy" / "effects_server.py"
+    runs = tmp_path / "runs.txt"
+
+    def respond(messages, info: AgentInfo) -> ModelResponse:
+        returns = [p for m in messages if isinstance(m, ModelRequest) for p in m.parts if p.part_kind != "user-prompt"]
+        if not returns:
+            return ModelResponse(parts=[ToolCallPart("fetch_page", {"url": live.blip("mcp")}, tool_call_id="c1")])
+        return ModelResponse(parts=[TextPart(str(returns[-1].content))])
+
+    async def go() -> str:
+        toolset = MCPToolset(
+            StdioTransport(sys.executable, [str(server), "--runs", str(runs)]), init_timeout=120, read_timeout=120
+        )
+        async with toolset:
+            return (await Agent(name="reader").run("read", toolsets=[toolset], model=FunctionModel(respond))).output
+
+    instrument("pydantic_ai", "mcp")
+    breaker_settings(retry="transient")
+    answer = asyncio.run(go())
+    assert answer == PAGE, answer
+    assert runs.read_text().splitlines().count("fetch_page") == 2, "retried once below the model"
