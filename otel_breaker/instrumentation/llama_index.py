@@ -26,18 +26,27 @@ from otel_breaker.toolcall import ToolCall, agent_display_name
 _AGENT = "llama_index.core.agent.workflow.base_agent"
 _WORKFLOW = "llama_index.core.agent.workflow.multi_agent_workflow"
 _CALLING = "llama_index.core.tools.calling"
-#: An agent alone and a multi-agent workflow take the same steps.
-_BOTH = ((_AGENT, "BaseWorkflowAgent."), (_WORKFLOW, "AgentWorkflow."))
-#: Raised where ``FunctionTool`` hands the model's arguments to the function: the model's mistake.
-_wrong_arguments = lambda exc: wrong_arguments(exc, "llama_index/core/tools/function_tool.py")  # noqa: E731
+#: An agent alone and a multi-agent workflow take the same steps: (module, class prefix).
+_AGENT_AND_WORKFLOW = ((_AGENT, "BaseWorkflowAgent."), (_WORKFLOW, "AgentWorkflow."))
+
 #: The agent whose model step is prepared (its menu loses open tools); unset elsewhere.
 _menu_agent: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_breaker_llama_index_menu", default=None)
 #: (the model's id of the tool call being run, a workflow's active agent name), from the step.
 _step: contextvars.ContextVar[tuple] = contextvars.ContextVar("otel_breaker_llama_index", default=(None, None))
 
 
-def _id_of(index: int, name: str) -> Any:
-    return lambda instance, args, kwargs: (getattr(argument(args, kwargs, index, name), "tool_id", None), None)
+def _wrong_arguments(exc: BaseException) -> bool:
+    """Raised where ``FunctionTool`` hands the model's arguments to the function: the model's mistake."""
+    return wrong_arguments(exc, "llama_index/core/tools/function_tool.py")
+
+
+def _tool_id_of(index: int, name: str) -> Any:
+    """A context patch's value: the ``tool_id`` of the argument at ``index`` (or named ``name``)."""
+
+    def tool_id(instance: Any, args: tuple, kwargs: dict) -> tuple[Any, None]:
+        return getattr(argument(args, kwargs, index, name), "tool_id", None), None
+
+    return tool_id
 
 
 async def _workflow_step(instance: Any, args: tuple, kwargs: dict) -> tuple[Any, Any]:
@@ -47,50 +56,80 @@ async def _workflow_step(instance: Any, args: tuple, kwargs: dict) -> tuple[Any,
 
 
 def _step_agent(instance: Any, args: tuple, kwargs: dict) -> Any:
-    name = getattr(argument(args, kwargs, 1, "ev"), "current_agent_name", None)
-    return _agent_in(instance, name) if hide_open_tools_enabled() else SKIP
+    """``run_agent_step(ctx, ev)``: the agent whose menu is prepared, while open tools are hidden."""
+    if not hide_open_tools_enabled():
+        return SKIP
+    return _agent_in(instance, getattr(argument(args, kwargs, 1, "ev"), "current_agent_name", None))
 
 
 class LlamaIndexAdapter(SpecAdapter):
     name = "llama_index"
     patches = (
-        *(tool_patch(module, owner + "_call_tool") for module, owner in _BOTH),
+        *(tool_patch(module, prefix + "_call_tool") for module, prefix in _AGENT_AND_WORKFLOW),
         tool_patch(_CALLING, "call_tool", "sync"),
         tool_patch(_CALLING, "acall_tool"),
-        context_patch(_AGENT, "BaseWorkflowAgent.call_tool", _step, _id_of(1, "ev")),
+        context_patch(_AGENT, "BaseWorkflowAgent.call_tool", _step, _tool_id_of(1, "ev")),
         context_patch(_WORKFLOW, "AgentWorkflow.call_tool", _step, _workflow_step),
-        context_patch(_CALLING, "call_tool_with_selection", _step, _id_of(0, "tool_call"), "sync"),
-        context_patch(_CALLING, "acall_tool_with_selection", _step, _id_of(0, "tool_call")),
-        *(context_patch(module, owner + "run_agent_step", _menu_agent, _step_agent) for module, owner in _BOTH),
-        *(menu_patch(module, owner + "get_tools", "async", "visible", after=True) for module, owner in _BOTH),
-        *(prompt_patch(module, owner + "setup_agent", "async", "setup_block", after=True) for module, owner in _BOTH),
+        context_patch(_CALLING, "call_tool_with_selection", _step, _tool_id_of(0, "tool_call"), "sync"),
+        context_patch(_CALLING, "acall_tool_with_selection", _step, _tool_id_of(0, "tool_call")),
+        *(
+            context_patch(module, prefix + "run_agent_step", _menu_agent, _step_agent)
+            for module, prefix in _AGENT_AND_WORKFLOW
+        ),
+        *(
+            menu_patch(module, prefix + "get_tools", "async", "visible", after=True)
+            for module, prefix in _AGENT_AND_WORKFLOW
+        ),
+        *(
+            prompt_patch(module, prefix + "setup_agent", "async", "setup_block", after=True)
+            for module, prefix in _AGENT_AND_WORKFLOW
+        ),
     )
 
     def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
         call_id, agent_name = _step.get()
-        if instance is None:  # tools.calling.call_tool(tool, arguments)
-            tool, arguments, agent = argument(args, kwargs, 0, "tool"), argument(args, kwargs, 1, "arguments"), None
-        else:  # _call_tool(ctx, tool, tool_input): a workflow's active agent owns the breaker, else the workflow
-            tool, arguments = argument(args, kwargs, 1, "tool"), argument(args, kwargs, 2, "tool_input")
+        if instance is None:
+            # tools.calling.call_tool(tool, arguments): no agent.
+            tool = argument(args, kwargs, 0, "tool")
+            arguments = argument(args, kwargs, 1, "arguments")
+            agent = None
+        else:
+            # _call_tool(ctx, tool, tool_input): a workflow's active agent owns the breaker, else the workflow.
+            tool = argument(args, kwargs, 1, "tool")
+            arguments = argument(args, kwargs, 2, "tool_input")
             agent = _agent_in(instance, agent_name)
         agent_name = None if agent is None else agent_name or agent_display_name(agent)
-        if (name := _tool_name(tool)) is None:
+        name = _tool_name(tool)
+        if name is None:
             return None
-        call_id, origin = str(call_id) if call_id else None, origin_of(tool, "llama_index")
-        return ToolCall(name, self.name, agent, agent_name, _run_id(), call_id, arguments=arguments, origin=origin)
+        return ToolCall(
+            name,
+            self.name,
+            agent,
+            agent_name,
+            _run_id(),
+            str(call_id) if call_id else None,
+            arguments=arguments,
+            origin=origin_of(tool, "llama_index"),
+        )
 
     def is_neutral(self, exc: BaseException) -> bool:
         return any(klass.__name__ == "WaitingForEvent" for klass in type(exc).__mro__)
 
     def visible(self, instance: Any, args: tuple, kwargs: dict, tools: Any) -> Any:
         agent = _menu_agent.get()
-        kept = tools if agent is None or not isinstance(tools, list) else visible_tools(tools, _tool_name, agent=agent)
+        if agent is None or not isinstance(tools, list):
+            return None
+        kept = visible_tools(tools, _tool_name, agent=agent)
         return None if kept is tools else kept
 
     def setup_block(self, instance: Any, args: tuple, kwargs: dict, setup: Any) -> Any:
         """``AgentSetup`` with the status block in its leading system message (an agent's prompt is first)."""
-        messages, agent = getattr(setup, "input", None), _agent_in(instance, getattr(setup, "current_agent_name", None))
-        amended = insert_status_block(messages[:1], _dialect(), agent) if isinstance(messages, list) else None
+        messages = getattr(setup, "input", None)
+        agent = _agent_in(instance, getattr(setup, "current_agent_name", None))
+        if not isinstance(messages, list):
+            return setup
+        amended = insert_status_block(messages[:1], _dialect(), agent)
         if amended is not None:
             setup.input = [*amended, *messages[1:]]
         return setup
@@ -101,7 +140,9 @@ class LlamaIndexAdapter(SpecAdapter):
         exception = getattr(result, "exception", None)
         if exception is None:
             return "tool_error"
-        return IGNORED_RESULT if _wrong_arguments(exception) else type(exception).__name__
+        if _wrong_arguments(exception):
+            return IGNORED_RESULT
+        return type(exception).__name__
 
     def result_hint(self, call: ToolCall, result: Any) -> str | None:
         return MISTAKE if self.result_error(call, result) == IGNORED_RESULT else None
@@ -112,7 +153,8 @@ class LlamaIndexAdapter(SpecAdapter):
     def rejection(self, call: ToolCall, info: Rejection) -> Any:
         from llama_index.core.tools import ToolOutput
 
-        arguments, text = call.arguments if isinstance(call.arguments, dict) else {}, info.message
+        arguments = call.arguments if isinstance(call.arguments, dict) else {}
+        text = info.message
         return ToolOutput(content=text, tool_name=call.tool, raw_input=arguments, raw_output=text, is_error=True)
 
 
@@ -139,11 +181,21 @@ def _dialect() -> MessageDialect:
     """The text amended is a lone text block (the prompt), or beside other blocks the status block's own."""
     from llama_index.core.base.llms.types import ChatMessage, MessageRole, TextBlock
 
-    ours = lambda m, b: isinstance(b, TextBlock) and (len(m.blocks) == 1 or b.text.startswith(STATUS_HEADER))  # noqa: E731
-    rest = lambda m: [b for b in m.blocks if not ours(m, b)]  # noqa: E731
-    return MessageDialect(
-        is_system=lambda m: m.role == MessageRole.SYSTEM,
-        text=lambda m: next((b.text for b in m.blocks if ours(m, b)), ""),
-        with_text=lambda m, new: m.model_copy(update={"blocks": rest(m) + ([TextBlock(text=new)] if new else [])}),
-        system=lambda block: ChatMessage(role=MessageRole.SYSTEM, content=block),
-    )
+    def is_ours(message: Any, block: Any) -> bool:
+        return isinstance(block, TextBlock) and (len(message.blocks) == 1 or block.text.startswith(STATUS_HEADER))
+
+    def is_system(message: Any) -> bool:
+        return message.role == MessageRole.SYSTEM
+
+    def text(message: Any) -> str:
+        return next((block.text for block in message.blocks if is_ours(message, block)), "")
+
+    def with_text(message: Any, new: str) -> Any:
+        others = [block for block in message.blocks if not is_ours(message, block)]
+        ours = [TextBlock(text=new)] if new else []
+        return message.model_copy(update={"blocks": others + ours})
+
+    def system(block: str) -> Any:
+        return ChatMessage(role=MessageRole.SYSTEM, content=block)
+
+    return MessageDialect(is_system=is_system, text=text, with_text=with_text, system=system)

@@ -3,16 +3,17 @@
 ``execute_tool`` span: guarded there, as ``Plugin-function``; a rejection is the method's ``FunctionResult``
 holding the text. Arguments it cannot take, and the unknown names and bad arguments ``Kernel.invoke_function_call``
 answers itself, are the model's mistakes (for the loop guard); prompt functions are model calls, left unguarded.
-In a ``ChatCompletionAgent`` run the status block and the menu are refreshed after each call.
+In a ``ChatCompletionAgent`` run the status block and the menu are refreshed after each call: the agent keeps
+one chat history and one function-choice configuration for the whole run.
 """
 
 from __future__ import annotations
 
 import contextvars
 import logging
+from collections.abc import Callable
 from contextlib import suppress
 from traceback import walk_tb
-from types import SimpleNamespace
 from typing import Any
 
 from otel_breaker.classify import CONTROL, MISTAKE
@@ -25,13 +26,41 @@ from otel_breaker.menu import hide_open_tools_enabled, visible_tools
 from otel_breaker.toolcall import ToolCall
 
 logger = logging.getLogger("otel_breaker")
-_SK, _AGENT = "semantic_kernel.", "semantic_kernel.agents.chat_completion.chat_completion_agent"
-_CHOICE, _FILTERS = _SK + "connectors.ai.function_choice_behavior", _SK + "filters.kernel_filters_extension"
-# The agent whose run step is executing, the chat history that run built, and how its
-# model calls' function choice was configured (to configure it again after each call).
-_run: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_breaker_sk_run", default=None)
-_new_run = lambda agent, *_: SimpleNamespace(agent=agent, history=None, configure=None)  # noqa: E731
+
+_SK = "semantic_kernel."
+_AGENT = "semantic_kernel.agents.chat_completion.chat_completion_agent"
+_CHOICE = _SK + "connectors.ai.function_choice_behavior"
+_FILTERS = _SK + "filters.kernel_filters_extension"
+
+
+class _AgentRun:
+    """A ``ChatCompletionAgent`` run in progress: its agent, the chat history it built, and
+    how its model calls' function choice was configured (to configure it again after each call)."""
+
+    __slots__ = ("agent", "configure", "history")
+
+    def __init__(self, agent: Any) -> None:
+        self.agent = agent
+        self.history: Any = None
+        self.configure: Callable[[], Any] | None = None
+
+
+_run: contextvars.ContextVar[_AgentRun | None] = contextvars.ContextVar("otel_breaker_sk_run", default=None)
+#: The model's id of the function call being invoked (from ``KernelFunction.invoke``'s metadata).
 _call_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("otel_breaker_sk_call_id", default=None)
+
+
+def _new_run(agent: Any, args: tuple, kwargs: dict) -> _AgentRun:
+    return _AgentRun(agent)
+
+
+def _run_agent() -> Any:
+    run = _run.get()
+    return None if run is None else run.agent
+
+
+def _qualified_name(function: Any) -> str:
+    return function.fully_qualified_name
 
 
 class SemanticKernelAdapter(SpecAdapter):
@@ -60,15 +89,21 @@ class SemanticKernelAdapter(SpecAdapter):
 
     def _call(self, name: str, arguments: Any, function: Any = None) -> ToolCall:
         """A plugin function's call; without ``function``, one the kernel may refuse (no id, no code)."""
-        agent, known = getattr(_run.get(), "agent", None), function is not None
-        call_id, origin = (_call_id.get(), origin_of(function, "semantic_kernel")) if known else (None, None)
+        agent = _run_agent()
+        if function is None:
+            call_id, origin = None, None
+        else:
+            call_id, origin = _call_id.get(), origin_of(function, "semantic_kernel")
         return ToolCall(
-            name, self.name, agent, agent_display_name(agent), None, call_id, "function", None, arguments, origin
+            name, self.name, agent, agent_display_name(agent), call_id=call_id, arguments=arguments, origin=origin
         )
 
     async def run_async(self, call: ToolCall, wrapped: Any, args: tuple, kwargs: dict) -> Any:
-        if isinstance(result := await super().run_async(call, wrapped, args, kwargs), str):
-            from semantic_kernel.functions.function_result import FunctionResult  # rejected: the text is the result
+        """``_invoke_internal`` puts its result in the context and returns None; a rejection
+        (text) becomes the method's ``FunctionResult`` there."""
+        result = await super().run_async(call, wrapped, args, kwargs)
+        if isinstance(result, str):
+            from semantic_kernel.functions.function_result import FunctionResult
 
             context = argument(args, kwargs, 0, "context")
             context.result = FunctionResult(function=wrapped.__self__.metadata, value=result)
@@ -91,7 +126,8 @@ class SemanticKernelAdapter(SpecAdapter):
 
     async def _function_call(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         """Through the loop guard, a call the kernel may refuse; then the run's menu and status refreshed."""
-        function_call, history = argument(args, kwargs, 0, "function_call"), argument(args, kwargs, 1, "chat_history")
+        function_call = argument(args, kwargs, 0, "function_call")
+        history = argument(args, kwargs, 1, "chat_history")
 
         def reject(text: str) -> None:
             from semantic_kernel.contents import FunctionResultContent
@@ -99,18 +135,26 @@ class SemanticKernelAdapter(SpecAdapter):
             answer = FunctionResultContent.from_function_call_content_and_result(function_call, text)
             history.add_message(message=answer.to_chat_message_content())
 
-        def answered() -> str | None:  # the text of the kernel's answer just added
+        def answered() -> str | None:
+            """The text of the kernel's answer just added."""
             with suppress(Exception):
                 return str(history.messages[-1].items[-1].result)
             return None
 
-        if (refusal := self.safe_tool_call(lambda: self._refusable(instance, function_call))) is None:
+        def describe_refusable() -> tuple[ToolCall, bool]:
+            return self._refusable(instance, function_call)
+
+        refusable = self.safe_tool_call(describe_refusable)  # type: ignore[arg-type]
+        if refusable is None:
             return self._after_call(history, await wrapped(*args, **kwargs))
-        return self._after_call(history, await arun(self.guard, *refusal, reject, answered, wrapped, args, kwargs))
+        call, unknown = refusable
+        result = await arun(self.guard, call, unknown, reject, answered, wrapped, args, kwargs)
+        return self._after_call(history, result)
 
     def _refusable(self, kernel: Any, function_call: Any) -> tuple[ToolCall, bool]:
         """The call as the loop guard keys it, and whether no function has its name."""
-        unknown, arguments = True, function_call.arguments
+        unknown = True
+        arguments = function_call.arguments
         with suppress(Exception):
             kernel.get_function(function_call.plugin_name, function_call.function_name)
             unknown = False
@@ -119,31 +163,50 @@ class SemanticKernelAdapter(SpecAdapter):
         return self._call(function_call.name, arguments), unknown
 
     def _history(self, instance: Any, args: tuple, kwargs: dict, history: Any) -> None:
-        if (run := _run.get()) is not None and run.agent is instance:
+        run = _run.get()
+        if run is not None and run.agent is instance:
             run.history = history  # built for this run: its system message may be refreshed
 
     def instructions(self, instance: Any, args: tuple, kwargs: dict, text: Any) -> str | None:
-        return status_text(text, instance) if text is None or isinstance(text, str) else None
+        if text is not None and not isinstance(text, str):
+            return None
+        return status_text(text, instance)
 
     def offered(self, instance: Any, args: tuple, kwargs: dict, config: Any) -> Any:
         """The function-choice configuration without the open functions."""
         offered = config.available_functions
-        kept = visible_tools(offered, lambda f: f.fully_qualified_name, agent=getattr(_run.get(), "agent", None))
-        return None if kept is offered else type(config)(available_functions=list(kept))
+        kept = visible_tools(offered, _qualified_name, agent=_run_agent())
+        if kept is offered:
+            return None
+        return type(config)(available_functions=list(kept))
 
     def _configure(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        if (run := _run.get()) is not None:  # remembered, to offer the functions afresh after each call
-            run.configure = lambda: wrapped(*args, **kwargs)
+        run = _run.get()
+        if run is not None:
+
+            def configure_again() -> Any:
+                return wrapped(*args, **kwargs)
+
+            run.configure = configure_again  # to offer the functions afresh after each call
         return wrapped(*args, **kwargs)
 
     def _after_call(self, history: Any, result: Any) -> Any:
-        if (run := _run.get()) is not None:
-            try:
-                if run.configure is not None and hide_open_tools_enabled():
-                    run.configure()
-                messages = history.messages if history is run.history else ()  # AuthorRole is a str enum
-                if messages and messages[0].role == "system" and (new := status_text(messages[0].content, run.agent)):
-                    messages[0].content = new
-            except Exception:
-                logger.debug("otel-breaker: semantic_kernel: menu or status block not refreshed", exc_info=True)
+        run = _run.get()
+        if run is None:
+            return result
+        try:
+            if run.configure is not None and hide_open_tools_enabled():
+                run.configure()
+            self._refresh_status(run, history)
+        except Exception:
+            logger.debug("otel-breaker: semantic_kernel: menu or status block not refreshed", exc_info=True)
         return result
+
+    def _refresh_status(self, run: _AgentRun, history: Any) -> None:
+        """The status block in the run's system message, as it is now."""
+        messages = history.messages if history is run.history else ()
+        if not messages or messages[0].role != "system":  # AuthorRole is a str enum
+            return
+        new = status_text(messages[0].content, run.agent)
+        if new:
+            messages[0].content = new
