@@ -35,7 +35,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from otel_breaker.effects import announce
+from otel_breaker.effects import announce, from_annotations
 from otel_breaker.loglines import logger
 from otel_breaker.toolcall import ToolCall, active_call, named_agent
 
@@ -208,13 +208,16 @@ class ToolSources:
     def remembering(self, server_of: Callable[[tuple, dict], str | None]) -> Callable[..., Any]:
         """Patch wrapper for the framework function that makes a tool from an MCP tool:
         the tool it returns is remembered with ``server_of(args, kwargs)``, the server
-        its arguments name (one it cannot tell is logged at debug level)."""
+        its arguments name (one it cannot tell is logged at debug level). The MCP tool
+        annotations the framework copies into its tool's ``metadata`` (langchain-mcp-adapters
+        does) say what it does: noted for that server (``effects.py``)."""
 
         def made(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
             tool = wrapped(*args, **kwargs)
             try:
                 if (source := server_of(args, kwargs)) is not None:
                     self.remember(tool, source)
+                    note_marks(source, tool)
             except Exception:
                 logger.debug("otel-breaker: could not tell an MCP tool's server", exc_info=True)
             return tool
@@ -293,3 +296,12 @@ def note_effects(source: str | None, tools: Iterable[Any]) -> None:
         name = getattr(tool, "name", None)
         if isinstance(name, str) and len(name) <= ToolListings.max_name_chars:
             announce(source, name, getattr(tool, "annotations", None))
+
+
+def note_marks(source: str | None, tool: Any) -> None:
+    """Note the side effects a framework's tool made from an MCP tool carries in its
+    ``metadata`` (the MCP annotations, copied there by the framework); nothing when it
+    carries none, so what the server's listing announced stays."""
+    name, metadata = getattr(tool, "name", None), getattr(tool, "metadata", None)
+    if isinstance(name, str) and len(name) <= ToolListings.max_name_chars and from_annotations(metadata) is not None:
+        announce(source, name, metadata)

@@ -27,6 +27,10 @@ pytest.importorskip("langgraph")
 sys.path.insert(0, str(Path(__file__).parent))
 
 import httpx
+from langchain_mcp_adapters.tools import load_mcp_tools
+from mcp.server.fastmcp import FastMCP
+from mcp.shared.memory import create_connected_server_and_client_session
+from mcp.types import ToolAnnotations
 from outcome_scenarios import (
     OUTCOME_UNKNOWN,
     PAGE,
@@ -132,3 +136,38 @@ def test_a_destructive_tool_that_times_out_runs_once(options: dict[str, str], li
     assert tool.runs.count == 1, "a destructive tool is never run twice by us"
     assert run.results[0].status == "error"
     assert OUTCOME_UNKNOWN in run.results[0].text, run.results
+
+
+async def test_an_mcp_servers_read_only_annotation_lets_its_tool_ride_out_a_blip(live: Backends, instrument) -> None:
+    """langchain-mcp-adapters copies each MCP tool's annotations into the LangChain tool's
+    ``metadata``, where they are read: ``lookup`` is read-only by the server's word,
+    ``archive`` destructive. (Real MCP server, in-memory transport.)"""
+    server = FastMCP("records")
+    runs = {"lookup": 0, "archive": 0}
+
+    def blip(tool: str) -> None:
+        runs[tool] += 1
+        if runs[tool] == 1:
+            raise ValueError("HTTP Error 503: Service Unavailable")
+
+    @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+    def lookup(key: str) -> str:
+        """Looks a record up."""
+        blip("lookup")
+        return f"record {key}"
+
+    @server.tool(annotations=ToolAnnotations(readOnlyHint=False, destructiveHint=True))
+    def archive(key: str) -> str:
+        """Archives a record."""
+        blip("archive")
+        return f"archived {key}"
+
+    instrument("langchain")
+    breaker_settings(retry="transient")
+    async with create_connected_server_and_client_session(server._mcp_server) as session:
+        tools = {tool.name: tool for tool in await load_mcp_tools(session)}
+        read = await tools["lookup"].ainvoke({"key": "42"})
+        archived = await tools["archive"].ainvoke({"key": "42"})  # the adapters answer its error as text
+    assert [block["text"] for block in read] == ["record 42"], read
+    assert "HTTP Error 503" in archived[0]["text"], archived
+    assert runs == {"lookup": 2, "archive": 1}, "read-only: retried below the model; destructive: never"
