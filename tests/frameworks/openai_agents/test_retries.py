@@ -3,10 +3,13 @@
 The backend is a local HTTP server: ``/blip/`` answers 503 once and then the page,
 ``/down/`` 503 every time, ``/hang/`` never. The model is the SDK's ``ScriptedModel``
 (``test_outcomes.run_agent``), with the SDK's default failure text and a detailed one.
+Also through the SDK's MCP servers, with a real server subprocess whose tools announce
+their side effects (``../mcp_proxy/effects_server.py``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +20,9 @@ pytest.importorskip("agents")
 sys.path.insert(0, str(Path(__file__).parent))
 
 import httpx
+from agents import Agent, Runner
+from agents.mcp import MCPServerStdio
+from agents.testing import ScriptedModel, assistant_message, function_call
 from outcome_scenarios import (
     OUTCOME_UNKNOWN,
     PAGE,
@@ -120,3 +126,27 @@ def test_a_destructive_tool_that_times_out_runs_once(options: dict[str, str], li
     run = run_agent(tool, ["standup moved to 10:30"], "detailed")
     assert tool.runs.count == 1, "a destructive tool is never run twice by us"
     assert OUTCOME_UNKNOWN in run.results[0], run.results
+
+
+def test_an_mcp_servers_read_only_annotation_lets_its_tool_ride_out_a_blip(live: Backends, instrument, tmp_path):
+    """The SDK lists the server's tools through the MCP session below it, where the
+    annotations are read: ``fetch_page`` is read-only by the server's word."""
+    runs = tmp_path / "runs.txt"
+    script = [str(Path(__file__).parent.parent / "mcp_proxy" / "effects_server.py"), "--runs", str(runs)]
+    server = MCPServerStdio({"command": sys.executable, "args": script}, client_session_timeout_seconds=60)
+    model = ScriptedModel(
+        [[function_call("fetch_page", {"url": live.blip("mcp")}, call_id="c1")], [assistant_message("done")]]
+    )
+
+    async def go() -> None:
+        async with server:
+            await Runner.run(Agent(name="reader", model=model, mcp_servers=[server]), "read")
+
+    instrument("openai_agents", "mcp")
+    breaker_settings(retry="transient")
+    asyncio.run(go())
+    outputs = [
+        i["output"] for i in model.calls[-1].input if isinstance(i, dict) and i.get("type") == "function_call_output"
+    ]
+    assert len(outputs) == 1 and PAGE in str(outputs[0]), outputs
+    assert runs.read_text().splitlines().count("fetch_page") == 2, "retried once below the model"
