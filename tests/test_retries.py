@@ -449,3 +449,28 @@ def test_a_destructive_tools_connection_dropped_behind_an_upstream_is_outcome_un
     with pytest.raises(OutcomeUnknownError):
         guard("send_email")(backend)()
     assert backend.runs == 1
+
+
+@pytest.mark.parametrize("loop", ["trio", "uvloop"])
+def test_the_back_off_waits_on_any_event_loop(loop):
+    """The default back-off awaits on the loop that runs the call (a few milliseconds)."""
+    settings(retry="transient", tool_effects="*=read_only")
+    retry_policy.set_retry_timing(jitter=lambda: 0.0)
+    runs = []
+
+    async def search(query: str) -> str:
+        runs.append(query)
+        if len(runs) == 1:
+            raise ConnectionResetError(errno.ECONNRESET, "reset by peer")
+        return f"answer to {query}"
+
+    async def main() -> str:
+        return await guard("search")(search)("q")
+
+    if loop == "trio":
+        trio = pytest.importorskip("trio")
+        answer = trio.run(main)
+    else:
+        uvloop = pytest.importorskip("uvloop")
+        answer = uvloop.run(main())
+    assert answer == "answer to q" and len(runs) == 2
