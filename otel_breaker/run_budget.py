@@ -212,7 +212,7 @@ def _decide(call: ToolCall, breaker: CircuitBreaker) -> tuple[str, int] | None:
     if budget is None:
         return None
     rejections = opened.rejections_of(call.tool, call.where)
-    if opened.hides(call.tool, call.where):
+    if opened.hides(call.tool, call.source):
         COUNTS.add(call, "hide")
         return "hide", rejections
     if rejections < budget:
@@ -223,7 +223,7 @@ def _decide(call: ToolCall, breaker: CircuitBreaker) -> tuple[str, int] | None:
     if action == "warn":
         return None
     if action == "hide":
-        opened.hidden.add((call.tool, call.where))
+        opened.hidden.add((call.tool, call.source))
     return action, rejections
 
 

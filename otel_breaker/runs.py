@@ -65,12 +65,11 @@ class Run:
     def rejections_of(self, tool: str, where: str | None) -> int:
         return self.rejections.get((tool, where), 0)
 
-    def hides(self, tool: str, where: str | None = None) -> bool:
-        """Whether the waste budget took ``tool`` out of this run's menu. A tool hidden
-        without a known place covers every tool of that name."""
+    def hides(self, tool: str, source: str | None = None) -> bool:
+        """Whether the waste budget took ``tool`` (from ``source``) out of this run's menu."""
         if not self.hidden:
             return False
-        return (tool, where) in self.hidden or (tool, None) in self.hidden
+        return (tool, source) in self.hidden
 
     def __repr__(self) -> str:
         return f"Run({self.id!r})"

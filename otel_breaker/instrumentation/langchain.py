@@ -21,9 +21,10 @@ from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation.base import PatchTarget, guarded_call
 from otel_breaker.instrumentation.chat_messages import part_text, tool_name, with_part_text
 from otel_breaker.instrumentation.mcp_identity import ToolSources, binding_identity, noting_initialize
-from otel_breaker.instrumentation.patches import argument, prompt_patch, tool_patch, with_argument
+from otel_breaker.instrumentation.patches import argument, prompt_patch, run_patch, tool_patch, with_argument
 from otel_breaker.instrumentation.spec import MessageDialect, SpecAdapter, insert_status_block
 from otel_breaker.menu import visible_tools
+from otel_breaker.runs import async_steps_in_run, joined_or_new, steps_in_run
 from otel_breaker.toolcall import ToolCall
 
 _TOOLS = "langchain_core.tools.base"
@@ -49,7 +50,10 @@ class LangChainAdapter(SpecAdapter):
         prompt_patch(_CHAT, "BaseChatModel.ainvoke"),
         prompt_patch(_CHAT, "BaseChatModel.stream"),
         prompt_patch(_CHAT, "BaseChatModel.astream"),
-        # A graph's invocation is a run (a subgraph or a graph a tool calls joins it).
+        # A graph's invocation is a run (a subgraph or a graph a tool calls joins it);
+        # its streams are runs too, with the graph's name (``_graph_stream``).
+        run_patch(_GRAPH, "Pregel.invoke", "sync"),
+        run_patch(_GRAPH, "Pregel.ainvoke", "async"),
     )
     modules = (_TOOLS, _CHAT, _GRAPH, _MCP_TOOLS, _MCP_SESSION)
 
@@ -62,8 +66,8 @@ class LangChainAdapter(SpecAdapter):
             *super().targets(),
             PatchTarget(_TOOLS, "_handle_tool_error", partial(_note, "tool")),
             PatchTarget(_TOOLS, "_handle_validation_error", partial(_note, "validation")),
-            PatchTarget(_GRAPH, "Pregel.stream", _graph_run),
-            PatchTarget(_GRAPH, "Pregel.astream", _graph_run),
+            PatchTarget(_GRAPH, "Pregel.stream", _graph_stream),
+            PatchTarget(_GRAPH, "Pregel.astream", _graph_astream),
             PatchTarget(_MCP_TOOLS, "convert_mcp_tool_to_langchain_tool", self._mcp.remembering(_mcp_server)),
             PatchTarget(_MCP_SESSION, "ClientSession.initialize", noting_initialize),
         ]
@@ -170,6 +174,17 @@ def _graph_run(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         config = {**(config or {}), "configurable": {**configurable, _GRAPH_KEY: name}}
         args, kwargs = with_argument(args, kwargs, 1, "config", config)
     return wrapped(*args, **kwargs)
+
+
+def _graph_stream(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    """A graph's stream: a run (each step inside it; an ``invoke`` around it opened it
+    already), and its config names the graph for its tools."""
+    return steps_in_run(_graph_run(wrapped, instance, args, kwargs), joined_or_new(framework="langgraph"))
+
+
+def _graph_astream(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    """:func:`_graph_stream` for ``astream``."""
+    return async_steps_in_run(_graph_run(wrapped, instance, args, kwargs), joined_or_new(framework="langgraph"))
 
 
 def _run_of(config: dict) -> tuple[str | None, Any]:
