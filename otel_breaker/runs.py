@@ -50,7 +50,8 @@ class Run:
         self.framework = framework
         #: How often a breaker rejected each tool in this run, by (tool, where it runs).
         self.rejections: dict[tuple[str, str | None], int] = {}
-        #: Tools taken out of this run's menu by the waste budget, by (tool, where it runs).
+        #: Tools taken out of this run's menu by the waste budget, by (tool, source): what a
+        #: menu knows of a tool (an MCP server's tools have a source, a local function none).
         self.hidden: set[tuple[str, str | None]] = set()
         #: Tools whose waste budget was reported spent in this run (reported once each).
         self.budget_spent: set[tuple[str, str | None]] = set()
