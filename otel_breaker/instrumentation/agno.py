@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextvars
 import re
+from functools import partial
 from typing import Any
 
 from otel_breaker.classify import IGNORED_RESULT, MISTAKE
@@ -42,23 +43,39 @@ def _message(text: str) -> Any:
     return Message(role="system", content=text)
 
 
-_DIALECT = MessageDialect(
-    lambda m: m.role in ("system", "developer"),
-    lambda m: m.content if isinstance(m.content, str) else None,
-    lambda m, text: m.model_copy(update={"content": text}),
-    _message,
-)
+def _is_system(message: Any) -> bool:
+    return message.role in ("system", "developer")
+
+
+def _text(message: Any) -> str | None:
+    return message.content if isinstance(message.content, str) else None
+
+
+def _with_text(message: Any, text: str) -> Any:
+    return message.model_copy(update={"content": text})
+
+
+_DIALECT = MessageDialect(is_system=_is_system, text=_text, with_text=_with_text, system=_message)
+
+
+#: How pydantic's ``validate_call`` error starts: "N validation error(s) for <the function>".
+_VALIDATION_ERROR = re.compile(r"\d+ validation errors? for (.+)\n")
 
 
 def _failure(result: Any) -> str | None:
-    """None, "tool_error", or ``MISTAKE``: "N validation error(s) for <the entrypoint>" first."""
+    """None, "tool_error", or ``MISTAKE``: pydantic refused the arguments of the very
+    function the guarded ``FunctionCall`` runs (its validation error names it first)."""
     error = getattr(result, "error", None)
     if getattr(result, "status", None) != "failure":
         return None
+    if not isinstance(error, str):
+        return "tool_error"
     entrypoint = getattr(getattr(_current.get(), "function", None), "entrypoint", None)
     names = {getattr(entrypoint, "__qualname__", None), getattr(entrypoint, "__name__", None)} - {None}
-    found = re.match(r"\d+ validation errors? for (.+)\n", error) if isinstance(error, str) else None
-    return MISTAKE if found and found.group(1) in names else "tool_error"
+    found = _VALIDATION_ERROR.match(error)
+    if found is not None and found.group(1) in names:
+        return MISTAKE
+    return "tool_error"
 
 
 def _requesting_agent(kwargs: dict) -> Any:
@@ -93,27 +110,38 @@ class AgnoAdapter(HoldsCurrentCall, SpecAdapter):
         return [*super().targets(), PatchTarget(_MODEL, "Model.get_function_calls_to_run", self._calls_to_run)]
 
     def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
-        function, arguments = instance.function, instance.arguments or {}
+        function = instance.function
+        arguments = instance.arguments or {}
         properties = (function.parameters or {}).get("properties")
-        if instance.error is not None or (properties and any(key not in properties for key in arguments)):
-            return None  # arguments that did not decode, or one the tool does not take
-        agent, call_id, origin = function._agent or function._team, instance.call_id, origin_of(function, "agno")
-        name = agent_display_name(agent)
-        return ToolCall(function.name, self.name, agent, name, call_id=call_id, arguments=arguments, origin=origin)
+        if instance.error is not None:
+            return None  # arguments that did not decode
+        if properties and any(key not in properties for key in arguments):
+            return None  # an argument the tool does not take
+        agent = function._agent or function._team
+        return ToolCall(
+            function.name,
+            self.name,
+            agent,
+            agent_display_name(agent),
+            call_id=instance.call_id,
+            arguments=arguments,
+            origin=origin_of(function, "agno"),
+        )
 
     def _calls_to_run(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         """The run's tool messages for names no tool has, through the loop guard."""
         messages = argument(args, kwargs, 1, "messages")
-        start, calls = len(messages), wrapped(*args, **kwargs)
+        start = len(messages)  # the messages this call adds come after
+        calls = wrapped(*args, **kwargs)
         if not self._enabled:
             return calls
         functions = (argument(args, kwargs, 2, "functions") or {}).values()
-        name = agent_display_name(next((f._agent or f._team for f in functions), None))
-        for i, m in enumerate(messages[start:], start):
-            if m.content == _UNKNOWN and m.tool_name is not None:
-                call = ToolCall(str(m.tool_name), self.name, agent_name=name, call_id=m.tool_call_id)
-                reject = lambda text, m=m: m.model_copy(update={"content": text})  # noqa: E731
-                messages[i] = run_unknown(call, reject, lambda m: m.content, lambda m: m, (m,), {})
+        agent_name = agent_display_name(next((f._agent or f._team for f in functions), None))
+        for i, message in enumerate(messages[start:], start):
+            if message.content == _UNKNOWN and message.tool_name is not None:
+                call = ToolCall(str(message.tool_name), self.name, agent_name=agent_name, call_id=message.tool_call_id)
+                reject = partial(_with_text, message)
+                messages[i] = run_unknown(call, reject, _content, _as_is, (message,), {})
         return calls
 
     def is_neutral(self, exc: BaseException) -> bool:
@@ -131,18 +159,40 @@ class AgnoAdapter(HoldsCurrentCall, SpecAdapter):
     def rejection(self, call: ToolCall, info: Rejection) -> Any:
         from agno.tools.function import FunctionExecutionResult
 
-        if (function_call := _current.get()) is not None:
+        function_call = _current.get()
+        if function_call is not None:
             function_call.error = info.message  # what the loop sends the model
         return FunctionExecutionResult(status="failure", error=info.message)
 
     def with_status(self, instance: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
         messages = kwargs.get("messages")
-        amended = insert_status_block(messages, _DIALECT, _requesting_agent(kwargs)) if messages else None
-        return None if amended is None else (args, {**kwargs, "messages": amended})
+        if not messages:
+            return None
+        amended = insert_status_block(messages, _DIALECT, _requesting_agent(kwargs))
+        if amended is None:
+            return None
+        return args, {**kwargs, "messages": amended}
 
     def without_open_tools(self, instance: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
-        tools, choice = kwargs.get("tools"), kwargs.get("tool_choice")
+        tools = kwargs.get("tools")
+        choice = kwargs.get("tool_choice")
         forced = _function_name(choice) if isinstance(choice, dict) else None
-        name_of = lambda t: None if _function_name(t) == forced else _function_name(t)  # noqa: E731
-        kept = visible_tools(tools, name_of, agent=_requesting_agent(kwargs))
-        return None if kept is tools else (args, {**kwargs, "tools": kept})
+
+        def breaker_name(tool: Any) -> str | None:
+            # A tool the model is forced to call stays on the menu.
+            name = _function_name(tool)
+            return None if name == forced else name
+
+        kept = visible_tools(tools, breaker_name, agent=_requesting_agent(kwargs))
+        if kept is tools:
+            return None
+        return args, {**kwargs, "tools": kept}
+
+
+def _content(message: Any) -> Any:
+    """The text of Agno's answer to a name no tool has."""
+    return message.content
+
+
+def _as_is(message: Any) -> Any:
+    return message
