@@ -13,7 +13,11 @@ replaced by one that leaves the open tools out while ``OTEL_BREAKER_HIDE_OPEN_TO
 on, and restored by ``uninstrument`` like any other patch. The agent keeps its tools: a
 call to a hidden one still reaches the guard and gets the rejection.
 
-Not covered: remote executors; managed agents (called as agents).
+An agent's ``run`` is a run (:mod:`otel_breaker.runs`); with ``stream=True`` its steps run
+inside it, and it ends with the stream. A managed agent, called from its manager's step, runs
+its own ``run`` inside the manager's run and joins it.
+
+Not covered: remote executors.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from otel_breaker.instrumentation.patches import argument, context_patch, prompt
 from otel_breaker.instrumentation.spec import MessageDialect, SpecAdapter, insert_status_block
 from otel_breaker.instrumentation.sync_context import decorator_in_caller_context
 from otel_breaker.menu import visible_tools
+from otel_breaker.runs import close_run, joined_or_new, open_run, steps_in_run
 from otel_breaker.toolcall import ToolCall
 
 logger = logging.getLogger("otel_breaker")
@@ -91,6 +96,18 @@ def _running_agent(agent: Any, args: tuple, kwargs: dict) -> tuple[Any, None]:
     return agent, None
 
 
+def _agent_run(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    """``MultiStepAgent.run(task, stream=False, ...)``: a run. A stream's steps run after
+    ``run`` returns, so each step enters the run, which ends with the stream's last step."""
+    if argument(args, kwargs, 1, "stream", False):
+        return steps_in_run(wrapped(*args, **kwargs), joined_or_new(framework="smolagents"))
+    token = open_run(framework="smolagents")[1]
+    try:
+        return wrapped(*args, **kwargs)
+    finally:
+        close_run(token)
+
+
 def _agent_name(agent: Any) -> str | None:
     return agent_display_name(agent) or type(agent).__name__
 
@@ -111,6 +128,7 @@ class SmolagentsAdapter(SpecAdapter):
             *super().targets(),
             PatchTarget(_AGENTS, "ToolCallingAgent.execute_tool_call", self._execute_tool_call),
             PatchTarget(_AGENTS, "validate_tool_arguments", self._validate),
+            PatchTarget(_AGENTS, "MultiStepAgent.run", _agent_run),
             PatchTarget(_EXECUTOR, "timeout", decorator_in_caller_context),
         ]
 
