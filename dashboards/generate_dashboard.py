@@ -453,10 +453,12 @@ def build() -> dash.Dashboard:
     board = board.with_panel(
         series_panel(
             ids,
-            "Loop guard per tool",
-            "Identical calls that already failed the same way OTEL_BREAKER_LOOP_LIMIT times: not run "
-            "(reject or stop), or run with a warning (warn). Only the model's repeated mistakes count "
-            "by default (OTEL_BREAKER_LOOP_COUNT); they never count toward a breaker opening.",
+            "Loop guard and waste budget per tool",
+            "Identical calls that already failed the same way OTEL_BREAKER_LOOP_LIMIT times in a run: "
+            "not run (reject or stop), or run with a warning (warn). Only the model's repeated mistakes "
+            "count by default (OTEL_BREAKER_LOOP_COUNT); they never count toward a breaker opening. "
+            "Waste budget: calls of a tool a run kept calling after its breaker had rejected it "
+            "OTEL_BREAKER_RUN_REJECTIONS times (hidden from that run's menu, or the run stopped).",
             [
                 query(
                     f'sum by ({TOOL}) (rate({REJECTED}{{{SEL}, {REASON}="{semconv.REASON_LOOP}"}}'
@@ -467,6 +469,12 @@ def build() -> dash.Dashboard:
                     f"sum by ({TOOL}) (rate({LOOPS}{{{SEL}}}[$__rate_interval])) or {no_loops}",
                     legend="{{" + TOOL + "}} warned, ran",
                     ref="B",
+                ),
+                query(
+                    f'sum by ({TOOL}) (rate({REJECTED}{{{SEL}, {REASON}="{semconv.REASON_RUN_BUDGET}"}}'
+                    f"[$__rate_interval])) or {no_loops}",
+                    legend="{{" + TOOL + "}} run budget spent",
+                    ref="C",
                 ),
             ],
             unit="reqps",
