@@ -38,7 +38,14 @@ _current: contextvars.ContextVar[tuple[Any, Any] | None] = contextvars.ContextVa
 
 
 def _tool_and_context(args: tuple, kwargs: dict) -> tuple[Any, Any]:
-    return (args[0] if args else kwargs["tool"]), (args[2] if len(args) > 2 else kwargs["tool_context"])
+    """``_call_tool_async(tool, args, tool_context)``: the tool and its tool context."""
+    tool = args[0] if args else kwargs["tool"]
+    tool_context = args[2] if len(args) > 2 else kwargs["tool_context"]
+    return tool, tool_context
+
+
+def _session_id(invocation: Any) -> Any:
+    return getattr(getattr(invocation, "session", None), "id", None)
 
 
 def _invocation(tool_context: Any) -> Any:
@@ -78,11 +85,14 @@ class GoogleADKAdapter(HoldsCurrentCall, SpecAdapter):
         ]
 
     async def _prepared(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        invocation, prepared = args[0], args[1]
+        """A prepared call whose name no tool has: ADK's answer, through the loop guard."""
+        invocation = args[0]
+        prepared = args[1]
         if prepared.tool_lookup_error is None or not self._enabled:
             return await wrapped(*args, **kwargs)
-        session = getattr(getattr(invocation, "session", None), "id", None)
-        call = ToolCall(str(prepared.tool.name), self.name, agent_name=_agent_name(invocation), session_id=session)
+        call = ToolCall(
+            str(prepared.tool.name), self.name, agent_name=_agent_name(invocation), session_id=_session_id(invocation)
+        )
 
         def reject(text: str) -> Any:
             from google.adk.flows.llm_flows.tools._caller import _build_response_event
@@ -96,12 +106,20 @@ class GoogleADKAdapter(HoldsCurrentCall, SpecAdapter):
 
     def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
         tool, tool_context = _tool_and_context(args, kwargs)
-        invocation, call_id = _invocation(tool_context), tool_context.function_call_id
-        name, session = _agent_name(invocation), getattr(getattr(invocation, "session", None), "id", None)
-        arguments, origin = argument(args, kwargs, 1, "args"), origin_of(tool, "google.adk")
+        invocation = _invocation(tool_context)
+        agent_name = _agent_name(invocation)
         # ADK runs a copy of the agent per invocation: the name (unique in an agent tree)
         # keys the breaker, so an open breaker outlives the run.
-        return ToolCall(str(tool.name), self.name, name, name, session, call_id, arguments=arguments, origin=origin)
+        return ToolCall(
+            str(tool.name),
+            self.name,
+            agent_name,
+            agent_name,
+            _session_id(invocation),
+            tool_context.function_call_id,
+            arguments=argument(args, kwargs, 1, "args"),
+            origin=origin_of(tool, "google.adk"),
+        )
 
     def result_error(self, call: ToolCall, result: Any) -> str | None:
         tool, tool_context = _current.get() or (None, None)
@@ -123,16 +141,20 @@ class GoogleADKAdapter(HoldsCurrentCall, SpecAdapter):
         return {"error": info.message}
 
     def with_status(self, instance: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
-        invocation, request = args[0], args[1]
-        current = request.config.system_instruction  # structured instructions are left alone
-        text = status_text(current, _agent_name(invocation)) if current is None or isinstance(current, str) else None
+        invocation = args[0]
+        request = args[1]
+        current = request.config.system_instruction
+        if current is not None and not isinstance(current, str):
+            return None  # structured instructions are left alone
+        text = status_text(current, _agent_name(invocation))
         if text is None:
             return None
         config = request.config.model_copy(update={"system_instruction": text})
         return (invocation, request.model_copy(update={"config": config}), *args[2:]), kwargs
 
     def without_open_tools(self, instance: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
-        invocation, request = args[0], args[1]
+        invocation = args[0]
+        request = args[1]
         tools = request.config.tools or []
         names = [d.name for t in tools for d in getattr(t, "function_declarations", None) or ()]
         hidden = hidden_names(names, agent=_agent_name(invocation))
