@@ -14,6 +14,10 @@ never reach the caller: the concurrent executor's tasks drop a ``BaseException``
 the stop is held, keyed by the agent (weakly), the agent is cancelled after the
 current tools, and ``Agent.stream_async``, the run's boundary, raises it.
 
+``Agent.stream_async`` is a run (:mod:`otel_breaker.runs`): ``agent(...)`` and
+``invoke_async`` run through it, each of its steps runs inside it, and it ends with the
+stream. An agent a tool calls (an agent as a tool) runs inside its caller's run and joins it.
+
 ``stream_messages`` (once per model call) gets the status block on its system
 prompt (string and content blocks) and loses the agent's open tools from
 ``tool_specs``, except one ``tool_choice`` forces.
@@ -34,6 +38,7 @@ from otel_breaker.instrumentation.patches import argument, prompt_patch, tool_pa
 from otel_breaker.instrumentation.spec import SpecAdapter, status_text
 from otel_breaker.loops import ToolLoopError
 from otel_breaker.menu import visible_tools
+from otel_breaker.runs import async_steps_in_run, joined_or_new
 from otel_breaker.toolcall import ToolCall
 
 _EXECUTOR = "strands.tools.executors._executor"
@@ -63,8 +68,9 @@ async def raising_held(stream: AsyncIterator[Any], owner: Any) -> AsyncIterator[
 
 
 def _run_boundary(wrapped: Any, agent: Any, args: tuple, kwargs: dict) -> Any:
-    """``Agent.stream_async``: the run's events, then the loop stop held during it."""
-    return raising_held(wrapped(*args, **kwargs), agent)
+    """``Agent.stream_async``: the run's events, then the loop stop held during it; each
+    step inside the run (one the caller's run already holds, else a new one)."""
+    return async_steps_in_run(raising_held(wrapped(*args, **kwargs), agent), joined_or_new(framework="strands"))
 
 
 def _error(result: Any) -> BaseException | str | None:
