@@ -44,7 +44,13 @@ def _refuses(tool: Any, kwargs: dict) -> bool:
 
 
 def _any(exc: BaseException) -> bool:
+    """Past ``_refuses``, whatever the call raises is the refusal."""
     return True
+
+
+def _running_react(react: Any, args: tuple, kwargs: dict) -> Any:
+    """``ReAct.forward``/``aforward``: the running ReAct module is the agent of its loop's tool calls."""
+    return react
 
 
 class DSPyAdapter(SpecAdapter):
@@ -54,9 +60,8 @@ class DSPyAdapter(SpecAdapter):
         tool_patch(_TOOL, "Tool.acall", "async"),
         prompt_patch(_REACT, "ReAct._call_with_potential_trajectory_truncation", "sync"),
         prompt_patch(_REACT, "ReAct._async_call_with_potential_trajectory_truncation", "async"),
-        # The running ReAct module is the agent of the tool calls its loop makes.
-        context_patch(_REACT, "ReAct.forward", _agent, lambda react, args, kwargs: react, "sync"),
-        context_patch(_REACT, "ReAct.aforward", _agent, lambda react, args, kwargs: react, "async"),
+        context_patch(_REACT, "ReAct.forward", _agent, _running_react, "sync"),
+        context_patch(_REACT, "ReAct.aforward", _agent, _running_react, "async"),
     )
 
     def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:

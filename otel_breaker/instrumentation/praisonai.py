@@ -67,13 +67,18 @@ def _error(text: str) -> dict[str, str]:
     return {"error": text}
 
 
+def _chatting_agent(agent: Any, args: tuple, kwargs: dict) -> Any:
+    """``chat``/``achat``: the agent whose model requests follow."""
+    return agent
+
+
 class PraisonAIAdapter(SpecAdapter):
     name = "praisonai"
     patches = (
         tool_patch("praisonaiagents.agent.tool_execution", "ToolExecutionMixin.execute_tool", "sync"),
         tool_patch("praisonaiagents.agent.execution_mixin", "ExecutionMixin.execute_tool_async", "async"),
-        context_patch(_CHAT, "ChatMixin.chat", _agent, lambda agent, *_: agent, "sync"),
-        context_patch(_CHAT, "ChatMixin.achat", _agent, lambda agent, *_: agent, "async"),
+        context_patch(_CHAT, "ChatMixin.chat", _agent, _chatting_agent, "sync"),
+        context_patch(_CHAT, "ChatMixin.achat", _agent, _chatting_agent, "async"),
     )
     modules = (*dict.fromkeys(p.module for p in patches), _OPENAI, _LLM)
 
@@ -91,7 +96,8 @@ class PraisonAIAdapter(SpecAdapter):
             return None
         if function_name in _BRIDGE_TOOLS and getattr(instance, "_tool_search_config", None) is not None:
             return None
-        call_id, session_id = argument(args, kwargs, 2, "tool_call_id"), getattr(instance, "_session_id", None)
+        call_id = argument(args, kwargs, 2, "tool_call_id")
+        session_id = getattr(instance, "_session_id", None)
         return ToolCall(
             function_name,
             framework=self.name,
@@ -110,7 +116,11 @@ class PraisonAIAdapter(SpecAdapter):
             return IGNORED_RESULT  # a denial or policy block: says nothing about the tool
         if _UNKNOWN_TOOL in result or _invalid_arguments(call, result):
             return IGNORED_RESULT  # the model's mistake (unknown tool, bad arguments)
-        return "circuit_open" if result.get("circuit_open") else "timeout" if result.get("timeout") else "tool_error"
+        if result.get("circuit_open"):
+            return "circuit_open"  # praisonaiagents' own breaker, inside ours
+        if result.get("timeout"):
+            return "timeout"
+        return "tool_error"
 
     def result_hint(self, call: ToolCall, result: Any) -> str | None:
         """Arguments the tool cannot take: the loop guard counts the model's mistake."""
@@ -126,13 +136,17 @@ class PraisonAIAdapter(SpecAdapter):
         if _praison_tool(call.agent, call.tool) is not None:
             return super().run_sync(call, wrapped, args, kwargs)
         answer = refusals.check(self.guard, call, _error, unknown=True)
-        return self._counted(call, super().run_sync(call, wrapped, args, kwargs) if answer is RUN else answer)
+        if answer is not RUN:
+            return self._counted(call, answer)
+        return self._counted(call, super().run_sync(call, wrapped, args, kwargs))
 
     async def run_async(self, call: ToolCall, wrapped: Any, args: tuple, kwargs: dict) -> Any:
         if _praison_tool(call.agent, call.tool) is not None:
             return await super().run_async(call, wrapped, args, kwargs)
         answer = refusals.check(self.guard, call, _error, unknown=True)
-        return self._counted(call, await super().run_async(call, wrapped, args, kwargs) if answer is RUN else answer)
+        if answer is not RUN:
+            return self._counted(call, answer)
+        return self._counted(call, await super().run_async(call, wrapped, args, kwargs))
 
     def _counted(self, call: ToolCall, result: Any) -> Any:
         if isinstance(result, dict) and _UNKNOWN_TOOL in result:

@@ -30,21 +30,29 @@ from otel_breaker.menu import visible_tools
 from otel_breaker.toolcall import ToolCall
 
 _GRAPH = "pydantic_ai._agent_graph"
-# (ToolCallPart, wrap_validation_errors): a rejection answers the call in its own id, kind and form.
+#: (ToolCallPart, wrap_validation_errors): a rejection answers the call in its own id, kind and form.
 _part: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_breaker_pydantic_ai_part", default=None)
+#: Set while ``ModelRequestNode._prepare_request`` prepares a request (and the status block is on).
 _preparing: contextvars.ContextVar[bool] = contextvars.ContextVar("otel_breaker_pydantic_ai_request", default=False)
-_while_status = lambda *_: status_in_prompt_enabled() or SKIP  # noqa: E731
-
 
 #: What a run ended by a spent retry budget is raised from: the tool's request to retry.
 _RETRY_CAUSES = frozenset({"ToolRetryError", "ModelRetry"})
+
+
+def _preparing_with_status(instance: Any, args: tuple, kwargs: dict) -> Any:
+    """``_prepare_request``: a request is prepared, marked only while the status block is on."""
+    return status_in_prompt_enabled() or SKIP
+
+
+def _definition_name(tool_def: Any) -> str:
+    return tool_def.name
 
 
 class PydanticAIAdapter(SpecAdapter):
     name = "pydantic_ai"
     patches = (
         tool_patch("pydantic_ai.tool_manager", "ToolManager.execute_tool_call"),
-        context_patch(_GRAPH, "ModelRequestNode._prepare_request", _preparing, _while_status),
+        context_patch(_GRAPH, "ModelRequestNode._prepare_request", _preparing, _preparing_with_status),
         prompt_patch(_GRAPH, "_get_instructions", "async", "instructions", after=True),
         # From 2.78 a request resolves its instructions here instead.
         prompt_patch(_GRAPH, "ModelRequestNode._resolve_step_instructions", "async", "instructions", after=True),
@@ -55,10 +63,16 @@ class PydanticAIAdapter(SpecAdapter):
         """The request's ``function_tools`` without the open ones; the run's tool manager
         keeps them, so a call the model makes anyway still reaches the guard."""
         manager = argument(args, kwargs, 0, "ctx").deps.tool_manager
-        tools, offered = manager.tools or {}, parameters.function_tools
-        source = lambda tool_def: toolset_source(getattr(tools.get(tool_def.name), "toolset", None))  # noqa: E731
-        kept = visible_tools(offered, lambda tool_def: tool_def.name, source, agent=getattr(manager.ctx, "agent", None))
-        return None if kept is offered else dataclasses.replace(parameters, function_tools=list(kept))
+        tools = manager.tools or {}
+        offered = parameters.function_tools
+
+        def source(tool_def: Any) -> str | None:
+            return toolset_source(getattr(tools.get(tool_def.name), "toolset", None))
+
+        kept = visible_tools(offered, _definition_name, source, agent=getattr(manager.ctx, "agent", None))
+        if kept is offered:
+            return None
+        return dataclasses.replace(parameters, function_tools=list(kept))
 
     def instructions(self, instance: Any, args: tuple, kwargs: dict, parts: Any) -> Any:
         """The resolved ``InstructionPart`` list (``(ctx, run_context)`` arguments) with the block."""
@@ -91,16 +105,21 @@ class PydanticAIAdapter(SpecAdapter):
                 return await self.run_async(call, wrapped, args, kwargs)
             if getattr(validated, "tool", None) is not None:
                 return await arun_invalid(self, call, _InvalidArguments(self), wrapped, args, kwargs)
-            if (answer := loops.check_unknown(call, self)) is not loops.RUN:  # no tool: keyed by the name
-                return answer
-            try:
-                return await wrapped(*args, **kwargs)
-            except Exception as exc:
-                if type(exc).__name__ == "ToolRetryError":
-                    loops.unknown_tool_called(call, str(exc))
-                raise
+            return await self._unknown_tool(call, wrapped, args, kwargs)
         finally:
             _part.reset(token)
+
+    async def _unknown_tool(self, call: ToolCall, wrapped: Any, args: tuple, kwargs: dict) -> Any:
+        """A name no tool has: no breaker; the loop guard keyed by the name counts PydanticAI's retry."""
+        answer = loops.check_unknown(call, self)
+        if answer is not loops.RUN:
+            return answer
+        try:
+            return await wrapped(*args, **kwargs)
+        except Exception as exc:
+            if type(exc).__name__ == "ToolRetryError":
+                loops.unknown_tool_called(call, str(exc))
+            raise
 
     def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
         """The call; one whose arguments failed validation too (for the loop guard only, without
@@ -108,14 +127,21 @@ class PydanticAIAdapter(SpecAdapter):
         validated = argument(args, kwargs, 0, "validated")
         if getattr(validated, "deferral", None) is not None:
             return None
-        part, tool, ctx = validated.call, validated.tool, validated.ctx
-        agent, session = getattr(ctx, "agent", None), getattr(ctx, "conversation_id", None)
-        session = session or getattr(ctx, "run_id", None)
-        session, source = session if isinstance(session, str) else None, toolset_source(getattr(tool, "toolset", None))
-        origin = origin_of(tool, "pydantic_ai") if validated.args_valid is not False else None
-        named, call_id = agent_display_name(agent), part.tool_call_id
+        part = validated.call
+        tool = validated.tool
+        ctx = validated.ctx
+        agent = getattr(ctx, "agent", None)
+        session = getattr(ctx, "conversation_id", None) or getattr(ctx, "run_id", None)
         return ToolCall(
-            part.tool_name, self.name, agent, named, session, call_id, arguments=part.args, source=source, origin=origin
+            part.tool_name,
+            self.name,
+            agent,
+            agent_display_name(agent),
+            session if isinstance(session, str) else None,
+            part.tool_call_id,
+            arguments=part.args,
+            source=toolset_source(getattr(tool, "toolset", None)),
+            origin=origin_of(tool, "pydantic_ai") if validated.args_valid is not False else None,
         )
 
     def exception_hint(self, call: ToolCall, exc: BaseException) -> str | None:
@@ -159,8 +185,10 @@ class PydanticAIAdapter(SpecAdapter):
         part, wrap = _part.get() or (None, True)
         if not wrap:
             raise ToolFailed(info.message)  # handle_call(wrap_validation_errors=False) expects the raw one
-        part = part if getattr(part, "tool_name", None) == call.tool else None
-        call_id, kind = getattr(part, "tool_call_id", None) or call.call_id, getattr(part, "tool_kind", None)
+        if getattr(part, "tool_name", None) != call.tool:
+            part = None  # another tool's part: the call's own id, no kind
+        call_id = getattr(part, "tool_call_id", None) or call.call_id
+        kind = getattr(part, "tool_kind", None)
         raise ToolFailedError(ToolReturnPart(call.tool, info.message, call_id, tool_kind=kind, outcome="failed"))
 
 
