@@ -23,6 +23,7 @@ framework (LangChain's core) that needs none of them. So:
 from __future__ import annotations
 
 import functools
+import operator
 import os
 import re
 import sys
@@ -184,12 +185,12 @@ def distribution_version(distribution: str) -> str | None:
 _RELEASE = re.compile(r"\d+(?:\.\d+)*")
 _CLAUSE = re.compile(r"(>=|<=|==|!=|<|>)(\d+(?:\.\d+)*)")
 _COMPARE = {
-    ">=": lambda a, b: a >= b,
-    "<=": lambda a, b: a <= b,
-    "==": lambda a, b: a == b,
-    "!=": lambda a, b: a != b,
-    "<": lambda a, b: a < b,
-    ">": lambda a, b: a > b,
+    ">=": operator.ge,
+    "<=": operator.le,
+    "==": operator.eq,
+    "!=": operator.ne,
+    "<": operator.lt,
+    ">": operator.gt,
 }
 
 
