@@ -53,8 +53,17 @@ def _run_identity() -> Any:
 
 
 def _current_agent() -> Any:
+    """The agent marked for the run in progress (None outside one, or for another run)."""
     marked = _agent.get()
-    return marked[1] if marked is not None and marked[0] is _run_identity() else None
+    if marked is None:
+        return None
+    run_identity, agent = marked
+    return agent if run_identity is _run_identity() else None
+
+
+def _exception_of(result: Any) -> Any:
+    """The error of the loop's answer to a name no tool has."""
+    return getattr(result, "exception", None)
 
 
 class AgentFrameworkAdapter(SpecAdapter):
@@ -73,9 +82,16 @@ class AgentFrameworkAdapter(SpecAdapter):
         ]
 
     def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
-        agent, arguments, call_id = _current_agent(), argument(args, kwargs, 0, "call_kwargs"), _call_id.get()
-        name, origin = agent_display_name(agent), origin_of(instance, "agent_framework")
-        return ToolCall(instance.name, self.name, agent, name, call_id=call_id, arguments=arguments, origin=origin)
+        agent = _current_agent()
+        return ToolCall(
+            instance.name,
+            self.name,
+            agent,
+            agent_display_name(agent),
+            call_id=_call_id.get(),
+            arguments=argument(args, kwargs, 0, "call_kwargs"),
+            origin=origin_of(instance, "agent_framework"),
+        )
 
     def is_neutral(self, exc: BaseException) -> bool:
         kind = type(exc).__name__
@@ -96,13 +112,23 @@ class AgentFrameworkAdapter(SpecAdapter):
     def without_open_tools(self, instance: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
         """``get_response(messages, *, options=...)``: the tools this one model call offers."""
         options = kwargs.get("options") or {}
-        tools, choice = options.get("tools"), options.get("tool_choice")
+        tools = options.get("tools")
+        choice = options.get("tool_choice")
         forced = choice.get("required_function_name") if isinstance(choice, dict) else None
         if not isinstance(tools, list | tuple):
             return None
-        name_of = lambda t: n if isinstance(n := getattr(t, "name", None), str) and n != forced else None  # noqa: E731
-        kept = visible_tools(tools, name_of, agent=_current_agent())
-        return None if kept is tools else (args, {**kwargs, "options": {**options, "tools": kept}})
+
+        def breaker_name(tool: Any) -> str | None:
+            # A tool the model is forced to call stays on the menu.
+            name = getattr(tool, "name", None)
+            if isinstance(name, str) and name != forced:
+                return name
+            return None
+
+        kept = visible_tools(tools, breaker_name, agent=_current_agent())
+        if kept is tools:
+            return None
+        return args, {**kwargs, "options": {**options, "tools": kept}}
 
     async def _invoke(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         call_id = kwargs.get("tool_call_id")
@@ -130,9 +156,7 @@ class AgentFrameworkAdapter(SpecAdapter):
             extra = content.additional_properties
             return Content.from_function_result(call_id=content.call_id, result=text, additional_properties=extra)
 
-        return await arun_unknown(
-            call, reject, lambda result: getattr(result, "exception", None), wrapped, args, kwargs
-        )
+        return await arun_unknown(call, reject, _exception_of, wrapped, args, kwargs)
 
     async def _mark_agent(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         context = await wrapped(*args, **kwargs)

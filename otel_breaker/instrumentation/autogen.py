@@ -41,8 +41,20 @@ _menu: contextvars.ContextVar[bool] = contextvars.ContextVar("otel_breaker_autog
 
 def _turn(instance: Any, args: tuple, kwargs: dict) -> tuple[str | None, frozenset]:
     """``_execute_tool_call(tool_call, workbench, handoff_tools, agent_name, ...)``: its agent and handoffs."""
-    name, handoffs = argument(args, kwargs, 3, "agent_name"), argument(args, kwargs, 2, "handoff_tools") or ()
-    return (name if isinstance(name, str) else None), frozenset(getattr(t, "name", None) for t in handoffs)
+    name = argument(args, kwargs, 3, "agent_name")
+    handoffs = argument(args, kwargs, 2, "handoff_tools") or ()
+    handoff_names = frozenset(getattr(tool, "name", None) for tool in handoffs)
+    return (name if isinstance(name, str) else None), handoff_names
+
+
+def _the_agent(agent: Any, args: tuple, kwargs: dict) -> Any:
+    """``on_messages_stream``: the agent whose turn it is."""
+    return agent
+
+
+def _gathering_menu(instance: Any, args: tuple, kwargs: dict) -> bool:
+    """``_call_llm``: the tool definitions listed during it are the model's menu."""
+    return True
 
 
 _in_turn = context_wrapper(context_patch(_ASSISTANT, "AssistantAgent._execute_tool_call", _tool_call, _turn))
@@ -53,7 +65,8 @@ async def _execute_call(wrapped: Any, instance: Any, args: tuple, kwargs: dict) 
     try:
         return await _in_turn(wrapped, instance, args, kwargs)
     except loops.ToolLoopError:
-        if (stream := argument(args, kwargs, 5, "stream")) is not None:
+        stream = argument(args, kwargs, 5, "stream")
+        if stream is not None:
             stream.put_nowait(None)
         raise
 
@@ -68,10 +81,15 @@ def _tool_span(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
 
 def _guarded_name(tool: Any) -> str | None:
     """The tool's name, unless it is a handoff (``Handoff.handoff_tool`` wraps ``_handoff_tool``)."""
-    name, current = tool.name, _tool_call.get()
-    if not isinstance(name, str) or not name or (current is not None and name in current[1]):
+    name = tool.name
+    current = _tool_call.get()
+    if not isinstance(name, str) or not name:
         return None
-    return None if getattr(getattr(tool, "_func", None), "__name__", None) == "_handoff_tool" else name
+    if current is not None and name in current[1]:
+        return None
+    if getattr(getattr(tool, "_func", None), "__name__", None) == "_handoff_tool":
+        return None
+    return name
 
 
 def _runtime_agent() -> str | None:
@@ -82,37 +100,81 @@ def _runtime_agent() -> str | None:
     return None
 
 
+def _is_system(message: Any) -> bool:
+    return type(message).__name__ == "SystemMessage"
+
+
+def _text(message: Any) -> str | None:
+    return message.content if isinstance(message.content, str) else None
+
+
+def _with_text(message: Any, text: str) -> Any:
+    return message.model_copy(update={"content": text})
+
+
+def _system_message(text: str) -> Any:
+    from autogen_core.models import SystemMessage
+
+    return SystemMessage(content=text)
+
+
+_DIALECT = MessageDialect(is_system=_is_system, text=_text, with_text=_with_text, system=_system_message)
+
+
+def _definition_name(tool: dict) -> Any:
+    return tool.get("name")
+
+
 class AutoGenAdapter(SpecAdapter):
     name = "autogen"
     patches = (
         tool_patch(_TOOLS, "BaseTool.run_json", "async"),
         tool_patch(_TOOLS, "BaseStreamTool.run_json_stream", "asyncgen"),
         prompt_patch(_ASSISTANT, "AssistantAgent._get_compatible_context", "sync"),
-        context_patch(_ASSISTANT, "AssistantAgent.on_messages_stream", _agent, lambda agent, *_: agent, "asyncgen"),
-        context_patch(_ASSISTANT, "AssistantAgent._call_llm", _menu, lambda *_: True, "asyncgen"),
+        context_patch(_ASSISTANT, "AssistantAgent.on_messages_stream", _agent, _the_agent, "asyncgen"),
+        context_patch(_ASSISTANT, "AssistantAgent._call_llm", _menu, _gathering_menu, "asyncgen"),
         menu_patch(_WORKBENCH, "StaticWorkbench.list_tools", "async", "visible", after=True),
     )
 
     def targets(self) -> list[PatchTarget]:
-        turn = PatchTarget(_ASSISTANT, "AssistantAgent._execute_tool_call", _execute_call)
-        return [*super().targets(), turn, PatchTarget(_TOOLS, "trace_tool_span", _tool_span)]
+        return [
+            *super().targets(),
+            PatchTarget(_ASSISTANT, "AssistantAgent._execute_tool_call", _execute_call),
+            PatchTarget(_TOOLS, "trace_tool_span", _tool_span),
+        ]
 
     def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
         # run_json(args, cancellation_token, call_id=None)
-        arguments, call_id = argument(args, kwargs, 0, "args"), argument(args, kwargs, 2, "call_id")
-        if (name := _guarded_name(instance)) is None:
+        arguments = argument(args, kwargs, 0, "args")
+        call_id = argument(args, kwargs, 2, "call_id")
+        name = _guarded_name(instance)
+        if name is None:
             return None
         instance.args_type().model_validate(arguments)  # raises on the model's mistakes: run unguarded
-        agent, current, call_id = _agent.get(), _tool_call.get(), call_id if isinstance(call_id, str) else None
+        agent = _agent.get()
+        current = _tool_call.get()
         agent_name = agent_display_name(agent) or (current[0] if current is not None else None) or _runtime_agent()
-        arguments, origin = None if arguments is None else dict(arguments), origin_of(instance, "autogen_core")
-        return ToolCall(name, self.name, agent, agent_name, call_id=call_id, arguments=arguments, origin=origin)
+        return ToolCall(
+            name,
+            self.name,
+            agent,
+            agent_name,
+            call_id=call_id if isinstance(call_id, str) else None,
+            arguments=None if arguments is None else dict(arguments),
+            origin=origin_of(instance, "autogen_core"),
+        )
 
     async def _tool_async(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         call = self._call_of(instance, args, kwargs)
         if call is not None:
             return await self.run_async(call, wrapped, args, kwargs)
-        mistake = self.safe_tool_call(lambda: self._mistake(instance, args, kwargs)) if self._enabled else None
+        if not self._enabled:
+            return await wrapped(*args, **kwargs)
+
+        def describe_mistake() -> ToolCall | None:
+            return self._mistake(instance, args, kwargs)
+
+        mistake = self.safe_tool_call(describe_mistake)
         breaker = self.guard.breaker_for(mistake) if mistake is not None else None
         if breaker is None:
             return await wrapped(*args, **kwargs)
@@ -121,30 +183,34 @@ class AutoGenAdapter(SpecAdapter):
     def _mistake(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
         """The call, when the tool's schema refuses its arguments: the breaker counts nothing, the loop guard does."""
         arguments = argument(args, kwargs, 0, "args")
-        if (name := _guarded_name(instance)) is None:
+        name = _guarded_name(instance)
+        if name is None:
             return None
         with contextlib.suppress(Exception):
             instance.args_type().model_validate(arguments)
             return None
-        agent, arguments = _agent.get(), dict(arguments) if isinstance(arguments, dict) else arguments
-        return ToolCall(name, self.name, agent, agent_display_name(agent) or _runtime_agent(), arguments=arguments)
+        agent = _agent.get()
+        return ToolCall(
+            name,
+            self.name,
+            agent,
+            agent_display_name(agent) or _runtime_agent(),
+            arguments=dict(arguments) if isinstance(arguments, dict) else arguments,
+        )
 
     def rejection(self, call: ToolCall, info: Rejection) -> Any:
         raise info.error()  # the workbench hands the exception's text to the model as an error result
 
     def with_status(self, instance: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
-        from autogen_core.models import SystemMessage  # _get_compatible_context(model_client, messages)
-
-        dialect = MessageDialect(
-            lambda m: type(m).__name__ == "SystemMessage",
-            lambda m: m.content if isinstance(m.content, str) else None,
-            lambda m, text: m.model_copy(update={"content": text}),
-            lambda text: SystemMessage(content=text),
-        )
-        messages = insert_status_block(argument(args, kwargs, 1, "messages"), dialect, _agent.get())
-        return None if messages is None else with_argument(args, kwargs, 1, "messages", messages)
+        """``_get_compatible_context(model_client, messages)``: the messages with the status block."""
+        messages = insert_status_block(argument(args, kwargs, 1, "messages"), _DIALECT, _agent.get())
+        if messages is None:
+            return None
+        return with_argument(args, kwargs, 1, "messages", messages)
 
     def visible(self, instance: Any, args: tuple, kwargs: dict, tools: Any) -> Any:
         """Within ``_call_llm`` only: the tool definitions without the agent's open tools."""
-        kept = visible_tools(tools, lambda t: t.get("name"), agent=_agent.get()) if _menu.get() else tools
+        if not _menu.get():
+            return None
+        kept = visible_tools(tools, _definition_name, agent=_agent.get())
         return None if kept is tools else kept
