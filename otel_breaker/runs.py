@@ -26,7 +26,11 @@ import contextvars
 import functools
 import inspect
 import logging
+import os
+import threading
 import uuid
+import weakref
+from collections import OrderedDict
 from collections.abc import AsyncGenerator, Callable, Generator
 from typing import Any, TypeVar
 
@@ -77,6 +81,9 @@ class Run:
 
 
 _current: contextvars.ContextVar[Run | None] = contextvars.ContextVar("otel_breaker_run", default=None)
+#: The variable holding the run open in a context: for an adapter's ``context_patch``
+#: that puts a framework call inside a run it knows (an MCP session's listing).
+RUN_VARIABLE = _current
 
 
 def current_run() -> Run | None:
@@ -138,6 +145,87 @@ def run_closed(closed: Run) -> None:
             listener(closed)
         except Exception:  # one listener's failure must not skip the next
             logger.debug("otel-breaker: a run-closed listener failed", exc_info=True)
+
+
+# -- runs that are an object, or a name ------------------------------------------------------------
+#
+# Some runs are not a call: an MCP client session is one run while it lives, and a
+# request may name its run (MCP ``_meta``). Their calls enter the run with :func:`enter`
+# and leave it with :func:`leave`, which does not end it: an object's run ends when the
+# object is collected, a named run when it is pushed out of the bounded table.
+
+#: Named runs kept at most (the least recently used is forgotten first).
+MAX_NAMED_RUNS = 4096
+
+_owned: weakref.WeakKeyDictionary[Any, Run] = weakref.WeakKeyDictionary()
+_named: OrderedDict[str, Run] = OrderedDict()
+_tables_lock = threading.Lock()
+
+
+def run_of(owner: Any, framework: str | None = None) -> Run | None:
+    """The run object ``owner`` is (an MCP client session), made on first use and ended
+    when ``owner`` is collected; None for an object that cannot be held weakly."""
+    with _tables_lock:
+        try:
+            found = _owned.get(owner)
+        except TypeError:
+            return None
+        if found is not None:
+            return found
+        found = Run(new_run_id(), framework)
+        try:
+            _owned[owner] = found
+        except TypeError:
+            return None
+    weakref.finalize(owner, run_closed, found)
+    return found
+
+
+def named_run(run_id: Any, framework: str | None = None) -> Run | None:
+    """The run a request names (cleaned by :func:`run_identity`); None when the name is no
+    usable identity. The same name finds the same run, in any session."""
+    identity = run_identity(run_id)
+    if identity is None:
+        return None
+    ended: Run | None = None
+    with _tables_lock:
+        found = _named.get(identity)
+        if found is not None:
+            _named.move_to_end(identity)
+            return found
+        found = _named[identity] = Run(identity, framework)
+        if len(_named) > MAX_NAMED_RUNS:
+            ended = _named.popitem(last=False)[1]
+    if ended is not None:
+        run_closed(ended)
+    return found
+
+
+def enter(opened: Run) -> contextvars.Token | None:
+    """Make ``opened`` current for a call, unless a run is open already (a framework's run
+    wins: the call joins it). Pass the token to :func:`leave`."""
+    if _current.get() is not None:
+        return None
+    return _current.set(opened)
+
+
+def leave(token: contextvars.Token | None) -> None:
+    """Leave the run :func:`enter` made current; the run goes on."""
+    if token is None:
+        return
+    try:
+        _current.reset(token)
+    except ValueError:
+        pass
+
+
+def _reinit_after_fork() -> None:
+    """A lock another thread held at a fork stays held in the child: a new one."""
+    global _tables_lock
+    _tables_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reinit_after_fork)
 
 
 class run:
@@ -266,16 +354,22 @@ async def async_steps_in_run(generator: AsyncGenerator[Any, Any], opened: Run) -
 
 __all__ = [
     "CLOSE_LISTENERS",
+    "MAX_NAMED_RUNS",
     "MAX_RUN_ID_CHARS",
+    "RUN_VARIABLE",
     "Run",
     "async_steps_in_run",
     "close_run",
     "current_run",
+    "enter",
     "joined_or_new",
+    "leave",
+    "named_run",
     "new_run_id",
     "open_run",
     "run",
     "run_closed",
     "run_identity",
+    "run_of",
     "steps_in_run",
 ]

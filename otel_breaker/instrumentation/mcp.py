@@ -27,13 +27,13 @@ from typing import Any
 
 import anyio
 
-from otel_breaker import loops
+from otel_breaker import loops, runs
 from otel_breaker.classify import is_excluded, is_transport_error
 from otel_breaker.instrumentation import mcp_results
 from otel_breaker.instrumentation.base import GuardedCall, _active_call, active_call, same_logical_call
 from otel_breaker.instrumentation.mcp_identity import LISTINGS, mcp_call, note_effects, server_identity
 from otel_breaker.instrumentation.mcp_results import MCPAnswers
-from otel_breaker.instrumentation.patches import argument, context_patch, menu_patch, observe_patch, tool_patch
+from otel_breaker.instrumentation.patches import SKIP, argument, context_patch, menu_patch, observe_patch, tool_patch
 from otel_breaker.instrumentation.spec import SpecAdapter
 from otel_breaker.menu import visible_tools
 from otel_breaker.toolcall import ToolCall
@@ -50,6 +50,58 @@ PROBE_TIMEOUT = 30.0
 _client_listing: contextvars.ContextVar[bool] = contextvars.ContextVar("otel_breaker_mcp_listing", default=False)
 
 
+def _tool_name(tool: Any) -> str | None:
+    return tool.name
+
+
+#: The ``_meta`` key a request names its run with (docs/loops.md).
+RUN_META_KEY = "otel-breaker/run"
+
+
+def call_run(instance: Any, kwargs: dict) -> runs.Run | None:
+    """The run an MCP tool call belongs to: the one its ``_meta`` names (``otel-breaker/run``,
+    else the trace of a W3C ``traceparent``), else its client session, one run while it lives.
+    A framework's run open around the call wins (:func:`runs.enter`)."""
+    meta = kwargs.get("meta")
+    if meta is not None:
+        named = runs.named_run(_meta_value(meta, RUN_META_KEY), "mcp") or runs.named_run(
+            _trace_id(_meta_value(meta, "traceparent")), "mcp"
+        )
+        if named is not None:
+            return named
+    session = getattr(instance, "session", None) if type(instance).__name__ == "Client" else instance
+    return None if session is None else runs.run_of(session, "mcp")
+
+
+def listing_run(instance: Any, args: tuple, kwargs: dict) -> Any:
+    """The run a session's listing is made in: its own (:func:`call_run`), unless a run is
+    open already (``SKIP``: the listing stays in that one)."""
+    if runs.current_run() is not None:
+        return SKIP
+    found = call_run(instance, kwargs)
+    return SKIP if found is None else found
+
+
+def _meta_value(meta: Any, key: str) -> Any:
+    """``meta[key]`` of a request's ``_meta`` (a dict, or the SDK's model with extra fields)."""
+    if isinstance(meta, dict):
+        return meta.get(key)
+    extra = getattr(meta, "model_extra", None)
+    if isinstance(extra, dict) and key in extra:
+        return extra[key]
+    return getattr(meta, key, None)
+
+
+def _trace_id(traceparent: Any) -> str | None:
+    """The trace id of a W3C ``traceparent`` (``00-<trace id>-<span id>-<flags>``), else None."""
+    if not isinstance(traceparent, str):
+        return None
+    parts = traceparent.split("-")
+    if len(parts) != 4 or len(parts[1]) != 32:
+        return None
+    return f"trace:{parts[1]}"
+
+
 class MCPAdapter(MCPAnswers, SpecAdapter):
     """Guards the tool calls an MCP client session sends."""
 
@@ -62,6 +114,9 @@ class MCPAdapter(MCPAnswers, SpecAdapter):
         menu_patch(_SESSION, "ClientSession.list_tools", "async", "visible", after=True),
         context_patch(_CLIENT, "Client.list_tools", _client_listing, lambda *_: True),
         menu_patch(_CLIENT, "Client.list_tools", "async", "visible", after=True),
+        # Outermost: a listing is made in its session's run, so the tools that run hid leave it.
+        context_patch(_SESSION, "ClientSession.list_tools", runs.RUN_VARIABLE, listing_run),
+        context_patch(_CLIENT, "Client.list_tools", runs.RUN_VARIABLE, listing_run),
     )
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -79,7 +134,16 @@ class MCPAdapter(MCPAnswers, SpecAdapter):
         return mcp_call(name, self.name, argument(args, kwargs, 1, "arguments"), source)
 
     async def _tool_async(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        """The tool wrapper, which also lets a never-listed name's first call run as without us."""
+        """The tool wrapper: the call runs in its run (:func:`call_run`) unless a framework's
+        run is open around it."""
+        token = runs.enter(call_run(instance, kwargs))
+        try:
+            return await self._guarded(wrapped, instance, args, kwargs)
+        finally:
+            runs.leave(token)
+
+    async def _guarded(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """The guarded call, which also lets a never-listed name's first call run as without us."""
         call = self._call_of(instance, args, kwargs)
         if call is None:
             return await wrapped(*args, **kwargs)
@@ -125,7 +189,7 @@ class MCPAdapter(MCPAnswers, SpecAdapter):
         if not tools or _client_listing.get():
             return None
         source, outer = server_identity(instance), active_call()
-        kept = visible_tools(tools, lambda t: t.name, lambda t: source, agent=outer.agent if outer else None)
+        kept = visible_tools(tools, _tool_name, lambda t: source, agent=outer.agent if outer else None)
         return None if kept is tools else result.model_copy(update={"tools": list(kept)})
 
     def note_listing(self, instance: Any, args: tuple, kwargs: dict, result: Any) -> None:

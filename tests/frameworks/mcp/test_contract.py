@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from contract import FrameworkContract
 from driver import MCPDriver
 from loop_contract import LoopContract
+from run_contract import RunContract
 
 NO_AGENT = "MCP has no agent of its own: the calling framework's suite covers agent names"
 NO_PROMPT = "MCP sends no model prompt: the host framework adds the status block"
@@ -32,7 +33,7 @@ def quiet_server():
     logging.disable(logging.NOTSET)
 
 
-class TestContract(FrameworkContract, LoopContract):
+class TestContract(FrameworkContract, LoopContract, RunContract):
     driver = MCPDriver()
     guards_unknown_tools = True
 
