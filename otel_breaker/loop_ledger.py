@@ -6,13 +6,15 @@ after :data:`IDLE_SECONDS` without a repeat, and at most :data:`MAX_ENTRIES` are
 kept (the oldest go first); a success of the signature forgets it. Detections
 are counted here and read by telemetry when metrics are collected (the
 ``otel_breaker.calls.rejected`` and ``otel_breaker.loops`` counters, the saved
-turns the token estimator prices). :mod:`otel_breaker.loops` decides; this
+turns the token estimator prices), one count per (tool, agent, action), at most
+:data:`MAX_DETECTION_SERIES` of them: past that the one detected longest ago is
+folded into its action's count under the tool name ``_other`` and no agent, so
+memory and every metric collection stay bounded and no exported total goes down. :mod:`otel_breaker.loops` decides; this
 module only remembers.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 import time
@@ -20,8 +22,10 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from otel_breaker.loglines import logger
 from otel_breaker.loop_signature import MAX_ERROR_CHARS
 from otel_breaker.registry import session_of_context
+from otel_breaker.registry_bounds import OTHER_TOOLS
 from otel_breaker.runs import CLOSE_LISTENERS, Run, current_run
 from otel_breaker.sanitize import bounded
 from otel_breaker.semconv import (
@@ -38,12 +42,15 @@ from otel_breaker.telemetry import TELEMETRY
 from otel_breaker.telemetry.metrics import LOOP_SOURCES, SAVINGS_SOURCES
 from otel_breaker.toolcall import ToolCall
 
-logger = logging.getLogger("otel_breaker")
-
 #: Signatures kept at most (oldest forgotten first).
 MAX_ENTRIES = 4096
 #: An entry without a repeat for this long is forgotten.
 IDLE_SECONDS = 3600.0
+#: Detection counts kept per (tool, agent, action) at most (the least recently detected folded first).
+MAX_DETECTION_SERIES = 1024
+
+DetectionKey = tuple[str, str | None, str]
+"""(tool label, agent name, action) of a detection count."""
 
 
 class _Entry:
@@ -65,8 +72,10 @@ class LoopGuard:
         self._entries: OrderedDict[tuple[str, str], _Entry] = OrderedDict()
         # How many entries each (scope, tool) has: a call of a tool with none is not hashed.
         self._tools: dict[tuple[str, str], int] = {}
-        # Detections: (tool label, agent, action) -> count.
-        self._detections: dict[tuple[str, str | None, str], int] = {}
+        # Detections, least recently detected first; past the cap folded into ``_folded``.
+        self._detections: OrderedDict[DetectionKey, int] = OrderedDict()
+        # (OTHER_TOOLS, None, action) -> the counts of detections folded away.
+        self._folded: dict[DetectionKey, int] = {}
 
     # -- what the call path asks ------------------------------------------------------------
 
@@ -160,6 +169,7 @@ class LoopGuard:
             self._entries.clear()
             self._tools.clear()
             self._detections.clear()
+            self._folded.clear()
 
     # -- detections ---------------------------------------------------------------------------
 
@@ -167,7 +177,7 @@ class LoopGuard:
         tool = UNKNOWN_TOOL if unknown else bounded(call.tool)
         key = (tool, call.agent_name, action)
         with self._lock:
-            self._detections[key] = self._detections.get(key, 0) + 1
+            self._count_detection(key)
         try:
             attributes: dict[str, Any] = {
                 ATTR_TOOL: tool,
@@ -181,12 +191,25 @@ class LoopGuard:
         except Exception:
             logger.debug("otel-breaker: reporting a loop failed", exc_info=True)
 
+    def _count_detection(self, key: DetectionKey) -> None:
+        """One more detection of ``key`` (lock held); past the cap the oldest count is folded."""
+        detections = self._detections
+        detections[key] = detections.get(key, 0) + 1
+        detections.move_to_end(key)
+        while len(detections) > MAX_DETECTION_SERIES:
+            (_, _, action), count = detections.popitem(last=False)
+            folded_key = (OTHER_TOOLS, None, action)
+            self._folded[folded_key] = self._folded.get(folded_key, 0) + count
+
+    def _detection_counts(self) -> list[tuple[DetectionKey, int]]:
+        """Every detection count, the folded ones last (one per action)."""
+        with self._lock:
+            return [*self._detections.items(), *self._folded.items()]
+
     def detections(self, rejected: bool) -> Iterable[tuple[int, dict[str, Any]]]:
         """(count, attributes) of detections the call path did not run (``rejected``)
         or let run (``warn``)."""
-        with self._lock:
-            items = list(self._detections.items())
-        for (tool, agent, action), value in items:
+        for (tool, agent, action), value in self._detection_counts():
             if (action != "warn") is not rejected:
                 continue
             attributes: dict[str, Any] = {ATTR_TOOL: tool, ATTR_LOOP_ACTION: action}
@@ -200,9 +223,7 @@ class LoopGuard:
         """(key, tool, agent, count) of the calls the guard did not run (``reject``, ``stop``):
         each saved a model turn, priced by the token estimator at the prompt size it last
         saw for the tool (``tokens.py``)."""
-        with self._lock:
-            items = list(self._detections.items())
-        for (tool, agent, action), value in items:
+        for (tool, agent, action), value in self._detection_counts():
             if action != "warn":
                 yield ("loop", tool, agent, action), tool, agent, value
 

@@ -264,3 +264,31 @@ def test_telemetry_event_rejected_metric_loops_counter_and_tokens_saved(otel):
     model_calls("eleven", 5)
     assert otel.value("otel_breaker.loops", gen_ai_tool_name="search", otel_breaker_loop_action="warn") == 2
     provider.shutdown()
+
+
+def test_detection_counts_stay_bounded_with_a_hundred_thousand_agents(otel):
+    """One count per (tool, agent, action), at most ``MAX_DETECTION_SERIES`` of them: past
+    that the one detected longest ago is folded into its action's ``_other`` count, so
+    memory and each metric collection stay bounded and no exported total goes down."""
+    import tracemalloc
+
+    agents = 100_000
+    LOOPS.detected(ToolCall("search", agent_name="agent-warmup"), "reject", 3)  # first-use allocations
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    for index in range(agents):
+        LOOPS.detected(ToolCall("search", agent_name=f"agent-{index}"), "reject", 3)
+    grown = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    assert grown < 2_000_000, f"{grown} bytes for {agents} agents"
+    counts = list(LOOPS.detections(True))
+    assert len(counts) == loop_ledger.MAX_DETECTION_SERIES + 1  # the kept ones and the folded one
+    assert sum(value for value, _ in counts) == agents + 1  # nothing lost
+    folded = [attributes for _, attributes in counts if attributes["gen_ai.tool.name"] == "_other"]
+    assert folded == [
+        {"gen_ai.tool.name": "_other", "otel_breaker.loop.action": "reject", "otel_breaker.reason": "loop"}
+    ]
+    rejected = otel.metrics()["otel_breaker.calls.rejected"]
+    points = [point for point in rejected if point.attributes.get("otel_breaker.reason") == "loop"]
+    assert len(points) == loop_ledger.MAX_DETECTION_SERIES + 1
+    assert sum(point.value for point in points) == agents + 1
