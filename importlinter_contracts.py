@@ -6,7 +6,9 @@ siblings; a cycle that runs through a package's ``__init__`` and one of its own
 modules (``pkg`` imports ``pkg.a`` lazily, ``pkg.a`` imports ``pkg``) has no two
 siblings in it, so this contract looks at the whole graph instead. grimp's
 graph holds every import statement, so lazy (function-level) and
-type-checking imports count too.
+type-checking imports count too. The one upward import the package declares (the
+state machine reaching the call path, ``breaker.py``) is named in each contract's
+``ignore_imports`` in ``pyproject.toml``.
 """
 
 from __future__ import annotations

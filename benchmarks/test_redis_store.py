@@ -166,7 +166,7 @@ def test_sync_shared_open(benchmark, deployment):
         breaker = store.create("bench_open", CircuitBreakerConfig())
         _watching(store)
         breaker.force_open(duration=3600)
-        assert breaker.acquire() == REJECTED
+        assert breaker.try_acquire() == REJECTED
         batch = _sync_batch(breaker)
         assert _count_round_trips(ports, batch) == 0.0
         benchmark(batch)
@@ -229,7 +229,7 @@ def test_sync_redis_closed(benchmark, redis_store):
 def test_sync_redis_open_rejects_locally(benchmark, redis_store):
     breaker = redis_store.create("bench_open", CircuitBreakerConfig())
     breaker.force_open(duration=3600)
-    assert breaker.acquire() == REJECTED
+    assert breaker.try_acquire() == REJECTED
     benchmark(_sync_batch(breaker))
     assert redis_store.error_count == 0
 
@@ -279,9 +279,9 @@ def test_async_redis_closed_asyncio_client(benchmark, redis_url):
     _watching(store)
 
     async def one() -> None:
-        permit = await breaker.aacquire()
+        permit = await breaker.atry_acquire()
         await atool()
-        await breaker.arecord(permit, SUCCESS)
+        await breaker.aon_outcome(permit, SUCCESS)
 
     try:
         benchmark(_async_batch(loop, one))

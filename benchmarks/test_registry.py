@@ -27,7 +27,7 @@ def _registry(live: int, max_breakers: int) -> tuple[BreakerRegistry, itertools.
         settings=load_settings({"OTEL_BREAKER_SCOPE": "session"}), clock=_Clock(), max_breakers=max_breakers
     )
     for index in range(live):
-        registry.breaker_for(ToolCall("search", session_id=f"live-{index}")).acquire()  # in flight: not idle
+        registry.breaker_for(ToolCall("search", session_id=f"live-{index}")).try_acquire()  # in flight: not idle
     return registry, itertools.count()
 
 

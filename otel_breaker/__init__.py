@@ -5,12 +5,10 @@ later calls are rejected at once, without running the tool, with a message the
 agent loop understands; after a cooldown one probe tests recovery.
 """
 
-import sys
-import types
+import importlib
 from typing import TYPE_CHECKING, Any
 
-from otel_breaker import listeners as _listeners
-from otel_breaker import loglines as _loglines
+from otel_breaker import loglines  # noqa: F401 - every line of our log bounded from the package's import on
 from otel_breaker._version import __version__
 
 if TYPE_CHECKING:
@@ -28,7 +26,7 @@ if TYPE_CHECKING:
     from otel_breaker.config import ConfigError, load_settings
     from otel_breaker.degrade import Rejection, set_escalation
     from otel_breaker.effects import register_tool_effects
-    from otel_breaker.guard import Guard, ToolTimeoutError, guard
+    from otel_breaker.guards import Guard, ToolTimeoutError, guard
     from otel_breaker.identity import ToolKey, code_origin
     from otel_breaker.loops import ToolLoopError
     from otel_breaker.registry import (
@@ -47,7 +45,7 @@ if TYPE_CHECKING:
 # imports this package when a framework is imported, and a framework's import must
 # not pay for what no tool call needs (health checks, rejection texts, fallbacks).
 _LAZY = {
-    **dict.fromkeys(("Guard", "ToolTimeoutError", "guard"), "otel_breaker.guard"),
+    **dict.fromkeys(("Guard", "ToolTimeoutError", "guard"), "otel_breaker.guards"),
     **dict.fromkeys(
         ("PRESETS", "BreakerStats", "CircuitBreaker", "CircuitBreakerConfig", "CircuitOpenError", "State"),
         "otel_breaker.breaker",
@@ -81,51 +79,14 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'otel_breaker' has no attribute {name!r}")
-    import importlib
-
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
 
 
-class _Package(types.ModuleType):
-    """The package, whose ``guard`` stays the decorator: importing the submodule
-    ``otel_breaker.guard`` sets the package's attribute of that name to the module, and
-    here that assignment binds the decorator the module defines instead."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name == "guard" and isinstance(value, types.ModuleType):
-            value = value.guard
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
-
-
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
-
-def _health_checks(change: Any) -> None:
-    """A breaker that opens gets its configured health check. The health module
-    (asyncio, threads) is loaded on the first transition, not at import."""
-    from otel_breaker import health
-
-    _listeners.remove_global_listener(_health_checks)
-    health.install()  # from now on the monitor hears every transition itself
-    health.MONITOR.on_transition(change)
-
-
-def _load_call_path() -> None:
-    import importlib
-
-    importlib.import_module("otel_breaker.call_path")
-
-
-_listeners.add_global_listener(_health_checks)
-_listeners.CALL_PATH_LOADER.append(_load_call_path)
-if "logging" in sys.modules:  # else at the logger's first use, or when the call path loads
-    _loglines.install()  # every line of our log bounded, whatever a message quotes
 
 __all__ = [
     "PRESETS",
@@ -158,6 +119,7 @@ __all__ = [
     "register_tool_effects",
     "release",
     "reset_all_circuit_breakers",
+    "run",
     "set_escalation",
     "unregister_retry_hint",
 ]

@@ -50,7 +50,6 @@ from otel_breaker.breaker_state import (  # noqa: F401 - importable from here
     remove_global_listener,
 )
 from otel_breaker.classify import FAILURE, IGNORED, SUCCESS  # noqa: F401 - importable from here
-from otel_breaker.listeners import CALL_PATH_LOADER
 
 _CLOSED = State.CLOSED
 _OPEN = State.OPEN
@@ -62,12 +61,34 @@ class CircuitBreaker(StateMachine):
 
     ``call``/``acall`` run a function through it (and it works as a decorator);
     ``try_acquire`` and ``on_success``/``on_failure``/``on_ignored`` are the halves
-    for code that runs the call itself (``acquire``/``record`` are the same halves
-    under their older names). ``storage`` shares its state with other processes
+    for code that runs the call itself. ``storage`` shares its state with other processes
     (see :class:`BreakerStorage`); without one the state lives in this object.
     ``unguarded=True`` makes a breaker that admits and counts every call and never
     moves a state (where a full registry counts the tools it cannot guard).
     """
+
+    def __init__(
+        self,
+        name: str,
+        config: CircuitBreakerConfig | None = None,
+        *,
+        clock: Clock | None = None,
+        agent_name: str | None = None,
+        session_id: str | None = None,
+        storage: BreakerStorage | None = None,
+        unguarded: bool = False,
+    ) -> None:
+        super().__init__(
+            name,
+            config,
+            clock=clock,
+            agent_name=agent_name,
+            session_id=session_id,
+            storage=storage,
+            unguarded=unguarded,
+        )
+        if _call_path is None:  # the first breaker: the call path loads now, never during a call
+            _reach_the_call_path()
 
     # -- introspection ---------------------------------------------------
 
@@ -227,15 +248,15 @@ class CircuitBreaker(StateMachine):
 
     def call(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """Run ``fn`` through the breaker (the call path, as every guarded call)."""
-        return _run(self, fn, args, kwargs)
+        return _call_path.run(self, fn, args, kwargs)
 
     async def acall(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """Run ``fn`` (a coroutine function or a plain one) through the breaker."""
-        return await _arun(self, fn, args, kwargs)
+        return await _call_path.arun(self, fn, args, kwargs)
 
     def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Use the breaker as a decorator on sync and async functions."""
-        return _decorate(self, fn)
+        return _call_path.decorate(self, fn)
 
 
 def _reinit_after_fork() -> None:
@@ -257,29 +278,17 @@ def _counter_value(counter: itertools.count) -> int:
     return int(repr(counter)[6:-1])
 
 
-def _loading(slot: str) -> Callable[..., Any]:
-    """What ``slot`` holds until the call path is loaded: load it (it binds itself through
-    :func:`bind_entrance`), then hand the call over."""
-
-    def first(*args: Any) -> Any:
-        for load in CALL_PATH_LOADER:
-            load()
-        entrance = globals()[slot]
-        if entrance is first:
-            raise RuntimeError("otel_breaker.call_path is not loaded")
-        return entrance(*args)
-
-    return first
+# The call path (``call_path.py``) runs every call a breaker is handed. It sits above
+# this layer, so this is the one place the package imports upward, inside a function
+# (the import-linter contracts name it): the first breaker created loads it, so a
+# breaker's calls import nothing. A call never waits on the import system, whose
+# locks a thread may hold when the process forks.
+_call_path: Any = None
 
 
-# The one entrance (``call_path.py``) binds itself here when it loads: this layer
-# knows nothing above it, and a breaker running a call hands it over.
-_run: Callable[..., Any] = _loading("_run")
-_arun: Callable[..., Any] = _loading("_arun")
-_decorate: Callable[..., Any] = _loading("_decorate")
+def _reach_the_call_path() -> None:
+    """Load the call path (once, when the first breaker is created)."""
+    global _call_path
+    from otel_breaker import call_path
 
-
-def bind_entrance(run: Callable[..., Any], arun: Callable[..., Any], decorate: Callable[..., Any]) -> None:
-    """Where :meth:`CircuitBreaker.call`, ``acall`` and the decorator hand their calls."""
-    global _run, _arun, _decorate
-    _run, _arun, _decorate = run, arun, decorate
+    _call_path = call_path

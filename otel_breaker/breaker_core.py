@@ -61,8 +61,7 @@ class StateMachine:
 
     ``call``/``acall`` run a function through it (and it works as a decorator);
     ``try_acquire`` and ``on_success``/``on_failure``/``on_ignored`` are the halves
-    for code that runs the call itself (``acquire``/``record`` are the same halves
-    under their older names). ``storage`` shares its state with other processes
+    for code that runs the call itself. ``storage`` shares its state with other processes
     (see :class:`BreakerStorage`); without one the state lives in this object.
     ``unguarded=True`` makes a breaker that admits and counts every call and never
     moves a state (where a full registry counts the tools it cannot guard).
@@ -292,12 +291,6 @@ class StateMachine:
         permit = self.generation if self.state is _CLOSED else SHADOW  # type: ignore[attr-defined]
         next(self._request_counter)
         self.on_outcome(permit, outcome)
-
-    # The halves under their first names (code that runs calls itself uses them).
-    acquire = try_acquire
-    aacquire = atry_acquire
-    record = on_outcome
-    arecord = aon_outcome
 
     def _settle(self, permit: Permit, outcome: int) -> None:
         storage = self._storage

@@ -8,7 +8,6 @@ live here; they are all in :class:`otel_breaker.breaker.CircuitBreaker`.
 from __future__ import annotations
 
 import enum
-import logging
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,8 +20,7 @@ from otel_breaker.listeners import (  # noqa: F401 - importable from here, as fr
     add_global_listener,
     remove_global_listener,
 )
-
-logger = logging.getLogger("otel_breaker")
+from otel_breaker.loglines import logger
 
 Clock = Callable[[], float]
 

@@ -21,13 +21,13 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from otel_breaker import call_steps, deadline
+from otel_breaker import call_steps, deadline, health
 from otel_breaker import loops as _loops
 from otel_breaker import retry_policy as _retry_policy
 from otel_breaker import run_budget as _run_budget
 from otel_breaker import upstream as _upstream
 from otel_breaker import upstream_gate as _upstream_gate
-from otel_breaker.breaker import REJECTED, SHADOW, CircuitBreaker, CircuitBreakerConfig, State, bind_entrance
+from otel_breaker.breaker import REJECTED, SHADOW, CircuitBreaker, CircuitBreakerConfig, State
 from otel_breaker.call_steps import (
     ADMIT,
     CALL,
@@ -42,16 +42,19 @@ from otel_breaker.call_steps import (
 )
 from otel_breaker.classify import FAILURE, IGNORED, SUCCESS, UPSTREAM_MARK
 from otel_breaker.latency import LATENCY
-from otel_breaker.loglines import install as _bounded_log_lines
 from otel_breaker.registry import BreakerRegistry, default_registry
 from otel_breaker.telemetry import TELEMETRY
 from otel_breaker.toolcall import ToolCall
 
 # Where a provider appears when one exists (telemetry's slots): while every one holds
 # None nobody watches, and the quick route applies. Read inline: read on every call.
-(_w1, _k1), (_w2, _k2), (_w3, _k3), (_w4, _k4) = TELEMETRY.watch_slots()
+_explicit_slot, _explicit_key = TELEMETRY.watch_slots()[0]
+_tracer_slot, _tracer_key = TELEMETRY.watch_slots()[1]
+_meter_slot, _meter_key = TELEMETRY.watch_slots()[2]
+_logger_slot, _logger_key = TELEMETRY.watch_slots()[3]
 
-_bounded_log_lines()  # from the first call on, every module may log: each line bounded
+# Health checks hear every transition from the first breaker on (it loads this module).
+health.install()
 
 
 #: ``CallPath.observe`` without an output to judge.
@@ -60,7 +63,12 @@ NO_OUTPUT: Any = object()
 
 def quiet() -> bool:
     """True while no telemetry provider exists anywhere (the quick route's condition)."""
-    return _w1.get(_k1) is None and _w2.get(_k2) is None and _w3.get(_k3) is None and _w4.get(_k4) is None
+    return (
+        _explicit_slot.get(_explicit_key) is None
+        and _tracer_slot.get(_tracer_key) is None
+        and _meter_slot.get(_meter_key) is None
+        and _logger_slot.get(_logger_key) is None
+    )
 
 
 def _admit_failed() -> None:
@@ -103,7 +111,12 @@ def run(
     Sync calls are never interrupted: one that runs past ``timeout`` counts as a
     failure when it returns."""
     try:
-        quick = _w1[_k1] is None and _w2[_k2] is None and _w3[_k3] is None and _w4[_k4] is None
+        quick = (
+            _explicit_slot[_explicit_key] is None
+            and _tracer_slot[_tracer_key] is None
+            and _meter_slot[_meter_key] is None
+            and _logger_slot[_logger_key] is None
+        )
     except KeyError:  # a slot whose name was deleted: the full route
         quick = False
     if quick and upstream is None and adapter is None and breaker.plain and not LATENCY.enabled:
@@ -174,7 +187,12 @@ async def arun(
     or a plain one), a store's asyncio client and ``timeout``, at which a
     coroutine is cancelled and counted as a failure."""
     try:
-        quick = _w1[_k1] is None and _w2[_k2] is None and _w3[_k3] is None and _w4[_k4] is None
+        quick = (
+            _explicit_slot[_explicit_key] is None
+            and _tracer_slot[_tracer_key] is None
+            and _meter_slot[_meter_key] is None
+            and _logger_slot[_logger_key] is None
+        )
     except KeyError:
         quick = False
     if (
@@ -295,9 +313,6 @@ def decorate(breaker: CircuitBreaker, fn: Callable[..., Any]) -> Callable[..., A
 
     guarded.breaker = breaker  # type: ignore[attr-defined]
     return guarded
-
-
-bind_entrance(run, arun, decorate)
 
 
 class CallPath:

@@ -1,9 +1,7 @@
-"""The listeners every breaker's transitions reach, and the call path's loader, kept
-apart from the state machine.
+"""The listeners every breaker's transitions reach, kept apart from the state machine.
 
-A module with no imports of its own, so the package can subscribe its health checks
-at import without loading the state machine: a framework imported with
-``OTEL_BREAKER_ENABLED`` pays for nothing a tool call has not needed yet.
+A module with no imports of its own: what subscribes to transitions (telemetry, health
+checks, shared stores) need not load the state machine to do so.
 """
 
 from __future__ import annotations
@@ -31,12 +29,6 @@ def add_follow_listener(listener: Callable[[Any, Any, Any], None]) -> None:
     """Subscribe to changes breakers follow from a shared store (telemetry does)."""
     if listener not in FOLLOW_LISTENERS:
         FOLLOW_LISTENERS.append(listener)
-
-
-#: Loads the call path; the package's ``__init__`` puts it here. A breaker whose program
-#: never imported the call path (``get_circuit_breaker`` then ``breaker.call``) binds its
-#: entrance through it at its first call, so the package's import need not load it.
-CALL_PATH_LOADER: list[Callable[[], Any]] = []
 
 
 def remove_global_listener(listener: Callable[[Any], None]) -> None:

@@ -8,74 +8,50 @@ sequence or other control character. A traceback attached to a debug record keep
 its lines, each bounded the same way. Records below the logger's level are never
 created, so the filter costs nothing for them.
 
-The modules a framework's import loads log through :data:`logger`, which creates the
-logger (and installs the filter) at its first use: ``logging`` costs a framework that
-does not load it itself (LangChain's core) several milliseconds. Everything else
-installs the filter when it loads (the call path, the settings).
+The filter is attached here, where the logger is made, and the package's
+``__init__`` imports this module: whichever of ``logging`` and ``otel_breaker`` a
+program imports first, and whichever module of ours logs, every record of the
+``otel_breaker`` logger passes the filter.
 """
 
 from __future__ import annotations
 
-import sys
-from typing import Any
+import logging
+import traceback
+
+from otel_breaker.sanitize import MAX_STACKTRACE_CHARS, log_line
 
 LOGGER_NAME = "otel_breaker"
 
-_FILTER: list[Any] = []
+
+class BoundedLines(logging.Filter):
+    """Rewrites a record's message (and traceback text) to bounded, clean lines."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a malformed call: logging reports it as it always does
+            return True
+        clean = log_line(message)
+        if clean != message or record.args:
+            record.msg = clean
+            record.args = None
+        if record.exc_info and record.exc_info[1] is not None and not record.exc_text:
+            text = "".join(traceback.format_exception(*record.exc_info))[-MAX_STACKTRACE_CHARS:]
+            record.exc_text = "\n".join(log_line(line) for line in text.splitlines())
+        return True
 
 
-def install() -> Any:
-    """Put the filter on the ``otel_breaker`` logger (once); the logger."""
-    import logging
-    import traceback
+def bounded_logger(name: str = LOGGER_NAME) -> logging.Logger:
+    """The logger ``name`` with the filter on it (added once, whoever asks first).
 
-    from otel_breaker.sanitize import MAX_STACKTRACE_CHARS, log_line
-
-    if not _FILTER:
-
-        class BoundedLines(logging.Filter):
-            """Rewrites a record's message (and traceback text) to bounded, clean lines."""
-
-            def filter(self, record: logging.LogRecord) -> bool:
-                try:
-                    message = record.getMessage()
-                except Exception:  # a malformed call: logging reports it as it always does
-                    return True
-                clean = log_line(message)
-                if clean != message or record.args:
-                    record.msg, record.args = clean, None
-                if record.exc_info and record.exc_info[1] is not None and not record.exc_text:
-                    text = "".join(traceback.format_exception(*record.exc_info))[-MAX_STACKTRACE_CHARS:]
-                    record.exc_text = "\n".join(log_line(line) for line in text.splitlines())
-                return True
-
-        _FILTER.append(BoundedLines())
-    logger = logging.getLogger(LOGGER_NAME)
-    if _FILTER[0] not in logger.filters:
-        logger.addFilter(_FILTER[0])
-    return logger
+    A filter on a logger sees only the records logged on that logger, not those a
+    child logger propagates to it, so every module of ours logs on this one name."""
+    made = logging.getLogger(name)
+    if not any(isinstance(existing, BoundedLines) for existing in made.filters):
+        made.addFilter(BoundedLines())
+    return made
 
 
-class _Logger:
-    """The ``otel_breaker`` logger, made (with the filter) at its first use; each method
-    is looked up once, then read as a plain attribute. Until the program imports
-    ``logging``, no handler and no level can exist to want a debug or info record, so
-    those are dropped without loading it; a warning loads it (and reaches stderr)."""
-
-    def debug(self, msg: Any, *args: Any, **kwargs: Any) -> None:
-        if "logging" in sys.modules:
-            self.__getattr__("debug")(msg, *args, **kwargs)
-
-    def info(self, msg: Any, *args: Any, **kwargs: Any) -> None:
-        if "logging" in sys.modules:
-            self.__getattr__("info")(msg, *args, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        value = getattr(install(), name)
-        if name in ("debug", "info", "warning", "error", "exception", "critical", "log", "isEnabledFor"):
-            self.__dict__[name] = value
-        return value
-
-
-#: The ``otel_breaker`` logger for the modules a framework's import loads.
-logger: Any = _Logger()
+#: The ``otel_breaker`` logger every module of the package logs on.
+logger = bounded_logger()

@@ -33,11 +33,11 @@ Every detection emits the log-based event ``otel_breaker.loop`` and counts in
 from __future__ import annotations
 
 import inspect
-import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from otel_breaker import rejection
+from otel_breaker.breaker import CircuitOpenError, State
 from otel_breaker.call_steps import judge_error_result
 from otel_breaker.classify import (
     FAILURE,
@@ -49,16 +49,17 @@ from otel_breaker.classify import (
     judge_exception,
     result_text,
 )
+from otel_breaker.config import get_settings
+from otel_breaker.loglines import logger
+from otel_breaker.loop_ledger import LOOPS, reset  # noqa: F401 - importable from here
 from otel_breaker.loop_signature import MAX_ERROR_CHARS, arguments_of, signature
 from otel_breaker.retry_policy import outcome_unknown, tool_effects
 from otel_breaker.sanitize import bounded, safe_name, sanitize
 from otel_breaker.toolcall import ToolCall
 
 if TYPE_CHECKING:
-    from otel_breaker.breaker import CircuitBreaker, CircuitBreakerConfig, CircuitOpenError
-    from otel_breaker.loop_ledger import LoopGuard
+    from otel_breaker.breaker import CircuitBreaker, CircuitBreakerConfig
 
-logger = logging.getLogger("otel_breaker")
 
 # The outcome kinds of ``loop_count``.
 MISTAKES = "mistakes"
@@ -114,8 +115,6 @@ class LoopRejection(rejection.Rejection):
         # No breaker for a name no tool has: the rejection needs none of its state.
         self.breaker = breaker  # type: ignore[assignment]
         self.call = call
-        from otel_breaker.breaker import State
-
         self.state = State.CLOSED
         self._retry_after = None
         self._alternatives = ()
@@ -153,8 +152,6 @@ class LoopRejection(rejection.Rejection):
 
     @property
     def error(self) -> Callable[[], CircuitOpenError]:
-        from otel_breaker.breaker import CircuitOpenError, State
-
         return lambda: CircuitOpenError(self.call.tool, State.CLOSED, None, self.message)
 
     def as_dict(self) -> dict[str, Any]:
@@ -163,28 +160,6 @@ class LoopRejection(rejection.Rejection):
             {"circuit_open": False, "loop": True, "count": self.count, "retry_after_s": None, "alternatives": []}
         )
         return result
-
-
-_LEDGER: list[LoopGuard] = []
-
-
-def _ledger() -> LoopGuard:
-    """The process's loop ledger, loaded with the first call the loop guard sees (its
-    telemetry comes with it): adapters import this module when a framework is imported."""
-    if not _LEDGER:
-        from otel_breaker.loop_ledger import LOOPS
-
-        _LEDGER.append(LOOPS)
-    return _LEDGER[0]
-
-
-def __getattr__(name: str) -> Any:
-    """``LOOPS`` and ``reset`` of :mod:`otel_breaker.loop_ledger`, importable from here."""
-    if name in ("LOOPS", "reset"):
-        from otel_breaker import loop_ledger
-
-        return getattr(loop_ledger, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # -- the call path's questions ---------------------------------------------------------------
@@ -284,10 +259,10 @@ class Watch:
     def ended(self, kind: str | None, error: str | None) -> None:
         try:
             if kind == "success":
-                if _ledger().might_repeat(self.scope, self.call.tool):
-                    _ledger().succeeded(self.scope, self.signature())
+                if LOOPS.might_repeat(self.scope, self.call.tool):
+                    LOOPS.succeeded(self.scope, self.signature())
             elif kind is not None and kind in self.kinds:
-                _ledger().counted(self.scope, self.call.tool, self.signature(), error)
+                LOOPS.counted(self.scope, self.call.tool, self.signature(), error)
         except Exception:
             logger.debug("otel-breaker: loop bookkeeping failed", exc_info=True)
 
@@ -335,7 +310,7 @@ def enter(call: ToolCall, breaker: CircuitBreaker, adapter: Any, args: tuple, kw
     stop: tuple[str, int, str | None] | None = None
     try:
         config: CircuitBreakerConfig = breaker.config
-        ledger = _ledger()
+        ledger = LOOPS
         scope = ledger.scope(call)
         sig = None
         if ledger.might_repeat(scope, call.tool):
@@ -415,7 +390,7 @@ _UNKNOWN_PREFIX = "\0unknown:"
 
 
 def _unknown_key(call: ToolCall) -> tuple[str, str]:
-    return _ledger().scope(call), _UNKNOWN_PREFIX + bounded(call.tool)
+    return LOOPS.scope(call), _UNKNOWN_PREFIX + bounded(call.tool)
 
 
 def check_unknown(call: ToolCall, adapter: Any) -> Any:
@@ -423,15 +398,13 @@ def check_unknown(call: ToolCall, adapter: Any) -> Any:
     (``adapter.rejection``); raises :class:`ToolLoopError` under ``stop``."""
     stop = None
     try:
-        from otel_breaker.config import get_settings
-
         config = get_settings().defaults
         scope, name = _unknown_key(call)
-        if not _ledger().might_repeat(scope, name):
+        if not LOOPS.might_repeat(scope, name):
             return RUN
-        count, last_error = _ledger().count(scope, signature(name, None))
+        count, last_error = LOOPS.count(scope, signature(name, None))
         if count >= config.loop_limit:
-            _ledger().detected(call, config.loop_action, count, unknown=True)
+            LOOPS.detected(call, config.loop_action, count, unknown=True)
             if config.loop_action != "warn":
                 stop = (config.loop_action, count, last_error)
     except Exception:
@@ -448,12 +421,10 @@ def check_unknown(call: ToolCall, adapter: Any) -> Any:
 def unknown_tool_called(call: ToolCall, error: str | None) -> None:
     """A call to a name no tool has was answered as such: a mistake of the model."""
     try:
-        from otel_breaker.config import get_settings
-
         if MISTAKES not in get_settings().defaults.loop_count:
             return
         scope, name = _unknown_key(call)
-        _ledger().counted(scope, name, signature(name, None), error)
+        LOOPS.counted(scope, name, signature(name, None), error)
     except Exception:
         logger.debug("otel-breaker: loop bookkeeping failed", exc_info=True)
 

@@ -15,7 +15,9 @@ ours for the same tool (a framework's native span of a call we guarded).
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import weakref
 from collections import OrderedDict
 from typing import Any
 
@@ -30,7 +32,7 @@ from otel_breaker.registry import BreakerRegistry, default_registry
 from otel_breaker.semconv import ATTR_AGENT, ATTR_GUARDED
 from otel_breaker.telemetry import TELEMETRY
 from otel_breaker.tokens import TokenEstimator
-from otel_breaker.toolcall import ToolCall
+from otel_breaker.toolcall import ToolCall, active_call
 
 logger = logging.getLogger("otel_breaker")
 
@@ -144,6 +146,7 @@ class _LRUSet:
         self._items: OrderedDict[Any, None] = OrderedDict()
         self._size = size
         self._lock = threading.Lock()
+        _LRU_SETS.add(self)
 
     def add(self, item: Any) -> None:
         with self._lock:
@@ -213,8 +216,6 @@ class BreakerSpanProcessor(SpanProcessor):
     def _inside_guarded_call(tool: str) -> bool:
         """A foreign span ending inside one of our calls of the same tool: our
         guarded span is still open, so the parent check above cannot see it yet."""
-        from otel_breaker.toolcall import active_call
-
         active = active_call()
         return active is not None and active.tool == tool
 
@@ -241,6 +242,20 @@ class BreakerSpanProcessor(SpanProcessor):
 
 
 _attached_lock = threading.Lock()
+#: Every processor's set of guarded spans, for the at-fork handler below.
+_LRU_SETS: weakref.WeakSet[_LRUSet] = weakref.WeakSet()
+
+
+def _reinit_after_fork() -> None:
+    """A lock another thread held at a fork stays held in the child: replace them."""
+    global _attached_lock
+    _attached_lock = threading.Lock()
+    for lru in list(_LRU_SETS):
+        lru._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_reinit_after_fork)
 
 
 def attach(provider: Any, processor: BreakerSpanProcessor | None = None) -> bool:

@@ -40,7 +40,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import inspect
-import logging
 import os
 import threading
 import time
@@ -53,6 +52,7 @@ from typing import Any
 from otel_breaker.breaker import CircuitBreaker, CircuitBreakerConfig, Clock, all_breakers
 from otel_breaker.config import Settings, get_settings
 from otel_breaker.identity import ToolKey
+from otel_breaker.loglines import logger
 from otel_breaker.registry_bounds import (  # noqa: F401 - importable from here
     OTHER_TOOLS,
     UNGUARDED_TOOL,
@@ -63,8 +63,6 @@ from otel_breaker.registry_bounds import (  # noqa: F401 - importable from here
 from otel_breaker.store import BreakerStore, store_from_url
 from otel_breaker.store.memory import MemoryStore
 from otel_breaker.toolcall import ToolCall, agent_display_name
-
-logger = logging.getLogger("otel_breaker")
 
 SESSION_IDLE_SECONDS = 3600.0
 #: Sessions looked at per new session for idleness: the bound on the work it does.

@@ -13,14 +13,12 @@ never go backwards.
 
 from __future__ import annotations
 
-import logging
 from collections import OrderedDict
 from collections.abc import Iterable
 from typing import Any
 
 from otel_breaker.breaker import CircuitBreaker, CircuitBreakerConfig, Clock
-
-logger = logging.getLogger("otel_breaker")
+from otel_breaker.loglines import logger
 
 #: Tool name under which calls that ran unguarded past the cap are counted.
 UNGUARDED_TOOL = "_unguarded"

@@ -26,9 +26,11 @@ The back-off sleeps through :data:`TIMING`, which tests replace
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -122,6 +124,19 @@ def set_retry_timing(
     TIMING = Timing(sleep or time.sleep, asleep, jitter or random.random)
 
 
+#: Every retry budget, for the at-fork handler below.
+_BUDGETS: weakref.WeakSet[RetryBudget] = weakref.WeakSet()
+
+
+def _reinit_after_fork() -> None:
+    for budget in list(_BUDGETS):
+        budget.reinit_after_fork()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_reinit_after_fork)
+
+
 class RetryBudget:
     """Retries of one breaker (a tool's or an upstream's) over the last :data:`BUDGET_WINDOW` seconds.
 
@@ -130,7 +145,7 @@ class RetryBudget:
     and spreads the calls since the previous decision evenly over the time between.
     The first decision knows only its own call, so a budget starts with the reserve."""
 
-    __slots__ = ("_last_ran", "_lock", "_spans", "retries")
+    __slots__ = ("__weakref__", "_last_ran", "_lock", "_spans", "retries")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -139,6 +154,11 @@ class RetryBudget:
         #: Times of the retries made within the window.
         self.retries: deque[float] = deque()
         self._last_ran: tuple[float, int] | None = None
+        _BUDGETS.add(self)
+
+    def reinit_after_fork(self) -> None:
+        """A lock another thread held at a fork stays held in the child: replace it."""
+        self._lock = threading.Lock()
 
     def _calls(self, now: float, ran: int) -> float:
         window_start = now - BUDGET_WINDOW

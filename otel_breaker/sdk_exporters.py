@@ -10,8 +10,10 @@ says once when they work again.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +50,7 @@ class CollectorWatch:
         self._clock = clock
         self._pause = pause
         self._lock = threading.Lock()
+        _WATCHES.add(self)
         self._paused_until: float | None = None
         self.warned = False
         self.closing = False
@@ -87,6 +90,20 @@ class CollectorWatch:
             self.warned = False
         if was_down:
             logger.warning("otel-breaker: OpenTelemetry export works again")
+
+
+#: Every collector watch, for the at-fork handler below.
+_WATCHES: weakref.WeakSet[CollectorWatch] = weakref.WeakSet()
+
+
+def _reinit_after_fork() -> None:
+    """A lock another thread held at a fork stays held in the child: replace them."""
+    for watch in list(_WATCHES):
+        watch._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_reinit_after_fork)
 
 
 class WatchedExporter:

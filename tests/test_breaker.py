@@ -142,20 +142,20 @@ def test_only_half_open_max_calls_probes_at_once(clock):
     breaker = make(clock, failure_threshold=1, recovery_timeout=5, half_open_max_calls=2)
     trip(breaker, 1)
     clock.advance(5)
-    first, second, third = breaker.acquire(), breaker.acquire(), breaker.acquire()
+    first, second, third = breaker.try_acquire(), breaker.try_acquire(), breaker.try_acquire()
     assert isinstance(first, tuple) and isinstance(second, tuple)
     assert third == REJECTED
 
 
 def test_a_result_from_before_the_opening_is_never_a_probe_result(clock):
     breaker = make(clock, failure_threshold=1, recovery_timeout=5, success_threshold=1)
-    slow_permit = breaker.acquire()
+    slow_permit = breaker.try_acquire()
     trip(breaker, 1)
     clock.advance(5)
-    probe = breaker.acquire()
-    breaker.record(slow_permit, SUCCESS)  # the slow call admitted while closed returns now
+    probe = breaker.try_acquire()
+    breaker.on_outcome(slow_permit, SUCCESS)  # the slow call admitted while closed returns now
     assert breaker.state is State.HALF_OPEN
-    breaker.record(probe, SUCCESS)
+    breaker.on_outcome(probe, SUCCESS)
     assert breaker.state is State.CLOSED
 
 
@@ -163,14 +163,14 @@ def test_a_hung_probe_lease_expires_after_the_timeout(clock):
     breaker = make(clock, failure_threshold=1, recovery_timeout=5, timeout=3, success_threshold=1)
     trip(breaker, 1)
     clock.advance(5)
-    hung = breaker.acquire()
-    assert breaker.acquire() == REJECTED
+    hung = breaker.try_acquire()
+    assert breaker.try_acquire() == REJECTED
     clock.advance(3.5)
-    probe = breaker.acquire()
+    probe = breaker.try_acquire()
     assert isinstance(probe, tuple)
-    breaker.record(hung, SUCCESS)  # too late: its lease is gone
+    breaker.on_outcome(hung, SUCCESS)  # too late: its lease is gone
     assert breaker.state is State.HALF_OPEN
-    breaker.record(probe, SUCCESS)
+    breaker.on_outcome(probe, SUCCESS)
     assert breaker.state is State.CLOSED
 
 
@@ -179,14 +179,14 @@ def test_a_hung_probe_lease_expires_without_a_timeout_too(clock):
     assert breaker.config.timeout is None
     trip(breaker, 1)
     clock.advance(5)
-    hung = breaker.acquire()
+    hung = breaker.try_acquire()
     assert isinstance(hung, tuple)
     clock.advance(PROBE_LEASE_SECONDS - 1)
-    assert breaker.acquire() == REJECTED  # the probe may still answer
+    assert breaker.try_acquire() == REJECTED  # the probe may still answer
     clock.advance(2)
-    probe = breaker.acquire()
+    probe = breaker.try_acquire()
     assert isinstance(probe, tuple)  # the hung probe no longer holds the slot
-    breaker.record(probe, SUCCESS)
+    breaker.on_outcome(probe, SUCCESS)
     assert breaker.state is State.CLOSED
 
 
@@ -387,7 +387,7 @@ def test_observe_mode_never_blocks_but_counts_what_it_would_reject(clock):
     breaker = make(clock, failure_threshold=2, recovery_timeout=10, mode="observe")
     trip(breaker, 2)
     assert breaker.state is State.OPEN
-    assert breaker.acquire() == SHADOW
+    assert breaker.try_acquire() == SHADOW
     ran = []
     assert breaker.call(lambda: ran.append(1) or "ran") == "ran"
     assert ran == [1]
@@ -484,5 +484,5 @@ def test_bad_config_values_are_named(options, message):
 def test_record_outcomes_directly(clock):
     breaker = make(clock, failure_threshold=2)
     for outcome in (FAILURE, IGNORED, FAILURE):
-        breaker.record(breaker.acquire(), outcome)
+        breaker.on_outcome(breaker.try_acquire(), outcome)
     assert breaker.state is State.OPEN

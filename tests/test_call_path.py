@@ -14,7 +14,7 @@ from otel_breaker.call_path import CallPath
 from otel_breaker.classify import FAILURE, SUCCESS, ApprovalDeniedError
 from otel_breaker.config import load_settings, set_settings
 from otel_breaker.fallback import acall_with_fallback, call_with_fallback
-from otel_breaker.guard import Guard
+from otel_breaker.guards import Guard
 from otel_breaker.registry import BreakerRegistry
 from otel_breaker.rejection import set_escalation
 from otel_breaker.toolcall import ToolCall

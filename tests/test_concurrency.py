@@ -174,7 +174,7 @@ def _closing_between_read_and_lock(breaker: CircuitBreaker, probe) -> None:
 
     def close() -> None:
         breaker._lock = real
-        breaker.record(probe, 0)  # SUCCESS
+        breaker.on_outcome(probe, 0)  # SUCCESS
 
     breaker._lock = _LockWithHook(real, close)
 
@@ -185,11 +185,11 @@ def test_admission_under_the_lock_decides_from_the_state_found_there(clock):
     )
     breaker.force_open(10)
     clock.advance(11)
-    probe = breaker.acquire()  # the half-open probe
+    probe = breaker.try_acquire()  # the half-open probe
     assert isinstance(probe, tuple) and breaker.state is State.HALF_OPEN
     _closing_between_read_and_lock(breaker, probe)
-    permit = breaker.acquire()  # read HALF_OPEN unlocked; CLOSED once it holds the lock
+    permit = breaker.try_acquire()  # read HALF_OPEN unlocked; CLOSED once it holds the lock
     assert breaker.state is State.CLOSED
     assert permit == breaker.generation  # a plain closed-state permit, not a probe lease or a rejection
-    breaker.record(permit, 1)  # FAILURE: its outcome counts (it used to be dropped)
+    breaker.on_outcome(permit, 1)  # FAILURE: its outcome counts (it used to be dropped)
     assert breaker.state is State.OPEN

@@ -13,7 +13,7 @@ from otel_breaker import degrade
 from otel_breaker.breaker import CircuitBreaker, CircuitBreakerConfig, CircuitOpenError, State
 from otel_breaker.classify import ApprovalDeniedError
 from otel_breaker.config import Settings, load_settings, set_settings
-from otel_breaker.guard import Guard, guard
+from otel_breaker.guards import Guard, guard
 from otel_breaker.registry import default_registry, get_circuit_breaker
 from otel_breaker.toolcall import ToolCall
 
@@ -61,7 +61,7 @@ def test_status_block_lists_open_and_half_open_tools_with_retry_times(clock):
     probe = open_tool("run_code", CircuitBreakerConfig(failure_threshold=1, recovery_timeout=5.0))
     default_registry().get("fetch_page")  # closed: not listed
     clock.now += 6
-    assert probe.acquire() != -1  # cooldown elapsed: this call is the probe, now half-open
+    assert probe.try_acquire() != -1  # cooldown elapsed: this call is the probe, now half-open
     assert probe.state is State.HALF_OPEN
 
     block = degrade.tool_status_block()

@@ -9,8 +9,12 @@ background machinery in the child.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 import traceback
@@ -227,3 +231,132 @@ def test_children_forked_while_a_thread_records_sdk_metrics_all_finish_their_cal
     assert (len(hung), len(failed)) == (0, 0), f"of {CHILDREN} forked children, {len(hung)} hung, {len(failed)} failed"
     # the parent's recording still works after the forks
     assert otel.value("gen_ai.execute_tool.duration", gen_ai_tool_name="recorded_in_parent") > 0
+
+
+#: A fresh interpreter that imports only the package and the breaker (nothing of the
+#: call path yet), starts threads that drive breakers through every transition (failures
+#: open them, a probe after the injected clock passes the cooldown closes them), and
+#: forks children while those threads make their very first calls. Each child makes one
+#: breaker call and exits; the parent waits for all of them at once, up to a bound, and
+#: prints how many hung and how many failed.
+STORM = textwrap.dedent(
+    """
+    import json, os, signal, sys, threading, time
+
+    CHILDREN, BOUND = int(sys.argv[1]), float(sys.argv[2])
+    if sys.argv[3] == "sdk":
+        from opentelemetry import metrics, trace
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+        tracer_provider = TracerProvider()
+        tracer_provider.add_span_processor(SimpleSpanProcessor(InMemorySpanExporter()))
+        trace.set_tracer_provider(tracer_provider)
+        metrics.set_meter_provider(MeterProvider(metric_readers=[InMemoryMetricReader()]))
+
+    from otel_breaker import CircuitBreaker, CircuitBreakerConfig, CircuitOpenError
+
+
+    class ManualClock:
+        def __init__(self):
+            self.now = 1000.0
+
+        def __call__(self):
+            return self.now
+
+
+    class Down(Exception):
+        pass
+
+
+    def fail():
+        raise Down
+
+
+    def succeed():
+        return 1
+
+
+    def drive(stop, breaker, clock):
+        while not stop.is_set():
+            for _ in range(2):  # the second failure opens it
+                try:
+                    breaker.call(fail)
+                except (Down, CircuitOpenError):
+                    pass
+            clock.now += 10  # past the cooldown: the next call is the half-open probe
+            try:
+                breaker.call(succeed)
+            except CircuitOpenError:
+                pass
+
+
+    stop = threading.Event()
+    breakers, threads = [], []
+    for index in range(4):
+        clock = ManualClock()
+        config = CircuitBreakerConfig(failure_threshold=2, recovery_timeout=5)
+        breaker = CircuitBreaker(f"storm-{index}", config, clock=clock)
+        breakers.append(breaker)
+        threads.append(threading.Thread(target=drive, args=(stop, breaker, clock), daemon=True))
+    for thread in threads:
+        thread.start()
+    pids = []
+    for number in range(CHILDREN):
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                try:
+                    breakers[number % len(breakers)].call(succeed)
+                except CircuitOpenError:
+                    pass
+                code = 0
+            finally:
+                os._exit(code)
+        pids.append(pid)
+        time.sleep(0.003)  # the threads run between forks
+    stop.set()
+    for thread in threads:
+        thread.join()
+    waiting, failed = set(pids), 0
+    deadline = time.monotonic() + BOUND  # the children run side by side: one bound for all
+    while waiting and time.monotonic() < deadline:
+        for pid in list(waiting):
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                waiting.discard(pid)
+                failed += os.waitstatus_to_exitcode(status) != 0
+        time.sleep(0.02)  # polling child processes, bounded by the deadline
+    for pid in waiting:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    opened = sum(breaker.stats.opened_count for breaker in breakers)
+    print(json.dumps({"hung": len(waiting), "failed": failed, "opened": opened}))
+    """
+)
+#: The bound on all the children of one round together (a busy machine is slow, a hung child never ends).
+STORM_BOUND = 60.0
+
+
+@pytest.mark.parametrize("round_number", range(10))
+@pytest.mark.parametrize("sdk", ["no-sdk", "sdk"])
+def test_children_forked_during_the_first_calls_of_threads_never_hang(sdk, round_number):
+    """No import and no lock a thread may hold lies on a breaker call's path: a child
+    forked while other threads make their first calls (and move their breakers
+    between states) makes its own call and exits. Each round is a fresh interpreter,
+    so a hang there cannot stop this suite."""
+    done = subprocess.run(
+        [sys.executable, "-c", STORM, str(CHILDREN), str(STORM_BOUND), sdk],
+        capture_output=True,
+        text=True,
+        timeout=STORM_BOUND + 120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    assert figures["opened"] > 0  # the threads did move their breakers
+    assert (figures["hung"], figures["failed"]) == (0, 0), f"of {CHILDREN} forked children: {figures}"

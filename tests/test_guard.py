@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import subprocess
+import sys
 
 import pytest
 
@@ -284,3 +286,15 @@ def test_registry_holds_breakers_per_call():
     Guard().call(ToolCall("a"), lambda: 1)
     Guard().call(ToolCall("b"), lambda: 1)
     assert {b.name for b in default_registry().breakers()} == {"a", "b"}
+
+
+def test_the_decorator_and_its_module_have_names_of_their_own():
+    """``otel_breaker.guard`` is the decorator, whichever is imported first; the module is ``guards``."""
+    program = (
+        "import types, otel_breaker.guards as module, otel_breaker; "
+        "assert isinstance(module, types.ModuleType) and module.__name__ == 'otel_breaker.guards'; "
+        "assert otel_breaker.guard is module.guard and not isinstance(otel_breaker.guard, types.ModuleType); "
+        "print('ok')"
+    )
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120, check=False)
+    assert done.stdout.strip() == "ok", done.stderr[-2000:]

@@ -8,6 +8,7 @@ wrong, and a bounded piece of the value), never echoed whole.
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import logging
 import os
 import subprocess
@@ -107,3 +108,55 @@ def test_the_log_filter_bounds_lines_that_bypass_the_configuration(caplog):
     assert len(message) <= MAX_LOG_CHARS
     assert message == log_line(message)
     assert message.startswith("otel-breaker: ")
+
+
+#: A state listener that fails with a long message full of escape sequences, in a fresh
+#: interpreter that imports ``logging`` and ``otel_breaker.breaker`` in the order asked.
+#: Prints each record of the root logger's handler as its handler wrote it.
+FAILING_LISTENER = textwrap.dedent(
+    """
+    import json, sys
+
+    if sys.argv[1] == "package-first":
+        import otel_breaker.breaker as breaker_module
+        import logging
+    else:
+        import logging
+        import otel_breaker.breaker as breaker_module
+
+
+    class Kept(logging.Handler):
+        def __init__(self):
+            super().__init__()
+            self.lines = []
+
+        def emit(self, record):
+            self.lines.append(self.format(record))
+
+
+    kept = Kept()
+    logging.getLogger().addHandler(kept)
+    breaker = breaker_module.CircuitBreaker("listened_tool")
+
+
+    def failing(change):
+        raise RuntimeError("\\x1b[31mred\\x1b[0m " + "very long reason " * 400)
+
+
+    breaker.on_state_change(failing)
+    breaker.force_open()
+    print(json.dumps(kept.lines))
+    """
+)
+
+
+@pytest.mark.parametrize("order", ["logging-first", "package-first"])
+def test_a_failing_listener_logs_one_bounded_clean_record_whatever_the_import_order(order):
+    done = subprocess.run(
+        [sys.executable, "-c", FAILING_LISTENER, order], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    (record,) = json.loads(done.stdout)
+    assert record.startswith("otel-breaker: state listener")
+    assert len(record) <= 1_100, len(record)
+    assert "\x1b" not in record

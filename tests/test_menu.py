@@ -10,7 +10,7 @@ from otel_breaker.registry import default_registry
 
 def _open(name: str) -> None:
     breaker = default_registry().get(name, CircuitBreakerConfig(failure_threshold=1, recovery_timeout=30))
-    breaker.record(breaker.acquire(), FAILURE)
+    breaker.on_outcome(breaker.try_acquire(), FAILURE)
 
 
 def test_off_by_default_returns_the_same_object(registry_clock, monkeypatch):
@@ -42,7 +42,7 @@ def test_source_keeps_same_named_tools_apart(registry_clock, monkeypatch):
 
     config = CircuitBreakerConfig(failure_threshold=1, recovery_timeout=30)
     breaker = default_registry().breaker_for(ToolCall(tool="search", source="a"), config)
-    breaker.record(breaker.acquire(), FAILURE)
+    breaker.on_outcome(breaker.try_acquire(), FAILURE)
     assert menu.is_hidden("search", "a") and not menu.is_hidden("search", "b") and not menu.is_hidden("search")
 
 

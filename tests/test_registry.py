@@ -73,7 +73,7 @@ def test_instance_scope_breakers_are_pruned_when_the_agent_is_collected():
     baseline = len(registry)
     for index in range(100_000):
         agent = Agent(f"agent-{index}")
-        registry.breaker_for(ToolCall("search", agent=agent, agent_name=agent.name)).record(0, 0)
+        registry.breaker_for(ToolCall("search", agent=agent, agent_name=agent.name)).on_outcome(0, 0)
         del agent
     gc.collect()
     assert len(registry) == baseline
@@ -166,7 +166,7 @@ def test_session_scope_past_the_cap_keeps_memory_bounded(clock):
     registry = BreakerRegistry(settings=load_settings({"OTEL_BREAKER_SCOPE": "session"}), clock=clock, max_breakers=50)
     for i in range(5000):
         breaker = registry.breaker_for(ToolCall("search", session_id=f"s{i}"))
-        breaker.acquire()  # a call in flight: not idle
+        breaker.try_acquire()  # a call in flight: not idle
     assert len(registry) == 50
     assert len(registry._by_session) <= 50
     assert len(registry._session_seen) <= 50 and len(registry._session_order) <= 50

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from otel_breaker import CircuitBreaker, CircuitBreakerConfig, ToolCall
 from otel_breaker.call_path import run as run_sync
-from otel_breaker.guard import Guard
+from otel_breaker.guards import Guard
 from otel_breaker.registry import get_circuit_breaker
 from otel_breaker.sanitize import (
     MAX_ATTRIBUTE_CHARS,

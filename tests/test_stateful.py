@@ -25,7 +25,7 @@ from otel_breaker.breaker import PROBE_LEASE_SECONDS, REJECTED
 from otel_breaker.call_path import CallPath
 from otel_breaker.classify import FAILURE, IGNORED, SUCCESS, ApprovalDeniedError
 from otel_breaker.fallback import acall_with_fallback, call_with_fallback
-from otel_breaker.guard import Guard
+from otel_breaker.guards import Guard
 from otel_breaker.registry import BreakerRegistry
 from otel_breaker.toolcall import ToolCall
 
@@ -144,9 +144,9 @@ class BreakerMachine(RuleBasedStateMachine):
 
     def run_call(self, outcome: int) -> bool:
         """One call ending with ``outcome``; returns whether it was rejected."""
-        permit = self.breaker.acquire()
+        permit = self.breaker.try_acquire()
         if permit != REJECTED:
-            self.breaker.record(permit, outcome)
+            self.breaker.on_outcome(permit, outcome)
         return permit == REJECTED
 
     @rule(outcome=outcomes)
@@ -162,7 +162,7 @@ class BreakerMachine(RuleBasedStateMachine):
 
     @rule()
     def hold(self):
-        permit = self.breaker.acquire()
+        permit = self.breaker.try_acquire()
         expected = self.model.acquire(self.now)
         assert (permit == REJECTED) == (expected is None)
         if expected is not None:
@@ -172,7 +172,7 @@ class BreakerMachine(RuleBasedStateMachine):
     @rule(index=st.integers(0, 10), outcome=outcomes)
     def finish_held(self, index, outcome):
         permit, expected = self.held.pop(index % len(self.held))
-        self.breaker.record(permit, outcome)
+        self.breaker.on_outcome(permit, outcome)
         self.model.record(expected, outcome, self.now)
 
     @rule(seconds=st.sampled_from([0.5, 1, 5, 10, 25, 60]))
@@ -496,13 +496,13 @@ def test_a_probe_lease_lives_up_to_its_limit_inclusive(shared):
     else:
         breaker = CircuitBreaker("lease", config, clock=lambda: now[0])
     try:
-        breaker.record(breaker.acquire(), FAILURE)
+        breaker.on_outcome(breaker.try_acquire(), FAILURE)
         now[0] = 1.0
-        probe = breaker.acquire()
+        probe = breaker.try_acquire()
         assert probe != REJECTED and breaker.state is State.HALF_OPEN
         now[0] = 1.0 + PROBE_LEASE_SECONDS
-        assert breaker.acquire() == REJECTED  # the slot is still the probe's
-        breaker.record(probe, SUCCESS)
+        assert breaker.try_acquire() == REJECTED  # the slot is still the probe's
+        breaker.on_outcome(probe, SUCCESS)
         assert breaker.state is State.CLOSED
     finally:
         if shared:

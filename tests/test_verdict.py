@@ -27,7 +27,7 @@ from otel_breaker.classify import (
     judge_text,
 )
 from otel_breaker.config import load_settings, set_settings
-from otel_breaker.guard import Guard
+from otel_breaker.guards import Guard
 from otel_breaker.streaks import error_shape
 from otel_breaker.toolcall import ToolCall
 

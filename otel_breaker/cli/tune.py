@@ -220,14 +220,14 @@ def replay(outcomes: list[Outcome], base: Any, threshold: int, cooldown: float, 
     recorded = {SUCCESS: classify.SUCCESS, FAILURE: classify.FAILURE}
     for outcome in outcomes:
         clock.now = outcome.ts
-        permit = breaker.acquire()
+        permit = breaker.try_acquire()
         if permit == REJECTED:
             if outcome.ok:
                 result.wrongly_rejected += 1
             elif outcome.failed:
                 result.avoided += 1
         else:
-            breaker.record(permit, recorded.get(outcome.kind, classify.IGNORED))
+            breaker.on_outcome(permit, recorded.get(outcome.kind, classify.IGNORED))
         closed = breaker.state is State.CLOSED
         if not closed and outcome.ok and healthy_since is None:
             healthy_since = outcome.ts

@@ -15,6 +15,7 @@ import threading
 from dataclasses import fields, replace
 from typing import Any
 
+from otel_breaker import loglines  # noqa: F401 - a bad setting is logged in one bounded line
 from otel_breaker.config.environment import CODE_SOURCES, KNOWN_VARIABLES, PREFIX, describe_sources, load_settings
 from otel_breaker.config.settings import ConfigError, Settings
 from otel_breaker.config.values import (
@@ -26,13 +27,9 @@ from otel_breaker.config.values import (
     parse_upstreams,
     validate_tool_name,
 )
-from otel_breaker.loglines import install as _bounded_log_lines
 
 _lock = threading.Lock()
 _settings: Settings | None = None
-
-
-_bounded_log_lines()  # a bad setting is logged in one bounded line
 
 
 def _reinit_after_fork() -> None:

@@ -23,7 +23,7 @@ from otel_breaker.loglines import logger
 
 if TYPE_CHECKING:
     from otel_breaker.degrade import Rejection
-    from otel_breaker.guard import Guard
+    from otel_breaker.guards import Guard
 
 from otel_breaker.toolcall import (  # noqa: F401 - adapters import them from here
     GuardedCall,
@@ -212,7 +212,7 @@ class FrameworkAdapter:
     def guard(self) -> Guard:
         """The process's guard, loaded at the first tool call: patching at a framework's
         import loads none of the call path."""
-        from otel_breaker.guard import default_guard
+        from otel_breaker.guards import default_guard
 
         return default_guard()
 

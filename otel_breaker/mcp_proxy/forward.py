@@ -7,7 +7,7 @@ instructions and capabilities (with several servers, the proxy's name and the
 union of their capabilities).
 
 ``tools/call`` takes the same guarded call path as a tool called in-process
-(:meth:`otel_breaker.guard.Guard.acall`), with the MCP adapter's outcomes: an
+(:meth:`otel_breaker.guards.Guard.acall`), with the MCP adapter's outcomes: an
 ``isError`` result and a transport failure count; an unknown tool and arguments
 the server's schema rejects are neutral; the server is the tool's source, so its
 upstream breaker counts its transport failures together. A rejection is the
@@ -45,7 +45,7 @@ from otel_breaker import __version__
 from otel_breaker.breaker_config import CircuitBreakerConfig
 from otel_breaker.call_steps import OutcomeUnknownError
 from otel_breaker.classify import is_transport_error
-from otel_breaker.guard import Guard, default_guard
+from otel_breaker.guards import Guard, default_guard
 from otel_breaker.instrumentation.mcp_identity import note_effects
 from otel_breaker.mcp_proxy.child import too_large
 from otel_breaker.mcp_proxy.eras import Subscriptions, in_client_era

@@ -80,7 +80,7 @@ def run_case(case: Case, steps: int = DEFAULT_STEPS, on_step: Callable[[int], No
     cases before telemetry is set up, or forget them after (the demo does).
     """
     from otel_breaker.config import get_settings, load_settings, set_settings
-    from otel_breaker.guard import Guard
+    from otel_breaker.guards import Guard
     from otel_breaker.registry import default_registry
 
     ledger = Ledger(case.label)

@@ -95,7 +95,7 @@ def run_loop_case(key: str, label: str, env: dict[str, str]) -> LoopResult:
     settings are put back afterwards."""
     from otel_breaker import loops
     from otel_breaker.config import get_settings, load_settings, set_settings
-    from otel_breaker.guard import Guard
+    from otel_breaker.guards import Guard
     from otel_breaker.loops import ToolLoopError
     from otel_breaker.registry import default_registry
     from otel_breaker.toolcall import ToolCall

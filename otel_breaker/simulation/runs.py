@@ -94,7 +94,7 @@ def run_with_breakers(
     telemetry to export); the registry's store is put back afterwards."""
     from otel_breaker import breaker as breaker_module
     from otel_breaker import degrade
-    from otel_breaker.guard import Guard
+    from otel_breaker.guards import Guard
     from otel_breaker.registry import default_registry
     from otel_breaker.telemetry import TELEMETRY
 

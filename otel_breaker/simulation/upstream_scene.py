@@ -69,7 +69,7 @@ def prepare(registry: Any) -> None:
 
 def run(registry: Any, on_call: Callable[[int], None] | None = None) -> SceneResult:
     """Play the scene through the real guarded call path (after :func:`prepare`)."""
-    from otel_breaker.guard import Guard
+    from otel_breaker.guards import Guard
     from otel_breaker.telemetry import TELEMETRY
     from otel_breaker.toolcall import ToolCall
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from otel_breaker.breaker import CircuitBreaker, CircuitBreakerConfig, Clock
 from otel_breaker.identity import ToolKey
+from otel_breaker.store.memory import MemoryStore
 
 if TYPE_CHECKING:
     from otel_breaker.config import Settings
@@ -63,8 +64,6 @@ def store_from_url(url: str | None, settings: Settings | None = None) -> Breaker
     ``settings`` supplies the Redis prefix and password (default: the process settings).
     Building a Redis store imports redis-py but does not connect.
     """
-    from otel_breaker.store.memory import MemoryStore
-
     if not url or url == "memory":
         return MemoryStore()
     if url.startswith(REDIS_SCHEMES):

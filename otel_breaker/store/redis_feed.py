@@ -25,18 +25,17 @@ open that Redis has closed, nor lets a call through that Redis would refuse.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from otel_breaker.loglines import logger
 from otel_breaker.store.redis_setup import SENTINEL, is_cluster_client
 from otel_breaker.store.redis_storage import STATES, text
 
 if TYPE_CHECKING:
     from otel_breaker.store.redis_link import FeedStore
 
-logger = logging.getLogger("otel_breaker")
 
 #: Seconds between asking Sentinel whether the primary moved.
 PRIMARY_CHECK_INTERVAL = 1.0

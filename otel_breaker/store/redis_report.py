@@ -19,7 +19,6 @@ report is logged once, and once more when reports go through again.
 
 from __future__ import annotations
 
-import logging
 import threading
 import weakref
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from otel_breaker.breaker import CircuitBreaker
 from otel_breaker.latency import BUCKET_COUNT, LATENCY
+from otel_breaker.loglines import logger
 from otel_breaker.store.redis_figures import SLICE_MS, SLICES, encode_counts
 from otel_breaker.store.redis_keys import reported_key
 from otel_breaker.store.redis_setup import describe_error
@@ -34,7 +34,6 @@ from otel_breaker.store.redis_setup import describe_error
 if TYPE_CHECKING:
     from otel_breaker.store.redis_link import ReportStore
 
-logger = logging.getLogger("otel_breaker")
 
 #: Seconds between a worker's reports.
 REPORT_INTERVAL = 1.0

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import atexit
-import logging
 import os
 import secrets
 import threading
@@ -16,7 +15,9 @@ from typing import Any
 
 import otel_breaker.store.redis_admin as redis_admin
 from otel_breaker.breaker import CircuitBreaker, CircuitBreakerConfig, Clock
+from otel_breaker.config import get_settings
 from otel_breaker.identity import ToolKey
+from otel_breaker.loglines import logger
 from otel_breaker.store.redis_feed import ChangeFeed
 from otel_breaker.store.redis_keys import access_keys, breaker_key, channel_name
 from otel_breaker.store.redis_report import REPORT_INTERVAL, Reporter
@@ -35,8 +36,6 @@ from otel_breaker.store.redis_setup import (
 from otel_breaker.store.redis_storage import AGENT_TTL, SESSION_TTL, TOOL_TTL, RedisStorage, text
 from otel_breaker.store.redis_thread import run_blocking, running_asyncio
 from otel_breaker.words import parse_switch
-
-logger = logging.getLogger("otel_breaker")
 
 #: Seconds between attempts to use Redis again after it failed.
 REJOIN_INTERVAL = 1.0
@@ -142,8 +141,6 @@ class RedisStore:
         require_redis()
         target, ours = parse_url(url)
         if prefix is None or password is None:
-            from otel_breaker.config import get_settings
-
             settings = get_settings()
             if prefix is None:
                 prefix = ours.get("prefix") or settings.redis_prefix or DEFAULT_PREFIX

@@ -12,7 +12,6 @@ checks per call.
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 from collections.abc import Callable
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from otel_breaker import breaker as breaker_module
 from otel_breaker.config import get_settings
+from otel_breaker.loglines import logger
 from otel_breaker.telemetry.events import Events
 from otel_breaker.telemetry.metrics import Metrics
 from otel_breaker.telemetry.providers import Providers
@@ -29,8 +29,6 @@ from otel_breaker.tokens import TokenEstimator, parse_prices
 if TYPE_CHECKING:
     from otel_breaker.breaker import State, StateChange
     from otel_breaker.registry import BreakerRegistry
-
-logger = logging.getLogger("otel_breaker")
 
 
 class Telemetry(Providers, Spans, Events, Metrics):

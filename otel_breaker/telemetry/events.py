@@ -10,7 +10,6 @@ names stay on by default behind ``OTEL_BREAKER_SPAN_EVENTS``.
 from __future__ import annotations
 
 import inspect
-import logging
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -20,6 +19,7 @@ from opentelemetry import trace as trace_api
 from opentelemetry._logs import SeverityNumber
 
 from otel_breaker.breaker import State
+from otel_breaker.loglines import logger
 from otel_breaker.semconv import (
     ATTR_FROM_STATE,
     ATTR_GUARDED,
@@ -32,7 +32,6 @@ from otel_breaker.telemetry.labels import breaker_labels
 if TYPE_CHECKING:
     from otel_breaker.breaker import CircuitBreaker, StateChange
 
-logger = logging.getLogger("otel_breaker")
 
 #: Severity of each log-based event: an opening is a warning (a tool is cut off),
 #: a recovery or probe is information, a rejection is information too (it is the

@@ -10,7 +10,6 @@ collection time. Every name, unit and description comes from
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -19,6 +18,7 @@ from opentelemetry.metrics import CallbackOptions, Observation
 
 from otel_breaker import semconv
 from otel_breaker.breaker import CircuitBreaker, State, all_breakers
+from otel_breaker.loglines import logger
 from otel_breaker.registry import BreakerRegistry, counts_key, default_registry
 from otel_breaker.sanitize import bounded
 from otel_breaker.semconv import (
@@ -44,7 +44,6 @@ if TYPE_CHECKING:
     from otel_breaker.tokens import TokenEstimator
     from otel_breaker.toolcall import ToolCall
 
-logger = logging.getLogger("otel_breaker")
 
 OUTCOMES = ("success", "failure", "ignored")
 STATES = (State.CLOSED, State.OPEN, State.HALF_OPEN)

@@ -9,7 +9,6 @@ records and span ends out of a fork.
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 from collections.abc import Callable, Mapping
@@ -21,8 +20,7 @@ from opentelemetry import metrics as metrics_api
 from opentelemetry import trace as trace_api
 
 from otel_breaker import semconv
-
-logger = logging.getLogger("otel_breaker")
+from otel_breaker.loglines import logger
 
 try:
     from otel_breaker._version import __version__

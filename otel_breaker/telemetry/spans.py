@@ -9,7 +9,6 @@ breaker and shape of call.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -20,6 +19,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from otel_breaker.breaker import SHADOW, CircuitBreaker, State
 from otel_breaker.config import get_settings
+from otel_breaker.loglines import logger
 from otel_breaker.sanitize import bounded, exception_message, exception_stacktrace
 from otel_breaker.semconv import (
     ATTR_ERROR_TYPE,
@@ -53,8 +53,6 @@ from otel_breaker.telemetry.providers import RECORDING, TRACE_GLOBALS
 if TYPE_CHECKING:
     from otel_breaker.rejection import Rejection
     from otel_breaker.toolcall import ToolCall
-
-logger = logging.getLogger("otel_breaker")
 
 
 class CachedSpanAttributes(NamedTuple):

@@ -12,7 +12,7 @@ import pytest
 import wrapt
 
 from otel_breaker import CircuitBreakerConfig, State, ToolCall, get_circuit_breaker
-from otel_breaker.guard import IGNORED_RESULT
+from otel_breaker.guards import IGNORED_RESULT
 from otel_breaker.instrumentation import ADAPTERS, BreakerInstrumentor, normalize_framework
 from otel_breaker.instrumentation.base import DidNotEnable, FrameworkAdapter, PatchTarget, note, noted
 

@@ -15,7 +15,7 @@ import pytest
 from otel_breaker import ToolCall, ToolLoopError
 from otel_breaker.config import load_settings, set_settings
 from otel_breaker.degrade import STATUS_HEADER
-from otel_breaker.guard import Guard
+from otel_breaker.guards import Guard
 from otel_breaker.instrumentation import refusals
 from otel_breaker.instrumentation.chat_messages import (
     DICT_MESSAGES,

@@ -52,7 +52,7 @@ def _open_and_follow(url: str) -> None:
         with pytest.raises(ConnectionError):
             mine.call(_dead)
         wait_for(lambda: theirs.state is State.OPEN, what="the other worker to follow the opening")
-        assert theirs.acquire() == REJECTED
+        assert theirs.try_acquire() == REJECTED
         assert first.error_count == second.error_count == 0, (first.last_error, second.last_error)
     finally:
         first.close()
@@ -139,7 +139,7 @@ def test_the_minimal_set_reports_rejections_and_latency(server):
         assert breaker.call(lambda: "ok") == "ok"
         breaker.force_open(None)
         for _ in range(3):
-            assert breaker.acquire() == REJECTED
+            assert breaker.try_acquire() == REJECTED
         assert store.report(), store._reporter.failures
         (row,) = store.snapshot()
         assert row["rejected"] == 3 and row["latency_p50_ms"] is not None

@@ -58,7 +58,7 @@ def test_open_and_close_reach_running_workers(make_store, cli):
     code, out, _ = cli("open", "deploy")
     assert code == 0 and "opened 1 breaker" in out
     wait_for(lambda: worker.state is State.OPEN, what="the worker to follow the manual open")
-    assert worker.acquire() == REJECTED
+    assert worker.try_acquire() == REJECTED
     code, out, _ = cli("status", "--json")
     assert json.loads(out)["breakers"][0]["forced_open"] is True
     assert cli("close", "deploy")[0] == 0
@@ -69,7 +69,7 @@ def test_open_and_close_reach_running_workers(make_store, cli):
 def test_open_for_a_duration_then_probes(cli, make_store):
     assert cli("open", "later", "--for", "0", "--create")[0] == 0
     breaker = make_store().create("later", CircuitBreakerConfig())
-    assert isinstance(breaker.acquire(), tuple)
+    assert isinstance(breaker.try_acquire(), tuple)
 
 
 def test_reset_one_tool_or_all(make_store, cli):

@@ -69,7 +69,7 @@ def test_primary_killed_during_a_storm(make_cluster, prefix):
                         if value != tool:
                             tally["lost"] += 1
                             tally["errors"].append(repr(value))
-                if mine[dead].acquire() == REJECTED:
+                if mine[dead].try_acquire() == REJECTED:
                     with lock:
                         tally["dead_rejected"] += 1
 

@@ -97,7 +97,7 @@ def test_a_worker_reports_in_the_background(make_store, redis_server):
     wait_watching(store)
     breaker.force_open(None)
     for _ in range(7):
-        breaker.acquire()
+        breaker.try_acquire()
     assert breaker.state is State.OPEN
     key = store.key_for("inventory")
     client = redis_server.client()
@@ -115,17 +115,17 @@ def test_a_report_during_an_outage_is_kept_and_counted_once_later(make_server, p
         breaker = store.create("inventory", CircuitBreakerConfig())
         breaker.force_open(None)
         for _ in range(5):
-            breaker.acquire()
+            breaker.try_acquire()
         assert store.report()
         for _ in range(3):
-            breaker.acquire()
+            breaker.try_acquire()
         server.pause()
         try:
             with caplog.at_level(logging.DEBUG, logger="otel_breaker"):
                 assert not store.report()
                 assert not store.report()  # still down: kept again, logged once as a warning
                 for _ in range(2):
-                    breaker.acquire()  # decided locally meanwhile, still counted
+                    breaker.try_acquire()  # decided locally meanwhile, still counted
         finally:
             server.resume()
         warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
@@ -171,7 +171,7 @@ def test_reports_reach_a_cluster_and_a_sentinel_primary(cluster, make_sentinel, 
             for count, breaker in enumerate(breakers, start=1):
                 breaker.force_open(None)
                 for _ in range(count):
-                    breaker.acquire()
+                    breaker.try_acquire()
             assert store.report(), store._reporter.failures
             rows = {row["tool"]: row["rejected"] for row in store.snapshot()}
             assert rows == {tool: count for count, tool in enumerate(tools, start=1)}

@@ -131,14 +131,14 @@ def test_probe_success_closes_and_probe_failure_reopens_with_backoff(make_store,
 
 def test_stale_permit_never_counts_as_a_probe(make_store):
     breaker = make_store(cautious=False).create("stale", CircuitBreakerConfig(failure_threshold=1))
-    old = breaker.acquire()
+    old = breaker.try_acquire()
     run(breaker, boom)
     breaker.force_open(duration=0)
-    probe = breaker.acquire()
+    probe = breaker.try_acquire()
     assert isinstance(probe, tuple)
-    breaker.record(old, SUCCESS)  # admitted before the breaker opened
+    breaker.on_outcome(old, SUCCESS)  # admitted before the breaker opened
     assert breaker.state is State.HALF_OPEN
-    breaker.record(probe, FAILURE)
+    breaker.on_outcome(probe, FAILURE)
     assert breaker.state is State.OPEN
 
 
@@ -157,8 +157,8 @@ def test_failure_rate_window(make_store):
 
 def test_ignored_outcomes_do_not_move_the_state(make_store):
     breaker = make_store().create("ign", CircuitBreakerConfig(failure_threshold=1))
-    permit = breaker.acquire()
-    breaker.record(permit, IGNORED)
+    permit = breaker.try_acquire()
+    breaker.on_outcome(permit, IGNORED)
     assert breaker.state is State.CLOSED and breaker.stats.ignored_count == 1
 
 
@@ -177,15 +177,15 @@ def test_health_check_moves_open_to_half_open_but_not_a_forced_open(make_store):
 
 def test_cautious_admission_limits_unproven_calls_in_flight(make_store):
     breaker = make_store().create("cold", CircuitBreakerConfig(failure_threshold=3))
-    permits = [breaker.acquire() for _ in range(5)]
+    permits = [breaker.try_acquire() for _ in range(5)]
     assert permits[3:] == [REJECTED, REJECTED]
-    breaker.record(permits[0], SUCCESS)  # proven healthy: no more limit
-    assert all(breaker.acquire() != REJECTED for _ in range(10))
+    breaker.on_outcome(permits[0], SUCCESS)  # proven healthy: no more limit
+    assert all(breaker.try_acquire() != REJECTED for _ in range(10))
 
 
 def test_without_cautious_admission_every_closed_call_is_admitted(make_store):
     breaker = make_store(cautious=False).create("free", CircuitBreakerConfig(failure_threshold=3))
-    assert REJECTED not in [breaker.acquire() for _ in range(10)]
+    assert REJECTED not in [breaker.try_acquire() for _ in range(10)]
 
 
 def test_dead_probe_lease_expires_and_another_worker_probes(make_store):
@@ -194,17 +194,17 @@ def test_dead_probe_lease_expires_and_another_worker_probes(make_store):
     b = make_store().create("lease", config)
     run(a, boom)
     a.force_open(duration=0)
-    assert isinstance(a.acquire(), tuple)  # this worker dies holding the probe
-    assert b.acquire() == REJECTED
+    assert isinstance(a.try_acquire(), tuple)  # this worker dies holding the probe
+    assert b.try_acquire() == REJECTED
     permits = []
 
     def b_probes() -> bool:
-        permits.append(b.acquire())
+        permits.append(b.try_acquire())
         return isinstance(permits[-1], tuple)
 
     wait_for(b_probes, what="the dead worker's lease to expire on the server")
-    b.record(permits[-1], SUCCESS)
-    b.record(b.acquire(), SUCCESS)
+    b.on_outcome(permits[-1], SUCCESS)
+    b.on_outcome(b.try_acquire(), SUCCESS)
     assert b.state is State.CLOSED
 
 
@@ -239,7 +239,7 @@ def test_same_decisions_as_the_in_memory_state_machine(make_store, ops, threshol
     held: list[tuple] = []
     for op in ops:
         if op[0] == "acquire":
-            pair = (shared.acquire(), local.acquire())
+            pair = (shared.try_acquire(), local.try_acquire())
             kinds = [("probe" if isinstance(p, tuple) else "rejected" if p == REJECTED else "closed") for p in pair]
             assert kinds[0] == kinds[1], (op, kinds)
             if kinds[0] != "rejected":
@@ -247,8 +247,8 @@ def test_same_decisions_as_the_in_memory_state_machine(make_store, ops, threshol
         elif op[0] == "record":
             if held:
                 shared_permit, local_permit = held.pop(op[1] % len(held))
-                shared.record(shared_permit, op[2])
-                local.record(local_permit, op[2])
+                shared.on_outcome(shared_permit, op[2])
+                local.on_outcome(local_permit, op[2])
         elif op[0] == "cooldown_over":
             if local.state is State.OPEN and local._open_until != math.inf:
                 shared.force_open(duration=0)
@@ -314,7 +314,7 @@ def test_redis_keys_follow_the_registrys_tool_identity(make_store, prefix, redis
     three = shared.breaker_for(ToolCall("tool", agent_name="planner", origin="app.tools:tool"))
     four = shared.breaker_for(ToolCall("tool", agent_name="writer", origin="app.tools:tool"))
     assert three.storage.key == four.storage.key == "{" + prefix + ":k:/tool/app.tools%3Atool}"
-    one.acquire()
+    one.try_acquire()
     ttl = store.client.pttl(one.storage.key)
     assert 0 < ttl <= 7 * 86400 * 1000
     # The key reads back as the identity it was made from (for `otel-breaker status`).
@@ -392,12 +392,12 @@ def test_asyncio_client(redis_server, prefix):
                 return "done"
 
             assert await breaker.acall(tool) == "done"
-            permit = await breaker.aacquire()
-            await breaker.arecord(permit, FAILURE)
-            permit = await breaker.aacquire()
-            await breaker.arecord(permit, FAILURE)
+            permit = await breaker.atry_acquire()
+            await breaker.aon_outcome(permit, FAILURE)
+            permit = await breaker.atry_acquire()
+            await breaker.aon_outcome(permit, FAILURE)
             assert breaker.state is State.OPEN
-            assert await breaker.aacquire() == REJECTED
+            assert await breaker.atry_acquire() == REJECTED
             assert store.error_count == 0
         finally:
             store.close()

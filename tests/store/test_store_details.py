@@ -17,7 +17,7 @@ HALF_OPEN = 1
 
 _FIRST_CALL = """
 import json, sys
-import otel_breaker.guard
+import otel_breaker.guards
 from otel_breaker.breaker import CircuitBreakerConfig
 from otel_breaker.registry import default_registry
 before = {name for name in sys.modules if name == "redis" or name.startswith("redis.")}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from otel_breaker.breaker import CircuitBreakerConfig, State
 from otel_breaker.config import Settings
-from otel_breaker.guard import Guard
+from otel_breaker.guards import Guard
 from otel_breaker.registry import BreakerRegistry
 from otel_breaker.toolcall import ToolCall
 from otel_breaker.upstream import breaker_of

@@ -26,7 +26,7 @@ import redis
 
 from otel_breaker import breaker as breaker_module
 from otel_breaker.breaker import REJECTED, CircuitBreakerConfig
-from otel_breaker.guard import Guard
+from otel_breaker.guards import Guard
 from otel_breaker.registry import BreakerRegistry
 from otel_breaker.store.memory import MemoryStore
 from otel_breaker.store.redis import RedisStore
@@ -116,7 +116,7 @@ def main() -> None:
 
         def hit() -> None:
             barrier.wait()
-            permit = breaker.acquire()
+            permit = breaker.try_acquire()
             with lock:
                 permits.append(permit)
 

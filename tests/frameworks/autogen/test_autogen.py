@@ -31,7 +31,7 @@ from pydantic import BaseModel
 
 from otel_breaker import State
 from otel_breaker.config import load_settings, set_settings
-from otel_breaker.guard import Guard
+from otel_breaker.guards import Guard
 from otel_breaker.instrumentation.autogen import AutoGenAdapter
 from otel_breaker.registry import BreakerRegistry, default_registry
 

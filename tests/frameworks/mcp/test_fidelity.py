@@ -269,7 +269,7 @@ def test_a_slow_tool_times_out_under_trio(instrument, otel):
     """An enabled timeout cancels the call on trio too, and counts it as a failure."""
     pytest.importorskip("trio")
     set_settings(load_settings({"OTEL_BREAKER_FAILURE_THRESHOLD": "3", "OTEL_BREAKER_TIMEOUT": "0.05"}))
-    from otel_breaker.guard import ToolTimeoutError, default_guard
+    from otel_breaker.guards import ToolTimeoutError, default_guard
     from otel_breaker.toolcall import ToolCall
 
     async def slow():

@@ -18,7 +18,7 @@ from praisonaiagents.tools.retry import RetryPolicy
 from otel_breaker import CircuitBreakerConfig, ToolCall, get_circuit_breaker
 from otel_breaker.breaker import State
 from otel_breaker.config import load_settings, set_settings
-from otel_breaker.guard import IGNORED_RESULT
+from otel_breaker.guards import IGNORED_RESULT
 from otel_breaker.instrumentation.praisonai import PraisonAIAdapter
 from otel_breaker.registry import default_registry
 

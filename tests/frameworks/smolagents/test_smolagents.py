@@ -21,7 +21,7 @@ from smolagents.tools import Tool
 
 from otel_breaker import State
 from otel_breaker.config import load_settings, set_settings
-from otel_breaker.guard import Guard
+from otel_breaker.guards import Guard
 from otel_breaker.instrumentation.smolagents import SmolagentsAdapter
 from otel_breaker.registry import BreakerRegistry, default_registry
 

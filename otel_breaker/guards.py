@@ -5,13 +5,15 @@
 keeps the registry's breaker while the registry says it cannot change (no
 session scope, the same settings, no upstream, nothing for the loop guard to
 watch), so a healthy call skips the lookup and goes straight to the driver.
+
+The module is ``guards`` and the decorator ``guard``: ``otel_breaker.guard`` is the
+decorator, and ``import otel_breaker.guards`` gives this module.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -31,8 +33,6 @@ from otel_breaker.loops import RUN
 from otel_breaker.registry import BreakerRegistry, default_registry
 from otel_breaker.registry import session_of_context as _session
 from otel_breaker.toolcall import ToolCall, agent_display_name
-
-logger = logging.getLogger("otel_breaker")
 
 
 class Guard(CallPath):
@@ -79,6 +79,23 @@ def _holds_for_good(registry: BreakerRegistry, call: ToolCall, breaker: CircuitB
         return False
 
 
+class _Kept:
+    """The registry's breaker of one decorated function, kept while the registry says it
+    cannot change (no session scope, the same settings, no upstream, nothing for the loop
+    guard to watch): a healthy call then skips the lookup and goes straight to the driver."""
+
+    __slots__ = ("breaker", "settings")
+
+    def __init__(self) -> None:
+        self.breaker: CircuitBreaker | None = None
+        #: The settings the breaker was found under: new settings may give another breaker.
+        self.settings: Any = None
+
+    def holds(self, breaker: CircuitBreaker) -> bool:
+        """Whether ``breaker`` still answers this call's lookup."""
+        return not breaker.retired and _config._settings is self.settings and _session() is None
+
+
 def guard(
     tool: str | Callable[..., Any] | None = None,
     *,
@@ -113,43 +130,50 @@ def guard(
         if config is not None:
             reg.breaker_for(call, config)  # create it now with this config
         path = CallPath(reg)
-        # The registry's breaker, kept while it answers every lookup (see _kept).
-        kept: list[Any] = [None, None]
+        kept = _Kept()
 
         def enter(args: tuple, kwargs: dict) -> tuple[Any, ...]:
             entered = path.enter(call, fn, args, kwargs, None, config)
             breaker = entered[0]
-            if breaker is not None and entered[1] is fn and entered[2] is None and _holds_for_good(reg, call, breaker):
-                kept[0], kept[1] = breaker, _config._settings
+            unwrapped = breaker is not None and entered[1] is fn and entered[2] is None
+            if unwrapped and _holds_for_good(reg, call, breaker):
+                kept.breaker = breaker
+                kept.settings = _config._settings
             else:
-                kept[0] = None
+                kept.breaker = None
             return entered
 
         if inspect.iscoroutinefunction(fn):
 
             @functools.wraps(fn)
             async def async_guarded(*args: Any, **kwargs: Any) -> Any:
-                breaker = kept[0]
-                if breaker is None or breaker.retired or _config._settings is not kept[1] or _session() is not None:
+                breaker = kept.breaker
+                if breaker is None or not kept.holds(breaker):
                     entered = enter(args, kwargs)
-                    if entered[0] is None:
-                        if entered[1] is not RUN:
-                            return entered[1]
+                    breaker = entered[0]
+                    if breaker is None:
+                        answer = entered[1]
+                        if answer is not RUN:
+                            return answer
                         result = fn(*args, **kwargs)
                         return await result if inspect.isawaitable(result) else result
-                    return await arun(entered[0], entered[1], args, kwargs, call, None, entered[2])
+                    _, watched_fn, upstream = entered
+                    return await arun(breaker, watched_fn, args, kwargs, call, None, upstream)
                 return await arun(breaker, fn, args, kwargs, call)
 
             return async_guarded
 
         @functools.wraps(fn)
         def guarded(*args: Any, **kwargs: Any) -> Any:
-            breaker = kept[0]
-            if breaker is None or breaker.retired or _config._settings is not kept[1] or _session() is not None:
+            breaker = kept.breaker
+            if breaker is None or not kept.holds(breaker):
                 entered = enter(args, kwargs)
-                if entered[0] is None:
-                    return fn(*args, **kwargs) if entered[1] is RUN else entered[1]
-                return run(entered[0], entered[1], args, kwargs, call, None, entered[2])
+                breaker = entered[0]
+                if breaker is None:
+                    answer = entered[1]
+                    return fn(*args, **kwargs) if answer is RUN else answer
+                _, watched_fn, upstream = entered
+                return run(breaker, watched_fn, args, kwargs, call, None, upstream)
             return run(breaker, fn, args, kwargs, call)
 
         return guarded
