@@ -36,13 +36,14 @@ imports nothing of ours but :mod:`.sync_context` (which imports nothing) and
 from __future__ import annotations
 
 import contextvars
+import functools
 import types
 from collections.abc import AsyncGenerator, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Literal, NamedTuple
 
 from otel_breaker.instrumentation.sync_context import scoped_generator
-from otel_breaker.runs import async_steps_in_run, close_run, joined_or_new, open_run, steps_in_run
+from otel_breaker.runs import Run, async_steps_in_run, close_run, joined_or_new, open_run, run_closed, steps_in_run
 
 Kind = Literal["sync", "async", "asyncgen", "gen"]
 Role = Literal["tool", "prompt", "menu", "context", "observe", "run"]
@@ -177,6 +178,39 @@ def run_wrapper(patch: Patch) -> Callable[..., Any]:
         return iterator
 
     return stream
+
+
+def run_in_tasks(wrapped: Any, args: tuple, kwargs: dict, framework: str) -> tuple[Any, Run | None]:
+    """Call ``wrapped``, a call that starts the run's work in tasks and returns at once
+    (a streamed result, a workflow's handler), with a run open while it starts them:
+    a task copies the context it is created in, so the run goes on in the tasks while
+    the caller's context is left as it was. ``(result, run)``: ``run`` is None where a
+    run was open already (joined); else the caller ends it with :func:`ending_with`."""
+    opened, token = open_run(framework=framework)
+    if token is None:
+        return wrapped(*args, **kwargs), None
+    try:
+        result = wrapped(*args, **kwargs)
+    except BaseException:
+        close_run(token)
+        raise
+    token.var.reset(token)
+    return result, opened
+
+
+def ending_with(task: Any, opened: Run | None) -> None:
+    """End ``opened`` (from :func:`run_in_tasks`) when ``task`` is done; at once where
+    ``task`` is not one (the work's tasks still hold the run, only its ending is early)."""
+    if opened is None:
+        return
+    if not callable(getattr(task, "add_done_callback", None)):
+        run_closed(opened)
+        return
+    task.add_done_callback(functools.partial(_task_done, opened))
+
+
+def _task_done(opened: Run, task: Any) -> None:
+    run_closed(opened)
 
 
 def argument(args: tuple, kwargs: dict, index: int, name: str, default: Any = None) -> Any:

@@ -6,6 +6,11 @@ once per call. The SDK turns a tool's exception into text inside it: :mod:`.fail
 SDK's failure formatter. Rejection: the SDK's own "SDK-generated error" result. Status block: what
 ``Agent.get_system_prompt`` returns. Menu: the ``all_tools`` a turn's model request closes over; the
 turn still resolves calls against every tool, so a hidden tool's call is rejected.
+
+A run (:mod:`otel_breaker.runs`) is ``AgentRunner.run`` (``Runner.run`` and ``run_sync`` run
+through it) and ``AgentRunner.run_streamed``, whose run goes on in the task it starts and ends
+with it. A handoff is a turn of the same run; an agent called as a tool runs inside its caller's
+run and joins it.
 """
 
 from __future__ import annotations
@@ -25,7 +30,16 @@ from otel_breaker.instrumentation.openai_agents.failures import (
     noted_failure,
 )
 from otel_breaker.instrumentation.openai_agents.mcp_tools import link_tool_to_server, mcp_source
-from otel_breaker.instrumentation.patches import closure_value, observe_patch, prompt_patch, rebind, tool_patch
+from otel_breaker.instrumentation.patches import (
+    closure_value,
+    ending_with,
+    observe_patch,
+    prompt_patch,
+    rebind,
+    run_in_tasks,
+    run_patch,
+    tool_patch,
+)
 from otel_breaker.instrumentation.spec import SpecAdapter, argument, context_patch, menu_patch, status_text
 from otel_breaker.menu import visible_tools
 from otel_breaker.toolcall import ToolCall
@@ -35,6 +49,7 @@ _TOOL = "agents.tool"
 _TOOL_EXECUTION = "agents.run_internal.tool_execution"
 _MCP_UTIL = "agents.mcp.util"
 _RUN_LOOP = "agents.run_internal.run_loop"
+_RUN = "agents.run"
 
 #: The agent of the turn in progress (its breakers decide what is hidden).
 _turn_agent: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_breaker_oa_turn_agent", default=None)
@@ -74,14 +89,17 @@ class OpenAIAgentsAdapter(SpecAdapter):
         menu_patch(_RUN_LOOP, "stream_response_with_retry"),
         # Links an MCP tool to its server.
         observe_patch(_MCP_UTIL, "MCPUtil.to_function_tool", "_mcp_tool"),
+        # A run: Runner.run and run_sync call it (run_streamed, a target below).
+        run_patch(_RUN, "AgentRunner.run"),
     )
-    modules = (_TOOL, _TOOL_EXECUTION, "agents.agent", _MCP_UTIL, _RUN_LOOP)
+    modules = (_TOOL, _TOOL_EXECUTION, "agents.agent", _MCP_UTIL, _RUN_LOOP, _RUN)
 
     def targets(self) -> list[PatchTarget]:
         return [
             *super().targets(),
             # The failure formatter, looked up in agents.tool.
             PatchTarget(_TOOL, "maybe_invoke_function_tool_failure_error_function", self._failure_formatter),
+            PatchTarget(_RUN, "AgentRunner.run_streamed", _streamed_run),
         ]
 
     def without_open_tools(self, instance: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict] | None:
@@ -158,6 +176,14 @@ class OpenAIAgentsAdapter(SpecAdapter):
         from agents.tool import _FunctionToolInvocationResult  # its error text bypasses the output schema
 
         return _FunctionToolInvocationResult(info.message, is_sdk_generated_error=True)
+
+
+def _streamed_run(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    """``AgentRunner.run_streamed``: returns at once, its loop running in the task it starts
+    (``run_loop_task``), which holds the run until it is done."""
+    result, opened = run_in_tasks(wrapped, args, kwargs, "openai_agents")
+    ending_with(getattr(result, "run_loop_task", None), opened)
+    return result
 
 
 def _session_id(context: Any) -> str | None:

@@ -130,7 +130,10 @@ def test_a_broken_backend_runs_at_most_threshold_times(
     on = run_agent(outage.make_tool(), outage.calls, failure_text)
     assert 1 <= on.runs <= threshold, f"the tool ran {on.runs} times; the model read: {on.results}"
     assert len(on.results) == OUTAGE_CALLS
-    # The calls that ran read the tool's own error; every later one reads the rejection.
+    # The calls that ran read the tool's own error; the next three read the breaker's rejection,
+    # and every later one that the run spent its waste budget on the tool.
     assert on.results[: on.runs] == off.results[: on.runs]
-    assert all(UNAVAILABLE in text for text in on.results[on.runs :]), on.results
+    rejected = on.results[on.runs :]
+    assert all(UNAVAILABLE in text for text in rejected[:3]), on.results
+    assert all("unavailable for the rest of this run" in text for text in rejected[3:]), on.results
     assert on.final == off.final
