@@ -13,7 +13,7 @@ failure returns None/False, and the breaker decides in memory.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from otel_breaker.breaker import REJECTED, REJECTED_PROBE, CircuitBreaker, Snapshot, State
 
@@ -35,6 +35,32 @@ _HALF_OPEN = State.HALF_OPEN
 _INF = math.inf
 
 Permit = int | tuple[int, int]
+
+
+class ScriptReply(NamedTuple):
+    """What every operation of the script (``redis_script.lua``) answers, in its order."""
+
+    #: The operation's own answer: for ``acquire`` 0 admitted while closed, 1 admitted
+    #: pending (the token settles it), 2 a half-open probe, -1 rejected (``state`` says
+    #: why); for ``health`` 1 when the check moved the breaker.
+    result: int
+    #: The probe lease or pending admission this call holds.
+    token: int
+    #: The shared state (0 closed, 1 open, 2 half-open).
+    state: int
+    generation: int
+    #: Milliseconds until a probe is allowed (-1: held open by hand).
+    retry_ms: int
+    consecutive: int
+    #: 1 when closed-state admission may be decided locally.
+    free: int
+    version: int
+    #: The state before a transition this operation made, or -1.
+    changed_from: int
+    changed_reason: Any
+    #: The shared failure window's calls and failures (-1: not read).
+    window_calls: int
+    window_failures: int
 
 
 class _PendingPermit(int):
@@ -116,7 +142,7 @@ class RedisStorage:
 
     # -- applying replies ----------------------------------------------------
 
-    def _sync(self, breaker: CircuitBreaker, reply: list[Any], epoch: int) -> None:
+    def _sync(self, breaker: CircuitBreaker, raw: list[Any], epoch: int) -> ScriptReply:
         """Hand a script reply to the breaker as a snapshot.
 
         A transition the reply reports is this worker's own (counted and emitted).
@@ -125,15 +151,19 @@ class RedisStorage:
         followed change, told to the follow listeners as the feed would tell it,
         so rejections cached with the old state of a fallback are dropped."""
         store = self.store
-        state = _STATES[reply[2]]
-        if reply[10] >= 0:
-            self._window_totals = (reply[10], reply[11])
+        reply = ScriptReply(*raw)
+        state = _STATES[reply.state]
+        if reply.window_calls >= 0:
+            self._window_totals = (reply.window_calls, reply.window_failures)
         self._stale = False
-        changed = (_STATES[reply[8]], _text(reply[9])) if reply[8] >= 0 else None
-        local = bool(reply[6]) and store.watching and epoch == store._watch_epoch
-        snapshot = Snapshot(reply[7], reply[3], state, reply[4], reply[5], local, changed)
+        changed = None
+        if reply.changed_from >= 0:
+            changed = (_STATES[reply.changed_from], _text(reply.changed_reason))
+        local = bool(reply.free) and store.watching and epoch == store._watch_epoch
+        snapshot = Snapshot(reply.version, reply.generation, state, reply.retry_ms, reply.consecutive, local, changed)
         if breaker.apply_snapshot(snapshot):
-            self.probe_busy = state is _HALF_OPEN and reply[0] == -1
+            self.probe_busy = state is _HALF_OPEN and reply.result == -1
+        return reply
 
     def follow(
         self,
@@ -178,18 +208,18 @@ class RedisStorage:
 
     # -- admission and outcomes ------------------------------------------------
 
-    def _admitted(self, breaker: CircuitBreaker, reply: list[Any], epoch: int) -> Permit:
-        self._sync(breaker, reply, epoch)
-        result = reply[0]
+    def _admitted(self, breaker: CircuitBreaker, raw: list[Any], epoch: int) -> Permit:
+        reply = self._sync(breaker, raw, epoch)
+        result = reply.result
         if result == 0:
-            return reply[3]
+            return reply.generation
         if result == 2:
-            return (reply[3], reply[1])
+            return (reply.generation, reply.token)
         if result == 1:
-            permit = _PendingPermit(reply[3])
-            permit.token = reply[1]
+            permit = _PendingPermit(reply.generation)
+            permit.token = reply.token
             return permit
-        return REJECTED if reply[2] == 1 else REJECTED_PROBE
+        return REJECTED if reply.state == 1 else REJECTED_PROBE
 
     def _asked(self) -> int | None:
         """The watch epoch before a round trip, or None when Redis is not to be asked now."""
@@ -264,7 +294,7 @@ class RedisStorage:
 
     # -- reads and manual control ------------------------------------------
 
-    def remote(self, breaker: CircuitBreaker, op: str, *extra: Any) -> list[Any] | None:
+    def remote(self, breaker: CircuitBreaker, op: str, *extra: Any) -> ScriptReply | None:
         """Run ``op`` in Redis and mirror the reply; None when Redis is unusable."""
         epoch = self._asked()
         if epoch is None:
@@ -275,8 +305,7 @@ class RedisStorage:
             self._failed(exc)
             return None
         self.store._answered()
-        self._sync(breaker, reply, epoch)
-        return reply
+        return self._sync(breaker, reply, epoch)
 
     def refresh(self, breaker: CircuitBreaker) -> bool:
         """Read the shared state into the breaker now (one round-trip)."""
@@ -294,4 +323,4 @@ class RedisStorage:
 
     def health_check_passed(self, breaker: CircuitBreaker) -> bool | None:
         reply = self.remote(breaker, "health")
-        return None if reply is None else reply[0] == 1
+        return None if reply is None else reply.result == 1
