@@ -24,12 +24,24 @@ from otel_breaker.instrumentation.base import PatchTarget, agent_display_name
 from otel_breaker.instrumentation.current_call import HoldsCurrentCall
 from otel_breaker.instrumentation.mistakes import run_unknown
 from otel_breaker.instrumentation.patches import argument, prompt_patch, tool_patch
+from otel_breaker.instrumentation.run_results import as_run
 from otel_breaker.instrumentation.spec import MessageDialect, SpecAdapter, insert_status_block
 from otel_breaker.menu import visible_tools
 from otel_breaker.toolcall import ToolCall
 
 _FUNCTION = "agno.tools.function"
 _MODEL = "agno.models.base"
+_AGENT = "agno.agent.agent"
+_TEAM = "agno.team.team"
+#: An agent's or a team's invocation: a run (a team's members, and an agent a tool runs, join it).
+#: Each returns a value, a coroutine or a stream depending on ``stream``: ``as_run`` follows it.
+_RUNS = (
+    "Agent.run",
+    "Agent.arun",
+    "Agent.continue_run",
+    "Agent.acontinue_run",
+)
+_TEAM_RUNS = ("Team.run", "Team.arun", "Team.continue_run", "Team.acontinue_run")
 # The run's answer to a tool name no tool has.
 _UNKNOWN = "Error: The requested tool does not exist or is not available."
 
@@ -107,7 +119,14 @@ class AgnoAdapter(HoldsCurrentCall, SpecAdapter):
     )
 
     def targets(self) -> list[PatchTarget]:
-        return [*super().targets(), PatchTarget(_MODEL, "Model.get_function_calls_to_run", self._calls_to_run)]
+        runs = [PatchTarget(_AGENT, qualname, as_run(self.name)) for qualname in _RUNS]
+        team_runs = [PatchTarget(_TEAM, qualname, as_run(self.name)) for qualname in _TEAM_RUNS]
+        return [
+            *super().targets(),
+            PatchTarget(_MODEL, "Model.get_function_calls_to_run", self._calls_to_run),
+            *runs,
+            *team_runs,
+        ]
 
     def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
         function = instance.function
