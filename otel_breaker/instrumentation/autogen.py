@@ -22,14 +22,24 @@ from otel_breaker import loops
 from otel_breaker.degrade import Rejection
 from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation.base import PatchTarget, active_call, agent_display_name
-from otel_breaker.instrumentation.patches import argument, context_patch, context_wrapper, prompt_patch, with_argument
+from otel_breaker.instrumentation.patches import (
+    argument,
+    context_patch,
+    context_wrapper,
+    prompt_patch,
+    run_patch,
+    with_argument,
+)
 from otel_breaker.instrumentation.spec import MessageDialect, SpecAdapter, insert_status_block, menu_patch, tool_patch
 from otel_breaker.menu import visible_tools
+from otel_breaker.runs import async_steps_in_run, joined_or_new
 from otel_breaker.toolcall import ToolCall
 
 _TOOLS = "autogen_core.tools._base"
 _ASSISTANT = "autogen_agentchat.agents._assistant_agent"
 _WORKBENCH = "autogen_core.tools._static_workbench"
+_CHAT_AGENT = "autogen_agentchat.agents._base_chat_agent"
+_GROUP_CHAT = "autogen_agentchat.teams._group_chat._base_group_chat"
 
 #: The agentchat agent whose turn is running in this context.
 _agent: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_breaker_autogen_agent", default=None)
@@ -58,6 +68,16 @@ def _gathering_menu(instance: Any, args: tuple, kwargs: dict) -> bool:
 
 
 _in_turn = context_wrapper(context_patch(_ASSISTANT, "AssistantAgent._execute_tool_call", _tool_call, _turn))
+_agent_marked = context_wrapper(
+    context_patch(_ASSISTANT, "AssistantAgent.on_messages_stream", _agent, _the_agent, "asyncgen")
+)
+
+
+def _agent_turn(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    """``on_messages_stream``: the agent's turn, marked for its steps, and a run of its own
+    unless it is a step of one open already (``run``, ``run_stream``, a team's)."""
+    turn = _agent_marked(wrapped, instance, args, kwargs)
+    return async_steps_in_run(turn, joined_or_new(framework="autogen"))
 
 
 async def _execute_call(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
@@ -131,15 +151,22 @@ class AutoGenAdapter(SpecAdapter):
         tool_patch(_TOOLS, "BaseTool.run_json", "async"),
         tool_patch(_TOOLS, "BaseStreamTool.run_json_stream", "asyncgen"),
         prompt_patch(_ASSISTANT, "AssistantAgent._get_compatible_context", "sync"),
-        context_patch(_ASSISTANT, "AssistantAgent.on_messages_stream", _agent, _the_agent, "asyncgen"),
         context_patch(_ASSISTANT, "AssistantAgent._call_llm", _menu, _gathering_menu, "asyncgen"),
         menu_patch(_WORKBENCH, "StaticWorkbench.list_tools", "async", "visible", after=True),
+        # An agent's or a team's invocation is a run; a team's agents (its runtime's tasks
+        # start inside it) and an agent called directly within one join it.
+        run_patch(_CHAT_AGENT, "BaseChatAgent.run", "async"),
+        run_patch(_CHAT_AGENT, "BaseChatAgent.run_stream", "asyncgen"),
+        run_patch(_ASSISTANT, "AssistantAgent.on_messages", "async"),
+        run_patch(_GROUP_CHAT, "BaseGroupChat.run", "async"),
+        run_patch(_GROUP_CHAT, "BaseGroupChat.run_stream", "asyncgen"),
     )
 
     def targets(self) -> list[PatchTarget]:
         return [
             *super().targets(),
             PatchTarget(_ASSISTANT, "AssistantAgent._execute_tool_call", _execute_call),
+            PatchTarget(_ASSISTANT, "AssistantAgent.on_messages_stream", _agent_turn),
             PatchTarget(_TOOLS, "trace_tool_span", _tool_span),
         ]
 
