@@ -12,8 +12,8 @@ from otel_breaker import State, ToolCall
 from otel_breaker.classify import MISTAKE
 from otel_breaker.config import load_settings, set_settings
 from otel_breaker.instrumentation.base import PatchTarget
-from otel_breaker.instrumentation.spec import SpecAdapter, tool_patch
 from otel_breaker.instrumentation.crewai.arguments import ArgumentCheck
+from otel_breaker.instrumentation.spec import SpecAdapter, tool_patch
 from otel_breaker.registry import default_registry
 
 FRAMEWORK_SOURCE = """
