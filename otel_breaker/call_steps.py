@@ -647,16 +647,23 @@ def with_attempts(call: ToolCall | None, adapter: Adapter | None, failure: Any, 
 
 def _note_on_exception(exc: BaseException, note: str) -> None:
     """``note`` at the end of ``exc``'s message when its message is its first argument (kept
-    only when ``str(exc)`` then shows it: an ``OSError`` formats its own), and as a note."""
+    only when ``str(exc)`` then shows it: an ``OSError`` formats its own; a ``message``
+    attribute holding the same text follows), and as a note."""
     args = exc.args
     if args and isinstance(args[0], str) and note not in args[0]:
-        exc.args = (f"{args[0]} {note}", *args[1:])
+        noted = f"{args[0]} {note}"
+        exc.args = (noted, *args[1:])
         try:
             shown = note in str(exc)
         except Exception:
             shown = False
         if not shown:
             exc.args = args
+        elif getattr(exc, "message", None) == args[0]:
+            try:  # frameworks that read ``.message`` (PydanticAI's ``ToolFailed``, Haystack's errors)
+                exc.message = noted  # type: ignore[attr-defined]
+            except Exception:
+                pass
     add_note = getattr(exc, "add_note", None)  # Python 3.11 and later
     if add_note is not None:
         add_note(note)

@@ -139,6 +139,19 @@ def test_the_last_failure_the_model_reads_says_how_many_attempts_were_made(sleep
     assert raised.value.response.status_code == 503, "the exception is the tool's own"
 
 
+def test_a_message_attribute_says_how_many_attempts_too(sleeper):
+    class Unreachable(ConnectionError):
+        def __init__(self, message: str) -> None:
+            self.message = message
+            super().__init__(message)
+
+    settings(retry="transient", tool_effects="*=read_only", failure_threshold="50")
+    with pytest.raises(Unreachable) as raised:
+        guard("search")(Backend(10, lambda: Unreachable("search backend unreachable")))()
+    assert raised.value.message == str(raised.value)
+    assert raised.value.message.endswith("failed 3 times; retried 2 times below the model)")
+
+
 def test_an_exception_that_formats_its_own_message_keeps_it_and_gets_a_note(sleeper):
     settings(retry="transient", tool_effects="*=read_only", failure_threshold="50")
     with pytest.raises(ConnectionResetError) as raised:
