@@ -6,6 +6,10 @@
 may call twice). ``ToolOutput(is_error=True)`` is failure and rejection; arguments the function
 does not take are the model's mistake; ``WaitingForEvent`` (a pause for a person) counts neither
 way. Menu: ``get_tools`` in a ``run_agent_step``; status block: ``AgentSetup.input``.
+
+A run (:mod:`otel_breaker.runs`) is an agent's or a multi-agent workflow's ``run``: it returns a
+handler at once and runs the workflow in tasks it starts, which hold the run until the handler's
+result is in. A handoff is a step of the same workflow; an agent a tool runs joins its caller's run.
 """
 
 from __future__ import annotations
@@ -17,10 +21,20 @@ from typing import Any
 from otel_breaker.classify import IGNORED_RESULT, MISTAKE
 from otel_breaker.degrade import STATUS_HEADER, Rejection
 from otel_breaker.identity import origin_of
+from otel_breaker.instrumentation.base import PatchTarget
 from otel_breaker.instrumentation.mistakes import wrong_arguments
-from otel_breaker.instrumentation.patches import SKIP, argument, context_patch, menu_patch, prompt_patch, tool_patch
+from otel_breaker.instrumentation.patches import (
+    SKIP,
+    argument,
+    context_patch,
+    ending_with,
+    menu_patch,
+    prompt_patch,
+    run_in_tasks,
+    tool_patch,
+)
 from otel_breaker.instrumentation.spec import MessageDialect, SpecAdapter, insert_status_block
-from otel_breaker.menu import hide_open_tools_enabled, visible_tools
+from otel_breaker.menu import menu_may_change, visible_tools
 from otel_breaker.toolcall import ToolCall, agent_display_name
 
 _AGENT = "llama_index.core.agent.workflow.base_agent"
@@ -56,10 +70,19 @@ async def _workflow_step(instance: Any, args: tuple, kwargs: dict) -> tuple[Any,
 
 
 def _step_agent(instance: Any, args: tuple, kwargs: dict) -> Any:
-    """``run_agent_step(ctx, ev)``: the agent whose menu is prepared, while open tools are hidden."""
-    if not hide_open_tools_enabled():
+    """``run_agent_step(ctx, ev)``: the agent whose menu is prepared, while its menu may lose
+    tools (open ones hidden, or the run's waste budget took some out)."""
+    if not menu_may_change():
         return SKIP
     return _agent_in(instance, getattr(argument(args, kwargs, 1, "ev"), "current_agent_name", None))
+
+
+def _workflow_run(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    """``run(...)`` of an agent or an ``AgentWorkflow``: the workflow's tasks, started here,
+    hold the run; it ends when the handler's result task is done."""
+    handler, opened = run_in_tasks(wrapped, args, kwargs, "llama_index")
+    ending_with(getattr(handler, "_result_task", None), opened)
+    return handler
 
 
 class LlamaIndexAdapter(SpecAdapter):
@@ -85,6 +108,10 @@ class LlamaIndexAdapter(SpecAdapter):
             for module, prefix in _AGENT_AND_WORKFLOW
         ),
     )
+
+    def targets(self) -> list[PatchTarget]:
+        runs = [PatchTarget(module, prefix + "run", _workflow_run) for module, prefix in _AGENT_AND_WORKFLOW]
+        return [*super().targets(), *runs]
 
     def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
         call_id, agent_name = _step.get()
