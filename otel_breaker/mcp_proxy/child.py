@@ -54,16 +54,25 @@ class _ServerOutput(LineReadStream):
 
     expected = types.JSONRPCResponse
 
+    def __init__(self, stdout: asyncio.StreamReader, to_server: _ServerInput) -> None:
+        super().__init__(stdout)
+        self._to_server = to_server
+
     def _text(self, line: bytes) -> bytes | str:
         return line
 
     async def _overlong(self, head: bytes, tail: bytes) -> SessionMessage | None:
         """An answer over MAX_LINE_BYTES becomes an error answer to its request (its id read
         off the line's edges), so the request is answered and its call counts for the
-        server's upstream (see :func:`too_large`); a request or notification that long
-        is dropped."""
+        server's upstream (see :func:`too_large`); a request of the server's that long is
+        answered "invalid request" on the server's stdin, so the server is not left waiting;
+        a notification that long is dropped."""
         members, large = edge_members(head, tail)
         request_id = message_id(members.get("id"))
+        if request_id is not None and isinstance(members.get("method"), str):
+            logger.warning("otel-breaker: mcp-proxy: refused a server request over %d bytes", MAX_LINE_BYTES)
+            await self._refuse(request_id)
+            return None
         answer = "method" not in members and large in ("result", "error", None)
         if request_id is None or not answer:
             logger.warning("otel-breaker: mcp-proxy: dropped a message line over %d bytes", MAX_LINE_BYTES)
@@ -78,6 +87,15 @@ class _ServerOutput(LineReadStream):
             data={TOO_LARGE: MAX_LINE_BYTES},
         )
         return SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error))
+
+    async def _refuse(self, request_id: int | str) -> None:
+        error = types.ErrorData(
+            code=types.INVALID_REQUEST, message=f"Invalid request: a message over {MAX_LINE_BYTES} bytes"
+        )
+        try:
+            await self._to_server.send(SessionMessage(types.JSONRPCError(jsonrpc="2.0", id=request_id, error=error)))
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            pass
 
 
 def too_large(exc: BaseException) -> bool:
@@ -122,7 +140,8 @@ async def server_stdio(params: StdioServerParameters, errlog: TextIO = sys.stder
     )
     assert process.stdin is not None and process.stdout is not None
     try:
-        yield _ServerOutput(process.stdout), _ServerInput(process.stdin, process.stdout)
+        to_server = _ServerInput(process.stdin, process.stdout)
+        yield _ServerOutput(process.stdout, to_server), to_server
     finally:
         with anyio.CancelScope(shield=True):
             await _stop(process)

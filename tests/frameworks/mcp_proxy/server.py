@@ -4,7 +4,8 @@
 
 Tools: ``echo`` (healthy), ``broken`` (always fails: an ``isError`` result),
 ``pid`` (the process id, so a test can kill it), ``slow`` (reports progress and
-logs), ``ask`` (asks the client to sample), ``ask_when`` (the same, once a file exists), ``confirm`` (asks the client to
+logs), ``ask`` (asks the client to sample), ``ask_big`` (the same, with a question of any
+size), ``ask_when`` (the same, once a file exists), ``confirm`` (asks the client to
 elicit), ``roots`` (asks for the client's roots), ``hang`` (runs until cancelled), ``big`` (a result of any size). One
 resource, one resource template and one prompt.
 
@@ -64,6 +65,16 @@ def build(runs: str | None, name: str = "proxy-test-server") -> MCPServer:
         """Asks the client's model."""
         result = await ctx.session.create_message(
             messages=[SamplingMessage(role="user", content=TextContent(type="text", text=question))],
+            max_tokens=20,
+            related_request_id=ctx.request_id,
+        )
+        return f"model said: {result.content.text}"
+
+    @server.tool()
+    async def ask_big(size: int, ctx: Context) -> str:
+        """Asks the client's model with a question of ``size`` characters."""
+        result = await ctx.session.create_message(
+            messages=[SamplingMessage(role="user", content=TextContent(type="text", text="q" * size))],
             max_tokens=20,
             related_request_id=ctx.request_id,
         )

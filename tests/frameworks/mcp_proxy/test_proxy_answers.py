@@ -15,6 +15,7 @@ import urllib.request
 import anyio
 import mcp.types as types
 import pytest
+from mcp.shared.exceptions import MCPError
 from proxy_scenarios import PATIENCE, connect, text
 from proxy_support import breaker_env, free_port, proxied, server_command
 
@@ -230,3 +231,22 @@ def _end(proxy: subprocess.Popen) -> None:
     if proxy.poll() is None:
         proxy.kill()
         proxy.wait()
+
+
+async def test_a_server_request_over_64_mib_is_answered_so_the_server_is_not_left_waiting():
+    asked: list[int] = []
+
+    async def sampling(context: object, params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+        asked.append(len(params.messages[0].content.text))
+        reply = types.TextContent(type="text", text="answered")
+        return types.CreateMessageResult(role="assistant", content=reply, model="test-model")
+
+    async with connect(proxied(), mode="legacy", sampling_callback=sampling) as client:
+        with anyio.fail_after(PATIENCE):
+            try:
+                answer = text(await client.call_tool("ask_big", {"size": LIMIT + 1}))
+            except MCPError as exc:  # the server's tool passes on the error its request got
+                answer = exc.error.message
+        # The server's own sampling request was refused, and its tool ended with that error.
+        assert f"a message over {LIMIT} bytes" in answer and asked == []
+        assert text(await client.call_tool("ask_big", {"size": 10})) == "model said: answered"
