@@ -8,7 +8,8 @@ is control flow. Arguments ``Tool`` refuses before the body runs (names it does 
 take, a failed schema) are the model's mistake: the loop guard counts them, not the
 breaker. A rejection is the tool's result, the observation the model reads next.
 
-The agent is the running ``ReAct`` module (its ``name``, when set). Each ReAct step
+A program's call (``Module.__call__`` / ``acall``) is a run, which the modules it
+calls join. The agent is the running ``ReAct`` module (its ``name``, when set). Each ReAct step
 is predicted with ``signature=`` carrying the status block, and the listing of the
 tools without the agent's open ones (``next_tool_name`` still accepts every name).
 """
@@ -21,13 +22,14 @@ from typing import Any
 from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation.base import agent_display_name
 from otel_breaker.instrumentation.mistakes import Refusals, arun_invalid, run_invalid
-from otel_breaker.instrumentation.patches import context_patch, prompt_patch, tool_patch
+from otel_breaker.instrumentation.patches import context_patch, prompt_patch, run_patch, tool_patch
 from otel_breaker.instrumentation.spec import SpecAdapter, status_text
 from otel_breaker.menu import hidden_names
 from otel_breaker.toolcall import ToolCall
 
 _TOOL = "dspy.adapters.types.tool"
 _REACT = "dspy.predict.react"
+_MODULE = "dspy.primitives.module"
 
 # The ReAct module whose loop is running in this context.
 _agent: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_breaker_dspy_agent", default=None)
@@ -62,6 +64,10 @@ class DSPyAdapter(SpecAdapter):
         prompt_patch(_REACT, "ReAct._async_call_with_potential_trajectory_truncation", "async"),
         context_patch(_REACT, "ReAct.forward", _agent, _running_react, "sync"),
         context_patch(_REACT, "ReAct.aforward", _agent, _running_react, "async"),
+        # A program's call is a run; the modules it calls (ReAct's predictors, a ReAct
+        # inside a larger program) join it.
+        run_patch(_MODULE, "Module.__call__", "sync"),
+        run_patch(_MODULE, "Module.acall", "async"),
     )
 
     def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:

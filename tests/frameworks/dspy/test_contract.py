@@ -13,7 +13,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 from contract import FrameworkContract
 from driver import DSPyDriver
 from loop_contract import LoopContract
+from run_contract import RunContract
 
 
-class TestContract(FrameworkContract, LoopContract):
+class TestContract(FrameworkContract, LoopContract, RunContract):
     driver = DSPyDriver()
