@@ -11,13 +11,19 @@ a name no tool has (``_auto_invoke_function`` answers it) are the model's mistak
 the loop guard counts them, not the breaker. A rejection is the function's return
 value, the text the model reads. ``invoke`` gives the model's tool-call id, and
 ``RawAgent._prepare_run_context`` marks the agent for its run (its run identity).
+An agent's ``run`` is a run of ours too: awaited, or pulled from its ``ResponseStream``
+(each pull inside it; it ends with the stream's cleanup); an agent run inside it joins.
 ``BaseChatClient.get_response`` gets the status block in its instructions and loses
 the agent's open tools from ``options["tools"]`` (the loop keeps its own map).
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
+import inspect
+from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 from otel_breaker.degrade import Rejection
@@ -25,8 +31,10 @@ from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation.base import PatchTarget, agent_display_name
 from otel_breaker.instrumentation.mistakes import Refusals, arun_invalid, arun_unknown
 from otel_breaker.instrumentation.patches import argument, prompt_patch, tool_patch
+from otel_breaker.instrumentation.run_results import awaited_in_run
 from otel_breaker.instrumentation.spec import SpecAdapter, status_text
 from otel_breaker.menu import visible_tools
+from otel_breaker.runs import Run, close_run, enter, leave, open_run, run_closed
 from otel_breaker.toolcall import ToolCall
 
 # Raised from inside a tool for a reason other than a broken tool; the tool's own refusals to run.
@@ -66,6 +74,38 @@ def _exception_of(result: Any) -> Any:
     return getattr(result, "exception", None)
 
 
+def _agent_run(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    """``Agent.run``: a coroutine (awaited inside the run) or a ``ResponseStream`` (each
+    pull inside it, the run ending with the stream's cleanup); joins a run open already."""
+    opened, token = open_run(framework="agent_framework")
+    if token is None:
+        return wrapped(*args, **kwargs)
+    try:
+        result = wrapped(*args, **kwargs)
+    except BaseException:
+        close_run(token)
+        raise
+    token.var.reset(token)
+    if inspect.iscoroutine(result):
+        return awaited_in_run(result, opened)
+    if callable(getattr(result, "with_pull_context_manager", None)):
+        result.with_pull_context_manager(partial(_pulled_in, opened))
+        result.with_cleanup_hook(partial(run_closed, opened))
+        return result
+    run_closed(opened)
+    return result
+
+
+@contextlib.contextmanager
+def _pulled_in(opened: Run) -> Iterator[None]:
+    """One pull of a streamed run, inside it."""
+    token = enter(opened)
+    try:
+        yield
+    finally:
+        leave(token)
+
+
 class AgentFrameworkAdapter(SpecAdapter):
     name = "agent_framework"
     patches = (
@@ -79,6 +119,10 @@ class AgentFrameworkAdapter(SpecAdapter):
             PatchTarget("agent_framework._tools", "FunctionTool.invoke", self._invoke),
             PatchTarget("agent_framework._tools", "_auto_invoke_function", self._auto_invoke),
             PatchTarget("agent_framework._agents", "RawAgent._prepare_run_context", self._mark_agent),
+            # The layered ``Agent.run`` (middleware, telemetry) and the raw one, for an agent
+            # built on ``RawAgent``: the raw one joins the layered one's run.
+            PatchTarget("agent_framework._agents", "Agent.run", _agent_run),
+            PatchTarget("agent_framework._agents", "RawAgent.run", _agent_run),
         ]
 
     def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:

@@ -30,7 +30,7 @@ def run_around(wrapped: Any, args: tuple, kwargs: dict, framework: str) -> Any:
         raise
     if inspect.iscoroutine(result):
         token.var.reset(token)
-        return _awaited_in_run(result, opened)
+        return awaited_in_run(result, opened)
     if inspect.isgenerator(result):
         token.var.reset(token)
         return steps_in_run(result, opened)
@@ -41,7 +41,7 @@ def run_around(wrapped: Any, args: tuple, kwargs: dict, framework: str) -> Any:
     return result
 
 
-async def _awaited_in_run(coroutine: Coroutine[Any, Any, Any], opened: Run) -> Any:
+async def awaited_in_run(coroutine: Coroutine[Any, Any, Any], opened: Run) -> Any:
     """``coroutine``'s result, awaited inside ``opened``; the run ends with it."""
     token = enter(opened)
     try:

@@ -126,12 +126,18 @@ async def test_failing_async_tool_opens_breaker(instrument, otel):
 
 async def test_rejection_keeps_the_loop_going_past_its_own_error_limit(instrument, otel):
     """The framework ends a request after three erroring turns in a row; a rejection is a
-    result, not an error, so the model keeps reading and answers."""
+    result, not an error, so the model keeps reading and answers. The two calls that ran
+    read the tool's error, the next three the breaker's rejection, and the last one that
+    the run spent its waste budget on the tool (one run: the agent's ``run``)."""
     instrument("agent_framework")
     agent, client = make_agent(flaky, turns=calls("flaky", n=6))
     assert (await run(agent)).text == "done"
     assert BODY_RUNS["flaky"] == 2
-    assert sum(REJECTED_TEXT in r for r in client.tool_results()) == 4
+    read = client.tool_results()
+    assert len(read) == 6
+    assert not any(REJECTED_TEXT in r for r in read[:2]), read
+    assert all(REJECTED_TEXT in r for r in read[2:5]), read
+    assert "unavailable for the rest of this run" in read[5], read
 
 
 async def test_bad_arguments_from_the_model_are_not_counted(instrument, otel):

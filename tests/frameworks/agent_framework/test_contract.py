@@ -9,6 +9,7 @@ from typing import Any
 from agent_framework import Agent, tool
 from contract import PROMPT, FrameworkContract, Sent, Step, Tool
 from loop_contract import LoopContract
+from run_contract import RunContract
 from scripted_client import ScriptedChatClient
 
 
@@ -40,6 +41,35 @@ class AgentFrameworkDriver:
         return agent.client.tools_sent
 
 
-class TestContract(FrameworkContract, LoopContract):
+class TestContract(FrameworkContract, LoopContract, RunContract):
     driver = AgentFrameworkDriver()
     guards_unknown_tools = True
+
+
+def test_a_streamed_run_is_one_run(instrument):
+    """``run(stream=True)``: every pull of the stream is inside one run, so the waste budget
+    answers the 4th call of the open tool, and the next streamed run starts whole."""
+    from contract import call
+    from run_contract import SPENT, UNAVAILABLE
+    from status_prompt import breaker_settings
+
+    breaker_settings(failure_threshold="1", recovery_timeout="600")
+    instrument("agent_framework")
+    driver = TestContract.driver
+    echo = Tool.flaky("echo", failures=1)
+    assert driver.run(driver.build([echo], [call("echo", 1), "done"])) == "done"
+
+    async def streamed(agent: Any) -> None:
+        async for _ in agent.run("go", stream=True):
+            pass
+
+    for _ in range(2):
+        agent = driver.build([echo, Tool.healthy("other")], [*(call("echo", i) for i in range(2, 8)), "done"])
+        asyncio.run(asyncio.wait_for(streamed(agent), 60))
+        read = driver.sent(agent)[-1].tool_results
+        assert echo.runs == 1
+        assert len(read) == 6
+        assert all(UNAVAILABLE in r for r in read[:3]), read
+        assert all(SPENT in r for r in read[3:]), read
+        menus = driver.tools_sent(agent)
+        assert all("echo" not in menu and "other" in menu for menu in menus[4:]), menus
