@@ -5,6 +5,11 @@ holding the text. Arguments it cannot take, and the unknown names and bad argume
 answers itself, are the model's mistakes (for the loop guard); prompt functions are model calls, left unguarded.
 In a ``ChatCompletionAgent`` run the status block and the menu are refreshed after each call: the agent keeps
 one chat history and one function-choice configuration for the whole run.
+
+A ``ChatCompletionAgent``'s invocation (``_inner_invoke``, which ``get_response`` and ``invoke`` run, and
+``invoke_stream``) is a run (:mod:`otel_breaker.runs`): each of its steps runs inside it, and it ends with
+the stream. An agent invoked inside it (an agent as a function, a group chat's member) joins it. Other agent
+types (the assistant services' agents) run their tools remotely or by their own loop: no run is seen there.
 """
 
 from __future__ import annotations
@@ -19,10 +24,18 @@ from typing import Any
 from otel_breaker.classify import CONTROL, MISTAKE
 from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation.base import PatchTarget, agent_display_name, not_a_tool_call
-from otel_breaker.instrumentation.patches import menu_patch, observe_patch, prompt_patch, scoped, tool_patch
+from otel_breaker.instrumentation.patches import (
+    menu_patch,
+    observe_patch,
+    prompt_patch,
+    scoped,
+    scoped_steps,
+    tool_patch,
+)
 from otel_breaker.instrumentation.refusals import arun, mark_reached
-from otel_breaker.instrumentation.spec import SpecAdapter, argument, context_patch, status_text
-from otel_breaker.menu import hide_open_tools_enabled, visible_tools
+from otel_breaker.instrumentation.spec import SpecAdapter, argument, status_text
+from otel_breaker.menu import menu_may_change, visible_tools
+from otel_breaker.runs import async_steps_in_run, joined_or_new
 from otel_breaker.toolcall import ToolCall
 
 logger = logging.getLogger("otel_breaker")
@@ -50,8 +63,11 @@ _run: contextvars.ContextVar[_AgentRun | None] = contextvars.ContextVar("otel_br
 _call_id: contextvars.ContextVar[str | None] = contextvars.ContextVar("otel_breaker_sk_call_id", default=None)
 
 
-def _new_run(agent: Any, args: tuple, kwargs: dict) -> _AgentRun:
-    return _AgentRun(agent)
+def _agent_run(wrapped: Any, agent: Any, args: tuple, kwargs: dict) -> Any:
+    """A ``ChatCompletionAgent``'s invocation, an async generator: a run (one the caller's run
+    already holds, else a new one), each step with the agent's own record of it in ``_run``."""
+    steps = scoped_steps(wrapped(*args, **kwargs), _run, _AgentRun(agent))
+    return async_steps_in_run(steps, joined_or_new(framework="semantic_kernel"))
 
 
 def _run_agent() -> Any:
@@ -67,8 +83,6 @@ class SemanticKernelAdapter(SpecAdapter):
     name = "semantic_kernel"
     patches = (
         tool_patch(_SK + "functions.kernel_function_from_method", "KernelFunctionFromMethod._invoke_internal"),
-        context_patch(_AGENT, "ChatCompletionAgent._inner_invoke", _run, _new_run, "asyncgen"),
-        context_patch(_AGENT, "ChatCompletionAgent.invoke_stream", _run, _new_run, "asyncgen"),
         prompt_patch("semantic_kernel.agents.agent", "Agent.format_instructions", hook="instructions", after=True),
         menu_patch(_CHOICE, "FunctionChoiceBehavior._check_and_get_config", hook="offered", after=True),
         observe_patch(_AGENT, "ChatCompletionAgent._prepare_agent_chat_history", "_history", "async"),
@@ -77,6 +91,9 @@ class SemanticKernelAdapter(SpecAdapter):
     def targets(self) -> list[PatchTarget]:
         return [
             *super().targets(),
+            # An agent's run (get_response and invoke run _inner_invoke).
+            PatchTarget(_AGENT, "ChatCompletionAgent._inner_invoke", _agent_run),
+            PatchTarget(_AGENT, "ChatCompletionAgent.invoke_stream", _agent_run),
             PatchTarget(_SK + "functions.kernel_function", "KernelFunction.invoke", self._invoke),
             PatchTarget(_SK + "kernel", "Kernel.invoke_function_call", self._function_call),
             # Built once the kernel accepted a function call: one it never built was refused.
@@ -195,7 +212,7 @@ class SemanticKernelAdapter(SpecAdapter):
         if run is None:
             return result
         try:
-            if run.configure is not None and hide_open_tools_enabled():
+            if run.configure is not None and menu_may_change():
                 run.configure()
             self._refresh_status(run, history)
         except Exception:

@@ -121,7 +121,7 @@ class RunContract:
         assert all(UNAVAILABLE in r for r in read) and tool.runs == 1
 
     def test_run_healthy_tools_are_untouched(self, instrument):
-        steps = [call("echo", i) for i in range(1, 7)]
+        steps = [call("echo", i) for i in range(1, 1 + self.stubborn_calls)]
         baseline_agent = self.driver.build([Tool.healthy("echo")], [*steps, "done"])
         assert self.driver.run(baseline_agent) == "done"
         baseline = self.driver.sent(baseline_agent)[-1].tool_results
