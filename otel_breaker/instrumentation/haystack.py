@@ -13,6 +13,10 @@ messages in a mutable state the step reads and appends to, rather than passing t
 to the model call: the block goes into that list for the step, and after the step the
 run's own system message replaces it again, so the history never carries it and the
 next step gets a fresh one.
+
+``Agent.run`` and ``Agent.run_async`` are a run (:mod:`otel_breaker.runs`); an agent a tool
+runs (an Agent in a ``ComponentTool``) joins its caller's run. A pipeline holding agents
+makes one run per agent it runs.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from otel_breaker.degrade import Rejection
 from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation.base import PatchTarget, agent_display_name
 from otel_breaker.instrumentation.mistakes import Refusals, arun_invalid, run_invalid, run_unknown
-from otel_breaker.instrumentation.patches import argument, menu_patch
+from otel_breaker.instrumentation.patches import argument, menu_patch, run_patch
 from otel_breaker.instrumentation.spec import MessageDialect, SpecAdapter, insert_status_block
 from otel_breaker.menu import visible_tools
 from otel_breaker.toolcall import ToolCall
@@ -140,7 +144,11 @@ def _as_is(message: Any) -> Any:
 
 class HaystackAdapter(SpecAdapter):
     name = "haystack"
-    patches = (menu_patch(_AGENT, "flatten_tools_or_toolsets", "sync", "_visible", after=True),)
+    patches = (
+        menu_patch(_AGENT, "flatten_tools_or_toolsets", "sync", "_visible", after=True),
+        run_patch(_AGENT, "Agent.run", "sync"),
+        run_patch(_AGENT, "Agent.run_async", "async"),
+    )
     modules = (_CALLING, _AGENT)
 
     def targets(self) -> list[PatchTarget]:
