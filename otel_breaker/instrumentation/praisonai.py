@@ -10,7 +10,8 @@ praisonaiagents reads ``circuit_open`` and the like to retry or abort). Its own
 circuit breaker sits inside ours: keep ``failure_threshold`` at or below
 ``5 / retry attempts``. Every Chat Completions request (``_normalize_chat_params``,
 ``LLM._build_completion_params``) gets the status block and loses the running
-agent's open tools, on a copy.
+agent's open tools, on a copy. An agent's ``chat``/``achat``/``run``/``start`` (and
+their async forms) and a team's ``start``/``run`` are a run, which the agents it runs join.
 """
 
 from __future__ import annotations
@@ -24,12 +25,20 @@ from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation import refusals
 from otel_breaker.instrumentation.base import PatchTarget, agent_display_name
 from otel_breaker.instrumentation.chat_messages import amended_request
+from otel_breaker.instrumentation.patches import context_wrapper
 from otel_breaker.instrumentation.refusals import RUN
+from otel_breaker.instrumentation.run_results import as_run, run_around
 from otel_breaker.instrumentation.spec import SpecAdapter, argument, context_patch, tool_patch
 from otel_breaker.toolcall import ToolCall, active_call
 
 _CHAT = "praisonaiagents.agent.chat_mixin"
 _OPENAI, _LLM = "praisonaiagents.llm.openai_client", "praisonaiagents.llm.llm"
+_EXECUTION = "praisonaiagents.agent.execution_mixin"
+_TEAM = "praisonaiagents.agents.agents"
+#: An agent's or a team's invocation: a run (an agent a team or a handoff runs joins it).
+#: ``start`` returns a stream when it streams: ``as_run`` follows what comes back.
+_AGENT_RUNS = ("ExecutionMixin.run", "ExecutionMixin.start", "ExecutionMixin.arun", "ExecutionMixin.astart")
+_TEAM_RUNS = ("AgentTeam.run", "AgentTeam.start", "AgentTeam.astart")
 # The agent whose chat is running in this context (for the status block and the menu).
 _agent: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_breaker_praisonai_agent", default=None)
 # Tool search's meta-tools: ``tool_call`` re-enters ``execute_tool`` with the real tool's name.
@@ -72,15 +81,35 @@ def _chatting_agent(agent: Any, args: tuple, kwargs: dict) -> Any:
     return agent
 
 
+_marked_chat = context_wrapper(context_patch(_CHAT, "ChatMixin.chat", _agent, _chatting_agent, "sync"))
+_marked_achat = context_wrapper(context_patch(_CHAT, "ChatMixin.achat", _agent, _chatting_agent, "async"))
+
+
+def _chat_run(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    """``chat``: the agent marked for its model requests, and a run unless one is open."""
+
+    def marked(*call_args: Any, **call_kwargs: Any) -> Any:
+        return _marked_chat(wrapped, instance, call_args, call_kwargs)
+
+    return run_around(marked, args, kwargs, "praisonai")
+
+
+def _achat_run(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    """:func:`_chat_run` for ``achat``."""
+
+    def marked(*call_args: Any, **call_kwargs: Any) -> Any:
+        return _marked_achat(wrapped, instance, call_args, call_kwargs)
+
+    return run_around(marked, args, kwargs, "praisonai")
+
+
 class PraisonAIAdapter(SpecAdapter):
     name = "praisonai"
     patches = (
         tool_patch("praisonaiagents.agent.tool_execution", "ToolExecutionMixin.execute_tool", "sync"),
         tool_patch("praisonaiagents.agent.execution_mixin", "ExecutionMixin.execute_tool_async", "async"),
-        context_patch(_CHAT, "ChatMixin.chat", _agent, _chatting_agent, "sync"),
-        context_patch(_CHAT, "ChatMixin.achat", _agent, _chatting_agent, "async"),
     )
-    modules = (*dict.fromkeys(p.module for p in patches), _OPENAI, _LLM)
+    modules = (*dict.fromkeys(p.module for p in patches), _CHAT, _OPENAI, _LLM, _TEAM)
 
     def targets(self) -> list[PatchTarget]:
         # Request parameters are amended once built, for the status block and the menu alike.
@@ -88,6 +117,10 @@ class PraisonAIAdapter(SpecAdapter):
             *super().targets(),
             PatchTarget(_OPENAI, "_normalize_chat_params", self._request_params),
             PatchTarget(_LLM, "LLM._build_completion_params", self._request_params),
+            PatchTarget(_CHAT, "ChatMixin.chat", _chat_run),
+            PatchTarget(_CHAT, "ChatMixin.achat", _achat_run),
+            *(PatchTarget(_EXECUTION, qualname, as_run(self.name)) for qualname in _AGENT_RUNS),
+            *(PatchTarget(_TEAM, qualname, as_run(self.name)) for qualname in _TEAM_RUNS),
         ]
 
     def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:

@@ -13,9 +13,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 from contract import FrameworkContract
 from driver import PraisonAIDriver
 from loop_contract import LoopContract
+from run_contract import RunContract
 
 
-class TestContract(FrameworkContract, LoopContract):
+class TestContract(FrameworkContract, LoopContract, RunContract):
     driver = PraisonAIDriver()
     guards_unknown_tools = True
     invalid_arguments = {"y": 1}  # noqa: RUF012 - the async path binds names, it checks no types
