@@ -29,6 +29,7 @@ from mcp.client.stdio import StdioServerParameters
 from mcp.shared.exceptions import MCPError
 from proxy_scenarios import (
     PATIENCE,
+    UNAVAILABLE,
     ListChanges,
     assert_breaker_stopped_it,
     hidden_tool_leaves_and_returns,
@@ -37,6 +38,10 @@ from proxy_scenarios import (
     tool_names,
 )
 from proxy_support import breaker_env, free_port, stop, wait_for_port
+
+sys.path.append(str(Path(__file__).parents[1] / "mcp"))  # the real servers, shared with the MCP client suite
+
+from reference_servers import filesystem_command
 
 ERA_SERVER = Path(__file__).with_name("era_server.py")
 CLIENT_ERAS = ("legacy", "2026-07-28")  # the SDK client's mode: the handshake, or 2026-07-28 pinned
@@ -221,6 +226,30 @@ async def test_an_http_server_of_either_era_is_fronted(proxies, http_era_server,
     async with connect(proxies("stdio", ["--upstream", url], env), client_era) as client:
         assert in_era(client, client_era)
         await list_call_open_and_status(client, runs_file, status_port)
+
+
+@pytest.mark.parametrize("client_era", CLIENT_ERAS)
+async def test_the_npm_filesystem_server_is_fronted_for_a_client_of_either_era(proxies, tmp_path, client_era):
+    """The npm reference servers speak only the handshake era (their TypeScript SDK, 1.32,
+    knows no 2026-07-28): a client of either era reaches one through the proxy. Its missing
+    files are counted here (an override), so its breaker opens."""
+    allowed = tmp_path / "allowed"
+    allowed.mkdir()
+    (allowed / "exists.txt").write_text("here", encoding="utf-8")
+    status_port = free_port()
+    env = breaker_env(
+        OTEL_BREAKER_FAILURE_ERRORS="@secure-filesystem-server*=ENOENT",
+        OTEL_BREAKER_STATUS_ADDR=f"127.0.0.1:{status_port}",
+    )
+    async with connect(proxies("stdio", ["--", *filesystem_command(allowed)], env), client_era) as client:
+        assert in_era(client, client_era)
+        assert "read_text_file" in await tool_names(client)
+        assert "here" in text(await client.call_tool("read_text_file", {"path": str(allowed / "exists.txt")}))
+        missing = [str(allowed / f"missing-{i}.txt") for i in range(6)]
+        results = [await client.call_tool("read_text_file", {"path": path}) for path in missing]
+        assert all(result.is_error for result in results)
+        assert UNAVAILABLE in text(results[-1])
+        await status_when(status_port, "read_text_file", "open")
 
 
 async def test_the_era_servers_speak_only_their_era():
