@@ -54,12 +54,15 @@ DetectionKey = tuple[str, str | None, str]
 
 
 class _Entry:
-    __slots__ = ("count", "last_error", "seen", "tool")
+    __slots__ = ("count", "last_error", "raised", "seen", "tool")
 
     def __init__(self, tool: str, now: float) -> None:
         self.tool = tool
         self.count = 0
         self.last_error: str | None = None
+        #: Whether the last identical call raised through the call path (the framework's
+        #: policy for it was an exception, not a value): the loop guard's answer raises too.
+        self.raised = False
         self.seen = now
 
 
@@ -79,11 +82,12 @@ class LoopGuard:
 
     # -- what the call path asks ------------------------------------------------------------
 
-    def scope(self, call: ToolCall) -> str:
+    def scope(self, call: ToolCall) -> str | None:
         """The run ``call`` belongs to, as the ledger keys it: the run open in this
         context (``runs.py``: a framework's top-level invocation, or ``otel_breaker.run``),
         else the session scope or the call's session, else the agent's name (a framework
-        whose run cannot be seen; no name: the process)."""
+        whose run cannot be seen). None for a call outside all of them (a directly invoked
+        tool, ``@guard``): it is a run of its own, and nothing of it is remembered."""
         opened = current_run()
         if opened is not None:
             return f"r:{opened.id}"
@@ -92,10 +96,13 @@ class LoopGuard:
             return f"s:{session}"
         if call.session_id is not None:
             return f"s:{call.session_id}"
-        return f"a:{call.agent_name or ''}"
+        if call.agent_name:
+            return f"a:{call.agent_name}"
+        return None
 
-    def might_repeat(self, scope: str, tool: str) -> bool:
-        """Cheap: whether any counted call of ``tool`` is remembered in ``scope``."""
+    def might_repeat(self, scope: str | None, tool: str) -> bool:
+        """Cheap: whether any counted call of ``tool`` is remembered in ``scope`` (never
+        for a call that is a run of its own)."""
         return (scope, tool) in self._tools
 
     def count(self, scope: str, sig: str) -> tuple[int, str | None]:
@@ -113,8 +120,11 @@ class LoopGuard:
             entry.seen = now
             return entry.count, entry.last_error
 
-    def counted(self, scope: str, tool: str, sig: str, error: str | None) -> int:
-        """An identical call ended in a counted way: its count now."""
+    def counted(self, scope: str | None, tool: str, sig: str, error: str | None, raised: bool = False) -> int:
+        """An identical call ended in a counted way (``raised``: by raising): its count now.
+        A call that is a run of its own (``scope`` None) is not remembered: 0."""
+        if scope is None:
+            return 0
         now = self.clock()
         with self._lock:
             key = (scope, sig)
@@ -133,7 +143,14 @@ class LoopGuard:
             entry.count += 1
             entry.seen = now
             entry.last_error = None if error is None else error[:MAX_ERROR_CHARS]
+            entry.raised = raised
             return entry.count
+
+    def last_raised(self, scope: str, sig: str) -> bool:
+        """Whether the last counted identical call raised (read when the guard answers)."""
+        with self._lock:
+            entry = self._entries.get((scope, sig))
+            return entry is not None and entry.raised
 
     def succeeded(self, scope: str, sig: str) -> None:
         with self._lock:

@@ -106,12 +106,36 @@ def _identical_call_message(error: ToolLoopError) -> str:
     )
 
 
+class RepeatedCallError(Exception):
+    """The loop guard's answer where the identical call's failure was an exception (a direct
+    ``tool.invoke`` without error handling, a tool whose framework re-raises): it is raised
+    as that failure was, so the framework's own error policy (a handler, a failure
+    function, the caller's ``except``) meets it. Its message is what the model would read."""
+
+    def __init__(self, tool: str, count: int, last_error: str | None, message: str) -> None:
+        super().__init__(message)
+        self.tool = tool
+        self.count = count
+        self.last_error = last_error
+
+
 class LoopRejection(rejection.Rejection):
-    """What the model reads when the loop guard does not run an identical call."""
+    """What the model reads when the loop guard does not run an identical call.
 
-    __slots__ = ("count", "last_error")
+    ``raised``: the identical call's last failure was an exception through the call path;
+    an adapter whose framework has an error policy for exceptions raises
+    :meth:`repeated_error` then, so that policy decides."""
 
-    def __init__(self, breaker: CircuitBreaker | None, call: ToolCall, count: int, last_error: str | None) -> None:
+    __slots__ = ("count", "last_error", "raised")
+
+    def __init__(
+        self,
+        breaker: CircuitBreaker | None,
+        call: ToolCall,
+        count: int,
+        last_error: str | None,
+        raised: bool = False,
+    ) -> None:
         # No breaker for a name no tool has: the rejection needs none of its state.
         self.breaker = breaker  # type: ignore[assignment]
         self.call = call
@@ -120,6 +144,11 @@ class LoopRejection(rejection.Rejection):
         self._alternatives = ()
         self.count = count
         self.last_error = last_error
+        self.raised = raised
+
+    def repeated_error(self) -> RepeatedCallError:
+        """The answer as an exception, carrying the text the model would read."""
+        return RepeatedCallError(self.call.tool, self.count, self.last_error, self.message)
 
     @property
     def retry_after(self) -> float | None:
@@ -256,18 +285,19 @@ class Watch:
             self.sig = signature(self.call.tool, self.arguments)
         return self.sig
 
-    def ended(self, kind: str | None, error: str | None) -> None:
+    def ended(self, kind: str | None, error: str | None, raised: bool = False) -> None:
         try:
             if kind == "success":
                 if LOOPS.might_repeat(self.scope, self.call.tool):
                     LOOPS.succeeded(self.scope, self.signature())
             elif kind is not None and kind in self.kinds:
-                LOOPS.counted(self.scope, self.call.tool, self.signature(), error)
+                LOOPS.counted(self.scope, self.call.tool, self.signature(), error, raised)
         except Exception:
             logger.debug("otel-breaker: loop bookkeeping failed", exc_info=True)
 
     def raised(self, exc: BaseException) -> None:
-        self.ended(*_kind_of_exception(self.breaker, self.call, self.adapter, exc))
+        kind, error = _kind_of_exception(self.breaker, self.call, self.adapter, exc)
+        self.ended(kind, error, raised=True)
 
     def returned(self, result: Any) -> None:
         self.ended(*_kind_of_result(self.breaker, self.call, self.adapter, result))
@@ -308,10 +338,13 @@ def enter(call: ToolCall, breaker: CircuitBreaker, adapter: Any, args: tuple, kw
     """Before a call: (RUN, watch) to run it, or (value, None): the loop guard's answer.
     Raises :class:`ToolLoopError` under ``stop``. Never raises anything else."""
     stop: tuple[str, int, str | None] | None = None
+    raised = False
     try:
         config: CircuitBreakerConfig = breaker.config
         ledger = LOOPS
         scope = ledger.scope(call)
+        if scope is None:
+            return RUN, None  # a call outside any run is a run of its own: nothing to remember
         sig = None
         if ledger.might_repeat(scope, call.tool):
             arguments = arguments_of(call, args, kwargs)
@@ -322,6 +355,7 @@ def enter(call: ToolCall, breaker: CircuitBreaker, adapter: Any, args: tuple, kw
                 ledger.detected(call, action, count)
                 if action != "warn":
                     stop = (action, count, last_error)
+                    raised = ledger.last_raised(scope, sig)
         else:
             arguments = None
         if stop is None:
@@ -338,7 +372,7 @@ def enter(call: ToolCall, breaker: CircuitBreaker, adapter: Any, args: tuple, kw
     if action == "stop":
         raise ToolLoopError(call.tool, count, last_error)
     # The framework's rejection form; an adapter whose form is an exception raises it here.
-    return _reject(breaker, call, adapter, count, last_error), None
+    return _reject(breaker, call, adapter, count, last_error, raised), None
 
 
 class Mistakes:
@@ -371,8 +405,10 @@ async def arun_mistake(
     return await result if inspect.isawaitable(result) else result
 
 
-def _reject(breaker: CircuitBreaker, call: ToolCall, adapter: Any, count: int, last_error: str | None) -> Any:
-    info = LoopRejection(breaker, call, count, last_error)
+def _reject(
+    breaker: CircuitBreaker, call: ToolCall, adapter: Any, count: int, last_error: str | None, raised: bool = False
+) -> Any:
+    info = LoopRejection(breaker, call, count, last_error, raised)
     if adapter is not None:
         return adapter.rejection(call, info)
     if breaker.config.graceful_degradation:
@@ -389,7 +425,7 @@ def _reject(breaker: CircuitBreaker, call: ToolCall, adapter: Any, count: int, l
 _UNKNOWN_PREFIX = "\0unknown:"
 
 
-def _unknown_key(call: ToolCall) -> tuple[str, str]:
+def _unknown_key(call: ToolCall) -> tuple[str | None, str]:
     return LOOPS.scope(call), _UNKNOWN_PREFIX + bounded(call.tool)
 
 
@@ -436,6 +472,7 @@ __all__ = [
     "RUN",
     "LoopRejection",
     "Mistakes",
+    "RepeatedCallError",
     "ToolLoopError",
     "Watch",
     "arguments_of",

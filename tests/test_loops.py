@@ -6,6 +6,7 @@ import logging
 
 import pytest
 
+import otel_breaker
 from otel_breaker import CircuitBreakerConfig, Guard, State, ToolCall, ToolLoopError, loop_ledger, loops
 from otel_breaker.classify import MISTAKE, RETRY_REQUEST
 from otel_breaker.config import load_settings, set_settings
@@ -144,11 +145,12 @@ def test_per_tool_settings():
     call = ToolCall("other", framework="test", arguments={"x": "bad"})
     config = CircuitBreakerConfig(loop_limit=2)
     results = []
-    for _ in range(4):
-        try:
-            results.append(guard.call(call, tool, ("bad",), {}, adapter=Adapter(), config=config))
-        except ArgumentError:
-            results.append("raised")
+    with otel_breaker.run():
+        for _ in range(4):
+            try:
+                results.append(guard.call(call, tool, ("bad",), {}, adapter=Adapter(), config=config))
+            except ArgumentError:
+                results.append("raised")
     assert results[:2] == ["raised", "raised"] and "failed 2 times" in results[2]
 
 
@@ -157,11 +159,12 @@ def test_without_an_adapter_the_rejection_is_a_dict():
     set_settings(load_settings({"OTEL_BREAKER_LOOP_COUNT": "failures", "OTEL_BREAKER_FAILURE_THRESHOLD": "50"}))
     call = ToolCall("search", arguments={"x": -1})
     results = []
-    for _ in range(4):
-        try:
-            results.append(guard.call(call, tool, (-1,), {}))
-        except RuntimeError:
-            results.append("raised")
+    with otel_breaker.run():
+        for _ in range(4):
+            try:
+                results.append(guard.call(call, tool, (-1,), {}))
+            except RuntimeError:
+                results.append("raised")
     assert results[3]["loop"] is True and results[3]["count"] == 3 and results[3]["circuit_open"] is False
 
 
@@ -172,13 +175,55 @@ async def test_the_async_path_guards_too():
     async def body(x):
         return tool(x)
 
-    for _ in range(5):
-        call = ToolCall("search", framework="test", arguments={"x": "ten"})
+    async with otel_breaker.run():
+        for _ in range(5):
+            call = ToolCall("search", framework="test", arguments={"x": "ten"})
+            try:
+                answers.append(await guard.acall(call, body, ("ten",), {}, adapter=Adapter()))
+            except ArgumentError:
+                answers.append("raised")
+    assert answers[:3] == ["raised"] * 3 and answers[3].startswith("REJECTED: Tool 'search' was not called")
+
+
+def test_a_call_outside_any_run_agent_or_session_is_a_run_of_its_own():
+    """A directly invoked tool: each call is its own run, so the caller always gets the
+    tool's own answer, however often the identical call is made."""
+    guard = Guard()
+    answers = []
+    for _ in range(6):
         try:
-            answers.append(await guard.acall(call, body, ("ten",), {}, adapter=Adapter()))
+            answers.append(
+                guard.call(ToolCall("search", arguments={"x": "ten"}), tool, ("ten",), {}, adapter=Adapter())
+            )
         except ArgumentError:
             answers.append("raised")
-    assert answers[:3] == ["raised"] * 3 and answers[3].startswith("REJECTED: Tool 'search' was not called")
+    assert answers == ["raised"] * 6
+
+
+def test_the_guards_answer_remembers_that_the_identical_call_raised():
+    """An adapter whose framework has an error policy for exceptions raises the answer
+    (``RepeatedCallError``) where the identical call raised, so that policy decides."""
+
+    class RaisingAdapter(Adapter):
+        def rejection(self, call, info):
+            if getattr(info, "raised", False):
+                raise info.repeated_error()
+            return f"REJECTED: {info.message}"
+
+    guard = Guard()
+    answers = []
+    with otel_breaker.run():
+        for _ in range(4):
+            try:
+                answers.append(
+                    guard.call(ToolCall("search", arguments={"x": "ten"}), tool, ("ten",), {}, adapter=RaisingAdapter())
+                )
+            except ArgumentError:
+                answers.append("raised")
+            except loops.RepeatedCallError as repeated:
+                answers.append(repeated)
+    assert answers[:3] == ["raised"] * 3
+    assert isinstance(answers[3], Exception) and "this exact call" in str(answers[3]) and answers[3].count == 3
 
 
 def test_signature_is_key_order_independent_bounded_and_never_raises():

@@ -128,6 +128,10 @@ class LangChainAdapter(SpecAdapter):
 
     def rejection(self, call: ToolCall, info: Rejection) -> Any:
         if call.call_id is None:
+            if getattr(info, "raised", False):
+                # A direct invoke whose identical call raised (no error handling asked for):
+                # the loop guard's answer raises too, for the caller's own ``except``.
+                raise info.repeated_error()
             return info.message
         from langchain_core.messages import ToolMessage
 
