@@ -20,7 +20,9 @@ SDK's own answer for a failed function.
 
 There is no agent: a call is keyed by the function's name and code, and by the
 agent of an enclosing framework's tool call when there is one. A run (the loop
-guard's scope) is one ``generate_content`` request, or one chat. Each model request
+guard's and the waste budget's scope) is one ``generate_content`` request, streamed or
+not, or one chat's ``send_message`` calls while the chat lives (a streamed chat message
+is a run of its own). Each model request
 (``_generate_content`` and ``_generate_content_stream``) that offers Python
 functions gets the status block in its ``system_instruction`` and loses the open
 functions from its ``tools`` (a copy of the config; the request's function map keeps
@@ -29,16 +31,15 @@ them, so a call anyway is rejected as usual).
 
 from __future__ import annotations
 
-import contextvars
 import inspect
-import uuid
-import weakref
 from typing import Any
 
+from otel_breaker import runs
 from otel_breaker.degrade import STATUS_HEADER, Rejection
 from otel_breaker.identity import origin_of
+from otel_breaker.instrumentation.base import PatchTarget
 from otel_breaker.instrumentation.mistakes import Refusals, arun_invalid, run_invalid
-from otel_breaker.instrumentation.patches import SKIP, argument, context_patch, prompt_patch, tool_patch
+from otel_breaker.instrumentation.patches import SKIP, argument, context_patch, prompt_patch, run_patch, tool_patch
 from otel_breaker.instrumentation.spec import SpecAdapter, status_text
 from otel_breaker.menu import visible_tools
 from otel_breaker.toolcall import ToolCall, active_call, named_agent
@@ -46,11 +47,6 @@ from otel_breaker.toolcall import ToolCall, active_call, named_agent
 _EXTRA = "google.genai._extra_utils"
 _MODELS = "google.genai.models"
 _CHATS = "google.genai.chats"
-
-#: The run a function call belongs to: one ``generate_content`` request, or one chat.
-_run: contextvars.ContextVar[str | None] = contextvars.ContextVar("otel_breaker_google_genai_run", default=None)
-#: A chat's run id, for as long as the chat lives.
-_chat_runs: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 
 
 class _Unnamed:
@@ -62,20 +58,33 @@ class _Unnamed:
 _NO_AGENT = _Unnamed()
 
 
-def _request_run(instance: Any, args: tuple, kwargs: dict) -> Any:
-    """A new run for a ``generate_content`` request; inside a chat, the chat's."""
-    return SKIP if _run.get() is not None else uuid.uuid4().hex
+def _chat_run(chat: Any, args: tuple, kwargs: dict) -> Any:
+    """A chat's ``send_message``: the chat's run, one while the chat lives (the model has
+    seen every earlier turn of the conversation); a run open already wins."""
+    if runs.current_run() is not None:
+        return SKIP
+    found = runs.run_of(chat, "google_genai")
+    return SKIP if found is None else found
 
 
-def _chat_run(chat: Any, args: tuple, kwargs: dict) -> str:
-    """The chat's run: the model has seen every earlier turn of the conversation."""
+async def _async_stream(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    """``AsyncModels.generate_content_stream``, awaited for its stream: a run, made while
+    the stream is set up and entered for each of its steps (its function calls run there)."""
+    opened = runs.joined_or_new(framework="google_genai")
+    token = runs.enter(opened)
     try:
-        run = _chat_runs.get(chat)
-        if run is None:
-            run = _chat_runs[chat] = uuid.uuid4().hex
-        return run
-    except TypeError:  # a chat that cannot be held weakly: a run per message
-        return uuid.uuid4().hex
+        stream = await wrapped(*args, **kwargs)
+    finally:
+        runs.leave(token)
+    if not hasattr(stream, "asend"):
+        return stream
+    return runs.async_steps_in_run(stream, opened)
+
+
+def _run_id() -> str | None:
+    """The identity of the run a function call is made in."""
+    current = runs.current_run()
+    return None if current is None else current.id
 
 
 def _caller() -> Any:
@@ -174,11 +183,17 @@ class GoogleGenAIAdapter(SpecAdapter):
         prompt_patch(_MODELS, "Models._generate_content_stream", "sync"),
         prompt_patch(_MODELS, "AsyncModels._generate_content", "async"),
         prompt_patch(_MODELS, "AsyncModels._generate_content_stream", "async"),
-        context_patch(_MODELS, "Models.generate_content", _run, _request_run, "sync"),
-        context_patch(_MODELS, "AsyncModels.generate_content", _run, _request_run, "async"),
-        context_patch(_CHATS, "Chat.send_message", _run, _chat_run, "sync"),
-        context_patch(_CHATS, "AsyncChat.send_message", _run, _chat_run, "async"),
+        # A request is a run (its automatic function calls, streamed too); a chat's messages
+        # are the chat's run.
+        run_patch(_MODELS, "Models.generate_content", "sync"),
+        run_patch(_MODELS, "AsyncModels.generate_content", "async"),
+        run_patch(_MODELS, "Models.generate_content_stream", "gen"),
+        context_patch(_CHATS, "Chat.send_message", runs.RUN_VARIABLE, _chat_run, "sync"),
+        context_patch(_CHATS, "AsyncChat.send_message", runs.RUN_VARIABLE, _chat_run, "async"),
     )
+
+    def targets(self) -> list[PatchTarget]:
+        return [*super().targets(), PatchTarget(_MODELS, "AsyncModels.generate_content_stream", _async_stream)]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -195,7 +210,7 @@ class GoogleGenAIAdapter(SpecAdapter):
             self.name,
             agent=outer.agent if outer is not None else None,
             agent_name=outer.agent_name if outer is not None else named_agent(),
-            session_id=outer.session_id if outer is not None else _run.get(),
+            session_id=outer.session_id if outer is not None else _run_id(),
             arguments=argument(args, kwargs, 0, "args"),
             origin=origin_of(function, "google.genai"),
         )

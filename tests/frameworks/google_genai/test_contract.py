@@ -21,11 +21,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 from contract import FrameworkContract
 from driver import GoogleGenAIDriver
 from loop_contract import LoopContract
+from run_contract import RunContract
 
 NO_AGENT = "google-genai has no agent: test_google_genai.py covers the calls, spans and rejections"
 
 
-class TestContract(FrameworkContract, LoopContract):
+class TestContract(FrameworkContract, LoopContract, RunContract):
     driver = GoogleGenAIDriver()
 
     @pytest.mark.skip(reason=NO_AGENT)

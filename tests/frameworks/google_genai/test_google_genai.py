@@ -380,3 +380,69 @@ def test_an_agent_scope_names_the_agent_whose_breaker_it_is(instrument, otel):
     assert states == {"support": State.OPEN, "billing": State.CLOSED}
     names = {span.attributes.get("gen_ai.agent.name") for span in otel.tool_spans("weather")}
     assert names == {"support", "billing"}
+
+
+#: What the model reads once a run spent its waste budget on a function.
+SPENT = "unavailable for the rest of this run"
+
+
+def _open_weather() -> Tool:
+    """``weather`` fails once in an earlier request: its breaker opens (threshold 1, a long cooldown)."""
+    breaker_settings(failure_threshold="1", recovery_timeout="600")
+    tool = Tool.failing("weather")
+    assert generate([function(tool)], [call("weather", 0), "done"])[0] == "done"
+    assert tool.runs == 1
+    return tool
+
+
+@pytest.mark.parametrize("streamed", ["sync", "async"])
+def test_a_streamed_request_is_one_run_of_the_waste_budget(instrument, streamed):
+    """``generate_content_stream``, sync and async: the request's 4th call of the open function
+    reads that the run spent its budget, and the function leaves the requests that follow;
+    the next streamed request starts whole."""
+    instrument("google_genai")
+    tool = _open_weather()
+    echo = Tool.healthy("echo")
+
+    async def consume_async(genai_client: Any, model: str) -> list[str]:
+        functions = config([function(tool), function(echo)])
+        stream = await genai_client.aio.models.generate_content_stream(model=model, contents="go", config=functions)
+        return [chunk.text async for chunk in stream]
+
+    for _ in range(2):
+        model, genai_client = server().script([*(call("weather", i) for i in range(1, 7)), "done"]), client()
+        if streamed == "sync":
+            functions = config([function(tool), function(echo)])
+            texts = [
+                c.text
+                for c in genai_client.models.generate_content_stream(model=model, contents="go", config=functions)
+            ]
+        else:
+            texts = asyncio.run(consume_async(genai_client, model))
+        assert texts[-1] == "done"
+        bodies = server().requests(model)
+        read = [r["error"] for r in answers(bodies)]
+        assert tool.runs == 1
+        assert len(read) == 6
+        assert all(UNAVAILABLE in r for r in read[:3]), read
+        assert all(SPENT in r for r in read[3:]), read
+        assert [set(declarations(body)) for body in bodies] == [{"weather", "echo"}] * 4 + [{"echo"}] * 3
+
+
+def test_a_chat_is_one_run_of_the_waste_budget(instrument):
+    """A chat's messages are one run: its 4th call of the open function, in the second
+    message, reads that the run spent its budget; a new chat starts whole."""
+    instrument("google_genai")
+    tool = _open_weather()
+    for _ in range(2):
+        steps = [call("weather", 1), call("weather", 2), "first", call("weather", 3), call("weather", 4), "second"]
+        model = server().script(steps)
+        genai_client = client()
+        chat = genai_client.chats.create(model=model, config=config([function(tool)]))
+        assert chat.send_message("one").text == "first"
+        assert chat.send_message("two").text == "second"
+        read = [r["error"] for r in answers(server().requests(model))]
+        assert tool.runs == 1
+        assert len(read) == 4
+        assert all(UNAVAILABLE in r for r in read[:3]), read
+        assert SPENT in read[3], read
