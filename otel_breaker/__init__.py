@@ -6,6 +6,8 @@ agent loop understands; after a cooldown one probe tests recovery.
 """
 
 import importlib
+import os
+import sys
 from typing import TYPE_CHECKING, Any
 
 from otel_breaker import loglines  # noqa: F401 - every line of our log bounded from the package's import on
@@ -86,6 +88,29 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
+
+
+def _finish_our_imports_before_fork() -> None:
+    """Wait, in the forking thread, for every module of ours another thread is importing.
+
+    Such a module would stay half-imported in the child, its import lock held forever
+    by a thread the child does not have, and the child's first use would wait on it. A
+    breaker's calls import nothing, but a framework's adapter loads the call path at the
+    framework's first tool call, in whatever thread makes it (a framework's import must
+    not pay for it). Importing a module another thread is importing waits for that
+    import to end; one the forking thread itself is importing is handed back at once."""
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("otel_breaker") or module is None:
+            continue
+        if getattr(getattr(module, "__spec__", None), "_initializing", False):
+            try:
+                importlib.import_module(name)
+            except Exception:  # the fork goes ahead whatever happened here
+                pass
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(before=_finish_our_imports_before_fork)
 
 
 __all__ = [

@@ -243,7 +243,7 @@ STORM = textwrap.dedent(
     """
     import json, os, signal, sys, threading, time
 
-    CHILDREN, BOUND = int(sys.argv[1]), float(sys.argv[2])
+    CHILDREN, BOUND, ENTRANCE = int(sys.argv[1]), float(sys.argv[2]), sys.argv[4]
     if sys.argv[3] == "sdk":
         from opentelemetry import metrics, trace
         from opentelemetry.sdk.metrics import MeterProvider
@@ -258,6 +258,7 @@ STORM = textwrap.dedent(
         metrics.set_meter_provider(MeterProvider(metric_readers=[InMemoryMetricReader()]))
 
     from otel_breaker import CircuitBreaker, CircuitBreakerConfig, CircuitOpenError
+    from otel_breaker.toolcall import ToolCall
 
 
     class ManualClock:
@@ -280,6 +281,26 @@ STORM = textwrap.dedent(
         return 1
 
 
+    # A tool's calls as a framework's adapter makes them: the guard (and with it the
+    # call path) is loaded by the first call, in the thread that makes it.
+    class ThroughTheGuard:
+
+        def __init__(self, name, clock):
+            self.call_of = ToolCall(name)
+            self.clock = clock
+
+        def call(self, fn):
+            from otel_breaker.guards import default_guard
+
+            return default_guard().call(self.call_of, fn, config=CONFIG)
+
+        @property
+        def stats(self):
+            from otel_breaker.registry import default_registry
+
+            return default_registry().breaker_for(self.call_of).stats
+
+
     def drive(stop, breaker, clock):
         while not stop.is_set():
             for _ in range(2):  # the second failure opens it
@@ -294,12 +315,21 @@ STORM = textwrap.dedent(
                 pass
 
 
+    CONFIG = CircuitBreakerConfig(failure_threshold=2, recovery_timeout=5)
     stop = threading.Event()
     breakers, threads = [], []
+    if ENTRANCE == "adapter":
+        from otel_breaker.registry import default_registry
+
+        shared_clock = ManualClock()
+        default_registry().use_clock(shared_clock)  # every breaker the guard finds reads it
     for index in range(4):
-        clock = ManualClock()
-        config = CircuitBreakerConfig(failure_threshold=2, recovery_timeout=5)
-        breaker = CircuitBreaker(f"storm-{index}", config, clock=clock)
+        if ENTRANCE == "adapter":
+            clock = shared_clock
+            breaker = ThroughTheGuard(f"storm-{index}", clock)
+        else:
+            clock = ManualClock()
+            breaker = CircuitBreaker(f"storm-{index}", CONFIG, clock=clock)
         breakers.append(breaker)
         threads.append(threading.Thread(target=drive, args=(stop, breaker, clock), daemon=True))
     for thread in threads:
@@ -344,13 +374,15 @@ STORM_BOUND = 60.0
 
 @pytest.mark.parametrize("round_number", range(10))
 @pytest.mark.parametrize("sdk", ["no-sdk", "sdk"])
-def test_children_forked_during_the_first_calls_of_threads_never_hang(sdk, round_number):
+@pytest.mark.parametrize("entrance", ["breaker", "adapter"])
+def test_children_forked_during_the_first_calls_of_threads_never_hang(entrance, sdk, round_number):
     """No import and no lock a thread may hold lies on a breaker call's path: a child
     forked while other threads make their first calls (and move their breakers
-    between states) makes its own call and exits. Each round is a fresh interpreter,
-    so a hang there cannot stop this suite."""
+    between states) makes its own call and exits. ``adapter``: the threads' first calls
+    load the call path, as a framework's adapter does; the fork waits for that import to
+    end. Each round is a fresh interpreter, so a hang there cannot stop this suite."""
     done = subprocess.run(
-        [sys.executable, "-c", STORM, str(CHILDREN), str(STORM_BOUND), sdk],
+        [sys.executable, "-c", STORM, str(CHILDREN), str(STORM_BOUND), sdk, entrance],
         capture_output=True,
         text=True,
         timeout=STORM_BOUND + 120,

@@ -169,15 +169,23 @@ class _Recording:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
+        #: Whether this process holds the lock for a fork in progress. This module may be
+        #: imported while a fork's ``before`` handlers run (the package's waits for an
+        #: import of ours another thread is making): its ``after`` handlers then run alone.
+        self.held_for_fork = False
 
     def before_fork(self) -> None:
         self.lock.acquire()
+        self.held_for_fork = True
 
     def after_fork_in_parent(self) -> None:
-        self.lock.release()
+        if self.held_for_fork:
+            self.held_for_fork = False
+            self.lock.release()
 
     def after_fork_in_child(self) -> None:
         self.lock = threading.Lock()
+        self.held_for_fork = False
 
 
 RECORDING = _Recording()
