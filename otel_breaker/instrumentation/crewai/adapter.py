@@ -14,6 +14,12 @@ The rejection is a ``ToolFailure(code="circuit_open")``; under
 crew on a ``ToolFailure`` and a breaker never ends a crew. Model calls get the status
 block in the messages ``_prepare_llm_call`` yields; a native call's menu loses the open
 tools. Breakers are per agent role.
+
+A crew's kickoff (``kickoff``, ``kickoff_async``, ``akickoff``) and an agent's own
+(``Agent.kickoff``, ``kickoff_async``) are a run (:mod:`otel_breaker.runs`): a delegation
+to a coworker, a task run in a thread of its own, and an agent kicked off inside the
+crew join it. ``kickoff_for_each`` makes one run per input; a streamed crew's run is
+the kickoff its stream's thread makes.
 """
 
 from __future__ import annotations
@@ -32,7 +38,14 @@ from otel_breaker.instrumentation.crewai.actions import Actions, RetriedAction
 from otel_breaker.instrumentation.crewai.arguments import ArgumentCheck
 from otel_breaker.instrumentation.current_call import HoldsCurrentCall
 from otel_breaker.instrumentation.mistakes import run_unknown
-from otel_breaker.instrumentation.patches import argument, context_patch, menu_patch, prompt_patch, tool_patch
+from otel_breaker.instrumentation.patches import (
+    argument,
+    context_patch,
+    menu_patch,
+    prompt_patch,
+    run_patch,
+    tool_patch,
+)
 from otel_breaker.instrumentation.spec import MessageDialect, SpecAdapter
 from otel_breaker.menu import visible_tools
 from otel_breaker.toolcall import ToolCall, agent_display_name
@@ -42,6 +55,8 @@ _STRUCTURED_TOOL = "crewai.tools.structured_tool"
 _TOOL_USAGE = "crewai.tools.tool_usage"
 _AGENT_EXECUTOR = "crewai.agents.agent_executor"
 _STEP_EXECUTOR = "crewai.agents.step_executor"
+_CREW = "crewai.crew"
+_AGENT = "crewai.agent.core"
 
 #: A native call's (executor, CrewAI's tool call id): known where CrewAI dispatches the
 #: call, not where the tool runs.
@@ -108,6 +123,12 @@ class CrewAIAdapter(RetriedAction, HoldsCurrentCall, SpecAdapter):
         ),
         menu_patch(_AGENT_EXECUTOR, "get_llm_response"),
         prompt_patch("crewai.utilities.agent_utils", "_prepare_llm_call", "sync", "_status_during", after=True),
+        run_patch(_CREW, "Crew.kickoff", "sync"),
+        run_patch(_CREW, "Crew.kickoff_async", "async"),
+        run_patch(_CREW, "Crew.akickoff", "async"),
+        # Inside an event loop, Agent.kickoff returns kickoff_async's coroutine: a run when awaited.
+        run_patch(_AGENT, "Agent.kickoff", "sync"),
+        run_patch(_AGENT, "Agent.kickoff_async", "async"),
     )
 
     def targets(self) -> list[PatchTarget]:

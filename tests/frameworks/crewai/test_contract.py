@@ -13,9 +13,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 from contract import FrameworkContract
 from driver import CrewAIDriver
 from loop_contract import LoopContract
+from run_contract import RunContract
 
 
-class TestContract(FrameworkContract, LoopContract):
+class TestContract(FrameworkContract, LoopContract, RunContract):
     driver = CrewAIDriver()
     guards_unknown_tools = True
     loop_calls = 4  # CrewAI ends a run at the 5th identical call with the same result
