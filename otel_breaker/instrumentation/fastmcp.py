@@ -16,16 +16,29 @@ out the tools open here; ``list_tools_mcp`` still returns the server's answer. A
 FastMCP *server* keeps its ``tools/list`` whole: it answers many clients, each
 with breakers of its own. The listing is noted (:data:`.mcp_identity.LISTINGS`) so
 that a listed tool answering "Tool not found" is not taken for an unknown tool.
+
+A run (the loop guard's and the waste budget's scope) is the client's session, one
+per connection, unless the call names one in ``meta`` (:mod:`.mcp_runs`); a listing is
+made in its session's run, so a tool the run spent its budget on leaves it.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from otel_breaker import runs
 from otel_breaker.instrumentation.base import active_call
 from otel_breaker.instrumentation.mcp_identity import LISTINGS, implementation_identity, mcp_call, note_effects
 from otel_breaker.instrumentation.mcp_results import MCPAnswers
-from otel_breaker.instrumentation.spec import SpecAdapter, argument, menu_patch, observe_patch, tool_patch
+from otel_breaker.instrumentation.mcp_runs import call_run, listing_run
+from otel_breaker.instrumentation.spec import (
+    SpecAdapter,
+    argument,
+    context_patch,
+    menu_patch,
+    observe_patch,
+    tool_patch,
+)
 from otel_breaker.menu import visible_tools
 from otel_breaker.toolcall import ToolCall
 
@@ -41,7 +54,19 @@ class FastMCPAdapter(MCPAnswers, SpecAdapter):
         # Applied first, so inside the menu patch: the listing is noted whole, before any hiding.
         observe_patch(_TOOLS, "ClientToolsMixin.list_tools", "note_listing", "async"),
         menu_patch(_TOOLS, "ClientToolsMixin.list_tools", "async", "visible", after=True),
+        # Outermost: a listing is made in its session's run, so the tools that run hid leave it.
+        context_patch(_TOOLS, "ClientToolsMixin.list_tools", runs.RUN_VARIABLE, listing_run),
     )
+
+    async def _tool_async(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        """The guarded call, in its run (:func:`.mcp_runs.call_run`) unless a framework's run
+        is open around it."""
+        found = call_run(instance, kwargs)
+        token = None if found is None else runs.enter(found)
+        try:
+            return await super()._tool_async(wrapped, instance, args, kwargs)
+        finally:
+            runs.leave(token)
 
     def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
         name = argument(args, kwargs, 0, "name")

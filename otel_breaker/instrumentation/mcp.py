@@ -25,15 +25,15 @@ import threading
 import time
 from typing import Any
 
-import anyio
-
 from otel_breaker import loops, runs
 from otel_breaker.classify import is_excluded, is_transport_error
 from otel_breaker.instrumentation import mcp_results
 from otel_breaker.instrumentation.base import GuardedCall, _active_call, active_call, same_logical_call
 from otel_breaker.instrumentation.mcp_identity import LISTINGS, mcp_call, note_effects, server_identity
 from otel_breaker.instrumentation.mcp_results import MCPAnswers
-from otel_breaker.instrumentation.patches import SKIP, argument, context_patch, menu_patch, observe_patch, tool_patch
+from otel_breaker.instrumentation.mcp_runs import RUN_META_KEY as RUN_META_KEY  # where tests and users find it
+from otel_breaker.instrumentation.mcp_runs import call_run, listing_run
+from otel_breaker.instrumentation.patches import argument, context_patch, menu_patch, observe_patch, tool_patch
 from otel_breaker.instrumentation.spec import SpecAdapter
 from otel_breaker.menu import visible_tools
 from otel_breaker.toolcall import ToolCall
@@ -52,54 +52,6 @@ _client_listing: contextvars.ContextVar[bool] = contextvars.ContextVar("otel_bre
 
 def _tool_name(tool: Any) -> str | None:
     return tool.name
-
-
-#: The ``_meta`` key a request names its run with (docs/loops.md).
-RUN_META_KEY = "otel-breaker/run"
-
-
-def call_run(instance: Any, kwargs: dict) -> runs.Run | None:
-    """The run an MCP tool call belongs to: the one its ``_meta`` names (``otel-breaker/run``,
-    else the trace of a W3C ``traceparent``), else its client session, one run while it lives.
-    A framework's run open around the call wins (:func:`runs.enter`)."""
-    meta = kwargs.get("meta")
-    if meta is not None:
-        named = runs.named_run(_meta_value(meta, RUN_META_KEY), "mcp") or runs.named_run(
-            _trace_id(_meta_value(meta, "traceparent")), "mcp"
-        )
-        if named is not None:
-            return named
-    session = getattr(instance, "session", None) if type(instance).__name__ == "Client" else instance
-    return None if session is None else runs.run_of(session, "mcp")
-
-
-def listing_run(instance: Any, args: tuple, kwargs: dict) -> Any:
-    """The run a session's listing is made in: its own (:func:`call_run`), unless a run is
-    open already (``SKIP``: the listing stays in that one)."""
-    if runs.current_run() is not None:
-        return SKIP
-    found = call_run(instance, kwargs)
-    return SKIP if found is None else found
-
-
-def _meta_value(meta: Any, key: str) -> Any:
-    """``meta[key]`` of a request's ``_meta`` (a dict, or the SDK's model with extra fields)."""
-    if isinstance(meta, dict):
-        return meta.get(key)
-    extra = getattr(meta, "model_extra", None)
-    if isinstance(extra, dict) and key in extra:
-        return extra[key]
-    return getattr(meta, key, None)
-
-
-def _trace_id(traceparent: Any) -> str | None:
-    """The trace id of a W3C ``traceparent`` (``00-<trace id>-<span id>-<flags>``), else None."""
-    if not isinstance(traceparent, str):
-        return None
-    parts = traceparent.split("-")
-    if len(parts) != 4 or len(parts[1]) != 32:
-        return None
-    return f"trace:{parts[1]}"
 
 
 class MCPAdapter(MCPAnswers, SpecAdapter):
@@ -165,6 +117,10 @@ class MCPAdapter(MCPAnswers, SpecAdapter):
                 return
         except Exception:
             return  # no session to probe on: the first real call is the probe, as without one
+
+        # The SDK's own event-loop layer (asyncio or trio), there wherever ``mcp`` is; imported
+        # here, as adapters import their framework, so this module loads where ``mcp`` is not.
+        import anyio
 
         async def probe() -> None:
             with anyio.fail_after(PROBE_TIMEOUT):

@@ -19,6 +19,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).parent))
 from contract import PROMPT, Sent, Step, Tool
 from fastmcp import Client, FastMCP
 from loop_contract import LoopContract
+from run_contract import RunContract
 
 
 @pytest.fixture(autouse=True)
@@ -49,6 +50,7 @@ class Agent:
     steps: list[Step]
     next_step: int = 0
     requests: list[Sent] = field(default_factory=list)
+    menus: list[list[str]] = field(default_factory=list)
 
 
 class FastMCPDriver:
@@ -61,6 +63,8 @@ class FastMCPDriver:
         results: list[str] = []
         async with Client(agent.server) as client:
             while True:
+                # The host offers the model the client's listing each turn.
+                agent.menus.append([tool.name for tool in await client.list_tools()])
                 agent.requests.append(Sent(PROMPT, list(results)))
                 step = agent.steps[agent.next_step]
                 agent.next_step += 1
@@ -76,6 +80,9 @@ class FastMCPDriver:
     def sent(self, agent: Agent) -> list[Sent]:
         return agent.requests
 
+    def tools_sent(self, agent: Agent) -> list[list[str]]:
+        return agent.menus
 
-class TestLoops(LoopContract):
+
+class TestLoops(LoopContract, RunContract):
     driver = FastMCPDriver()
