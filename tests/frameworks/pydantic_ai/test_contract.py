@@ -14,12 +14,21 @@ from contract import FrameworkContract, Tool, call
 from driver import PydanticAIDriver
 from loop_contract import LOOP, LoopContract
 from pydantic_ai.exceptions import ModelRetry
+from run_contract import RunContract
 from status_prompt import breaker_settings
 
 from otel_breaker.registry import default_registry
 
 
 class TestContract(FrameworkContract):
+    driver = PydanticAIDriver()
+
+
+class TestRunContract(RunContract):
+    """``Agent.iter`` is the run (``run_sync`` goes through it). The contract's tools fail
+    with ``ToolFailed``, which PydanticAI charges no retry for: neither is a rejection, so
+    the stubborn run reaches its end as it does without otel-breaker."""
+
     driver = PydanticAIDriver()
 
 

@@ -195,14 +195,21 @@ def test_model_retry_counts_as_failure_when_asked(instrument, otel):
 
 def test_exception_that_ends_the_run_is_counted_then_rejected(instrument, otel):
     """A plain exception ends the run (the framework's choice, kept); once the breaker is
-    open, the same agent's run survives the broken tool."""
+    open, the same agent's run survives the broken tool. Each rejection is charged to the
+    tool's retry budget (a failure PydanticAI does not hand the model is charged): a model
+    that keeps calling it is cut by PydanticAI's own limit, never by ``request_limit``."""
+    from pydantic_ai.exceptions import UnexpectedModelBehavior
+
     instrument("pydantic_ai")
     agent = failing_agent(kind="runtime")
     for _ in range(2):
         with pytest.raises(RuntimeError, match="backend down"):
             agent.run_sync("go", model=Script("flaky", calls=1).model())
-    script = Script("flaky", calls=3)
+    script = Script("flaky", calls=1)
     assert agent.run_sync("go", model=script.model()).output == "done"
+    stubborn = Script("flaky", calls=3)
+    with pytest.raises(UnexpectedModelBehavior, match="exceeded max retries count of 1"):
+        agent.run_sync("go", model=stubborn.model())
     assert BODY_RUNS["flaky"] == 2
     assert all(p.outcome == "failed" and REJECTED_TEXT in str(p.content) for p in script.seen)
     spans = sorted(otel.tool_spans("flaky"), key=lambda s: s.start_time)
@@ -306,7 +313,7 @@ def test_rejection_takes_the_form_its_caller_expects():
     info = Rejection(breaker, call)
     part = ToolCallPart("flaky", {"x": 1}, tool_call_id="c9")
 
-    token = adapter_module._part.set((part, True))
+    token = adapter_module._part.set(adapter_module._Answering(part, True, None, None))
     try:
         with pytest.raises(ToolFailedError) as raised:
             adapter.rejection(call, info)
@@ -315,7 +322,7 @@ def test_rejection_takes_the_form_its_caller_expects():
     returned = raised.value.tool_failed
     assert (returned.tool_call_id, returned.outcome, returned.content) == ("c9", "failed", info.message)
 
-    token = adapter_module._part.set((part, False))
+    token = adapter_module._part.set(adapter_module._Answering(part, False, None, None))
     try:
         with pytest.raises(ToolFailed, match="temporarily unavailable"):
             adapter.rejection(call, info)
