@@ -14,6 +14,10 @@ it). Rejection: the function response ``{"error": <text>}``, ADK's tool error.
 ``BaseLlmFlow._call_llm_async`` gets each model request: a copy of it gets the
 status block on a string ``system_instruction`` and loses the agent's open tools
 from its function declarations (``tools_dict`` keeps them).
+
+A run is ``Runner.run_async`` (and ``run_live``): the sync ``Runner.run`` drives
+``run_async`` in a thread of its own, and an ``AgentTool``'s sub-agent, run by a
+runner of its own inside a tool, joins the run of the agent that called it.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation.base import PatchTarget
 from otel_breaker.instrumentation.current_call import HoldsCurrentCall
 from otel_breaker.instrumentation.mistakes import arun_unknown
-from otel_breaker.instrumentation.patches import argument, prompt_patch, tool_patch
+from otel_breaker.instrumentation.patches import argument, prompt_patch, run_patch, tool_patch
 from otel_breaker.instrumentation.spec import SpecAdapter, status_text
 from otel_breaker.menu import hidden_names
 from otel_breaker.toolcall import ToolCall
@@ -74,6 +78,8 @@ class GoogleADKAdapter(HoldsCurrentCall, SpecAdapter):
         tool_patch(_TOOLS + "_live_caller", "_call_tool_async"),
         tool_patch(_TOOLS + "_live_caller", "_call_tool_in_thread_pool"),
         prompt_patch("google.adk.flows.llm_flows.base_llm_flow", "BaseLlmFlow._call_llm_async", "asyncgen"),
+        run_patch("google.adk.runners", "Runner.run_async", "asyncgen"),
+        run_patch("google.adk.runners", "Runner.run_live", "asyncgen"),
     )
 
     def targets(self) -> list[PatchTarget]:

@@ -14,9 +14,10 @@ sys.path.insert(0, str(Path(__file__).parent))
 from contract import FrameworkContract
 from driver import ADKDriver
 from loop_contract import LoopContract
+from run_contract import RunContract
 
 
-class TestContract(FrameworkContract, LoopContract):
+class TestContract(FrameworkContract, LoopContract, RunContract):
     driver = ADKDriver()
     guards_unknown_tools = True
     # A required argument missing (the driver's tools annotate lazily, so ADK skips type checks).
