@@ -26,9 +26,11 @@ most tools. Three kinds of tool call, three ways in:
   subprocess transport takes the options), so its calls are guarded in the proxy with
   MCP's own outcomes, and the hooks leave them alone.
 
-A run (the loop guard's scope) is one ``Query``: one ``query()`` call, or one connected
-``ClaudeSDKClient``. A loop stop cannot end the CLI's run from here: the repeated call
-gets the loop guard's text as its error result instead.
+A run (the loop guard's and the waste budget's scope) is one ``query()`` call (its
+``Query``), or, with a ``ClaudeSDKClient``, one ``client.query()`` and the tool calls
+the CLI makes until the next ``client.query()`` (the turn it answers). A loop stop or a
+spent budget cannot end the CLI's run from here, nor change the tool list the CLI
+holds: the call gets the loop guard's or the budget's text as its error result instead.
 """
 
 from __future__ import annotations
@@ -39,11 +41,11 @@ import logging
 import os
 import sys
 import time
-import uuid
 import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
+from otel_breaker import runs
 from otel_breaker.breaker_state import REJECTED
 from otel_breaker.classify import FAILURE, IGNORED, SUCCESS, judge_text
 from otel_breaker.degrade import Rejection
@@ -55,7 +57,7 @@ from otel_breaker.instrumentation.mcp_identity import (
     implementation_identity,
 )
 from otel_breaker.instrumentation.mcp_results import MCPAnswers, rejection, says_unknown_tool
-from otel_breaker.instrumentation.patches import argument, context_patch, with_argument
+from otel_breaker.instrumentation.patches import argument, with_argument
 from otel_breaker.instrumentation.spec import SpecAdapter
 from otel_breaker.loops import ToolLoopError, loop_message
 from otel_breaker.sanitize import bounded
@@ -65,6 +67,7 @@ logger = logging.getLogger("otel_breaker")
 
 _BRIDGE = "claude_agent_sdk._internal.sdk_mcp_bridge"
 _QUERY = "claude_agent_sdk._internal.query"
+_CLIENT = "claude_agent_sdk.client"
 _TRANSPORT = "claude_agent_sdk._internal.transport.subprocess_cli"
 
 #: The switch that fronts each external stdio MCP server with ``otel-breaker mcp-proxy``.
@@ -78,26 +81,52 @@ _TOOL_USE_ID = "claudecode/toolUseId"
 
 # The ``Query`` whose control request (a hook callback, an MCP message) is being handled.
 _query: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_breaker_claude_query", default=None)
-# One run id per ``Query``, for the loop guard's scope; weak, so a closed query leaves no trace.
-_runs: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+# The run of a client's latest ``client.query()``, by its ``Query``; weak, so a closed
+# client leaves no trace.
+_turns: weakref.WeakKeyDictionary[Any, runs.Run] = weakref.WeakKeyDictionary()
 
 
-def _this_query(query: Any, args: tuple, kwargs: dict) -> Any:
-    return query
+def _run_of_query(query: Any) -> runs.Run | None:
+    """The run a ``Query``'s control requests are in: its client's latest turn, else the
+    ``Query`` itself (one ``query()`` call)."""
+    try:
+        turn = _turns.get(query)
+    except TypeError:  # not weak-referenceable: no run of its own
+        return None
+    return turn if turn is not None else runs.run_of(query, "claude_agent_sdk")
+
+
+async def _control_request(wrapped: Any, query: Any, args: tuple, kwargs: dict) -> Any:
+    """``Query._handle_control_request``: the query marked for the request, which is made
+    in the query's run (a run open around it already wins)."""
+    marked = _query.set(query)
+    found = _run_of_query(query)
+    entered = None if found is None else runs.enter(found)
+    try:
+        return await wrapped(*args, **kwargs)
+    finally:
+        runs.leave(entered)
+        _query.reset(marked)
+
+
+async def _client_turn(wrapped: Any, client: Any, args: tuple, kwargs: dict) -> Any:
+    """``ClaudeSDKClient.query``: a new run for the turn it starts; the previous turn's ends."""
+    query = getattr(client, "_query", None)
+    if query is not None:
+        try:
+            previous = _turns.get(query)
+            _turns[query] = runs.Run(runs.new_run_id(), "claude_agent_sdk")
+        except TypeError:
+            previous = None
+        if previous is not None:
+            runs.run_closed(previous)
+    return await wrapped(*args, **kwargs)
 
 
 def _run_id() -> str | None:
-    """The run of the control request being handled: its ``Query``."""
-    query = _query.get()
-    if query is None:
-        return None
-    try:
-        run = _runs.get(query)
-        if run is None:
-            run = _runs[query] = uuid.uuid4().hex
-        return run
-    except TypeError:  # not weak-referenceable: no run scope
-        return None
+    """The identity of the run a call is made in."""
+    current = runs.current_run()
+    return None if current is None else current.id
 
 
 class _RpcError(NamedTuple):
@@ -224,11 +253,12 @@ class ClaudeAgentSDKAdapter(MCPAnswers, SpecAdapter):
     """Guards the Claude Agent SDK's in-process MCP tools and, through its hooks, the CLI's own."""
 
     name = "claude_agent_sdk"
-    patches = (context_patch(_QUERY, "Query._handle_control_request", _query, _this_query, "async"),)
 
     def targets(self) -> list[PatchTarget]:
         return [
             *super().targets(),
+            PatchTarget(_QUERY, "Query._handle_control_request", _control_request),
+            PatchTarget(_CLIENT, "ClaudeSDKClient.query", _client_turn),
             PatchTarget(_BRIDGE, "SdkMcpBridge.handle", self._handle),
             PatchTarget(_QUERY, "Query.__init__", self._with_hooks),
             PatchTarget(_TRANSPORT, "SubprocessCLITransport.__init__", self._with_proxies),

@@ -203,3 +203,75 @@ def test_one_execute_tool_span_per_in_process_call_with_our_attributes(api, inst
         assert attributes["otel_breaker.state"] == "closed" and attributes["otel_breaker.rejected"] is False
         assert attributes["otel_breaker.framework"] == "claude_agent_sdk"
         assert attributes.get("gen_ai.tool.call.id")  # the model's tool use id, from the CLI's request
+
+
+#: What Claude reads once a run spent its waste budget on a tool.
+SPENT = "unavailable for the rest of this run"
+
+
+def _open_weather(api: FakeMessagesAPI, **settings: str) -> Tool:
+    """``weather`` fails once in an earlier request: its breaker opens (threshold 1, a long cooldown)."""
+    breaker_settings(failure_threshold="1", recovery_timeout="600", **settings)
+    tool = Tool.failing("weather")
+    api.play([call("weather", x=0), "done"])
+    assert ask(options(api.url, {"tools": server([tool])})) == "done"
+    assert tool.runs == 1
+    return tool
+
+
+@pytest.mark.parametrize("client", [True, False], ids=["client", "query"])
+def test_a_run_that_keeps_calling_an_open_tool_is_answered_by_its_budget(api, instrument, client):
+    """One request (a client's ``query()`` turn, or a ``query()`` call) is a run: its 4th call
+    of the open tool reads that the run spent its budget; the next request starts whole."""
+    instrument("claude_agent_sdk")
+    tool = _open_weather(api)
+    for _ in range(2):
+        script = api.play([*(call("weather", x=i) for i in range(1, 7)), "done"])
+        assert ask(options(api.url, {"tools": server([tool])}), client=client) == "done"
+        read = script.requests[-1].tool_results
+        assert tool.runs == 1
+        assert len(read) == 6
+        assert all(UNAVAILABLE in r for r in read[:3]), read
+        assert all(SPENT in r for r in read[3:]), read
+        assert all(script.requests[-1].errors)
+
+
+def test_each_query_of_a_client_is_a_run_of_its_own(api, instrument):
+    """Two ``client.query()`` turns on one connected client: each starts with its budget whole."""
+    import asyncio
+
+    from claude_agent_sdk import ClaudeSDKClient
+    from driver import REQUEST_TIMEOUT
+
+    instrument("claude_agent_sdk")
+    tool = _open_weather(api)
+    steps = [call("weather", x=i) for i in range(1, 5)]
+    script = api.play([*steps, "first", *steps, "second"])
+
+    async def two_turns() -> None:
+        async with ClaudeSDKClient(options=options(api.url, {"tools": server([tool])})) as client:
+            for _ in range(2):
+                await client.query("go")
+                async for _ in client.receive_response():
+                    pass
+
+    asyncio.run(asyncio.wait_for(two_turns(), REQUEST_TIMEOUT))
+    read = script.requests[-1].tool_results  # the whole conversation: both turns' results
+    assert tool.runs == 1
+    assert len(read) == 8
+    for turn in (read[:4], read[4:]):
+        assert all(UNAVAILABLE in r for r in turn[:3]), read
+        assert SPENT in turn[3], read
+
+
+def test_a_budget_stop_cannot_end_the_clis_run_so_claude_reads_why(api, instrument):
+    """``OTEL_BREAKER_RUN_ACTION=stop``: the CLI's run cannot be ended from here, so from the
+    4th call on the in-process tool's error result says the run spent its budget on it."""
+    instrument("claude_agent_sdk")
+    tool = _open_weather(api, run_action="stop")
+    script = api.play([*(call("weather", x=i) for i in range(1, 7)), "done"])
+    assert ask(options(api.url, {"tools": server([tool])})) == "done"
+    read = script.requests[-1].tool_results
+    assert tool.runs == 1
+    assert all(UNAVAILABLE in r for r in read[:3]), read
+    assert all(SPENT in r for r in read[3:]) and len(read) == 6, read
