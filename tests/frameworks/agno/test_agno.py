@@ -51,6 +51,46 @@ def test_streamed_run_rejects_once_open(instrument):
     assert UNAVAILABLE in DRIVER.sent(agent)[-1].tool_results[-1]
 
 
+#: What the model reads once a run spent its waste budget on a tool.
+SPENT = "unavailable for the rest of this run"
+
+
+@pytest.mark.parametrize("mode", ["stream", "async", "async-stream"])
+def test_a_streamed_or_async_run_is_one_run_of_the_waste_budget(instrument, mode):
+    """``run(stream=True)``, ``arun`` and ``arun(stream=True)``: each is one run, so its 4th call
+    of the open tool reads that the run spent its budget, and the tool leaves the requests that
+    follow; the next run starts whole."""
+    import asyncio
+
+    breaker_settings(failure_threshold="1", recovery_timeout="600")
+    instrument("agno")
+    tool = Tool.flaky("echo", failures=1)
+    assert DRIVER.run(DRIVER.build([tool], [call("echo", 1), "done"])) == "done"
+
+    async def consume(agent) -> None:
+        if mode == "async":
+            await agent.arun("go")
+            return
+        async for _ in agent.arun("go", stream=True):
+            pass
+
+    for _ in range(2):
+        agent = DRIVER.build([tool, Tool.healthy("other")], [*(call("echo", i) for i in range(2, 8)), "done"])
+        if mode == "stream":
+            for _ in agent.run("go", stream=True):
+                pass
+        else:
+            asyncio.run(asyncio.wait_for(consume(agent), 60))
+        read = DRIVER.sent(agent)[-1].tool_results
+        assert tool.runs == 1
+        assert len(read) == 6
+        assert all(UNAVAILABLE in r for r in read[:3]), read
+        assert all(SPENT in r for r in read[3:]), read
+        menus = DRIVER.tools_sent(agent)
+        assert all("echo" in menu for menu in menus[:4]), menus
+        assert all("echo" not in menu and "other" in menu for menu in menus[4:]), menus
+
+
 @pytest.mark.parametrize("signal", [RetryAgentRun, StopAgentRun])
 def test_control_flow_signals_are_neither_failure_nor_success(instrument, signal):
     instrument("agno")
