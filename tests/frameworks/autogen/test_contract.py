@@ -42,3 +42,32 @@ def test_loop_stop_reaches_the_caller_of_run_stream(instrument):
     error = loop_error(raised.value)
     assert error is not None and (error.tool, error.count) == ("echo", 3)
     assert len(driver.sent(agent)) <= 4
+
+
+def test_a_teams_run_is_one_run_of_the_waste_budget(instrument):
+    """A team's ``run`` is one run: its agent's two turns (handled in the team runtime's
+    tasks) join it, so the 4th call of the open tool, in the second turn, reads that the run
+    spent its budget; the next team run starts whole."""
+    import asyncio
+
+    from autogen_agentchat.conditions import TextMentionTermination
+    from autogen_agentchat.teams import RoundRobinGroupChat
+    from contract import Tool, call
+    from run_contract import SPENT, UNAVAILABLE
+    from status_prompt import breaker_settings
+
+    breaker_settings(failure_threshold="1", recovery_timeout="600")
+    instrument("autogen")
+    driver = TestContract.driver
+    echo = Tool.flaky("echo", failures=1)
+    assert driver.run(driver.build([echo], [call("echo", 1), "done"])) == "done"
+    for _ in range(2):
+        steps = [call("echo", 2), call("echo", 3), "first", call("echo", 4), call("echo", 5), "second"]
+        agent = driver.build([echo, Tool.healthy("other")], steps)
+        team = RoundRobinGroupChat([agent], termination_condition=TextMentionTermination("second"))
+        asyncio.run(asyncio.wait_for(team.run(task="go"), 60))
+        read = driver.sent(agent)[-1].tool_results  # the agent's context: both turns' results
+        assert echo.runs == 1
+        assert len(read) == 4
+        assert all(UNAVAILABLE in r for r in read[:3]), read
+        assert SPENT in read[3], read
