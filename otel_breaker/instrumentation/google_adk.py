@@ -18,6 +18,13 @@ from its function declarations (``tools_dict`` keeps them).
 A run is ``Runner.run_async`` (and ``run_live``): the sync ``Runner.run`` drives
 ``run_async`` in a thread of its own, and an ``AgentTool``'s sub-agent, run by a
 runner of its own inside a tool, joins the run of the agent that called it.
+
+An ``McpToolset`` lists its server's tools on every model request; ADK runs an agent
+without the tools of a toolset that fails to load, and tries the server again on the
+next request (a dead stdio server is started again, a dead URL waited on again).
+Its listing goes through ``mcp_reach.reach``: the failure counts on the server's
+upstream breaker, and while that is open the server is not tried; the run goes on
+without its tools, and the status block names it.
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ from otel_breaker.degrade import Rejection
 from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation.base import PatchTarget
 from otel_breaker.instrumentation.current_call import HoldsCurrentCall
+from otel_breaker.instrumentation.mcp_identity import connection_identity
+from otel_breaker.instrumentation.mcp_reach import UNREACHED, reach
 from otel_breaker.instrumentation.mistakes import arun_unknown
 from otel_breaker.instrumentation.patches import argument, prompt_patch, run_patch, tool_patch
 from otel_breaker.instrumentation.spec import SpecAdapter, status_text
@@ -88,6 +97,7 @@ class GoogleADKAdapter(HoldsCurrentCall, SpecAdapter):
             *super().targets(),
             PatchTarget(_TOOLS + "_caller", "_execute_single_prepared_call", self._prepared),
             PatchTarget(_TOOLS + "_live_caller", "_execute_single_prepared_call", self._prepared),
+            PatchTarget("google.adk.tools.mcp_tool.mcp_toolset", "McpToolset.get_tools", _mcp_tools),
         ]
 
     async def _prepared(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
@@ -174,3 +184,27 @@ class GoogleADKAdapter(HoldsCurrentCall, SpecAdapter):
                 kept.append(tool.model_copy(update={"function_declarations": left}) if declarations else tool)
         config = request.config.model_copy(update={"tools": kept or None})
         return (invocation, request.model_copy(update={"config": config}), *args[2:]), kwargs
+
+
+def _mcp_server(toolset: Any) -> str | None:
+    """The URL, or stdio command and arguments, of an ``McpToolset``'s connection parameters
+    (``StdioConnectionParams`` wraps the ``StdioServerParameters`` it was given)."""
+    params = getattr(toolset, "_connection_params", None)
+    server = getattr(params, "server_params", params)
+    return connection_identity(
+        {
+            "url": getattr(params, "url", None),
+            "command": getattr(server, "command", None),
+            "args": getattr(server, "args", None),
+        }
+    )
+
+
+async def _mcp_tools(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    """``McpToolset.get_tools`` through :func:`reach`: no tools from a server not reached."""
+
+    async def listing() -> Any:
+        return await wrapped(*args, **kwargs)
+
+    tools = await reach(_mcp_server(instance), listing)
+    return [] if tools is UNREACHED else tools
