@@ -7,6 +7,11 @@ named graph (a private ``configurable`` key set by ``Pregel.stream``), else the 
 in. Each chat model call (``BaseChatModel``) gets the status block and loses the open tools.
 
 This adapter is on the path of every LangChain tool call, so ``describe`` stays lean.
+
+``MultiServerMCPClient.get_tools`` loads every server's tools at once, and one server that
+cannot be reached fails the whole listing. Each server's load goes through
+``mcp_reach.reach``: the failure counts on that server's upstream breaker, and the
+listing holds the other servers' tools; while the breaker is open the server is not tried.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation.base import PatchTarget, guarded_call
 from otel_breaker.instrumentation.chat_messages import part_text, tool_name, with_part_text
 from otel_breaker.instrumentation.mcp_identity import ToolSources, binding_identity, noting_initialize
+from otel_breaker.instrumentation.mcp_reach import UNREACHED, reach
 from otel_breaker.instrumentation.patches import argument, prompt_patch, run_patch, tool_patch, with_argument
 from otel_breaker.instrumentation.spec import MessageDialect, SpecAdapter, insert_status_block
 from otel_breaker.menu import visible_tools
@@ -32,6 +38,7 @@ _CHAT = "langchain_core.language_models.chat_models"
 _GRAPH = "langgraph.pregel.main"
 _MCP_TOOLS = "langchain_mcp_adapters.tools"
 _MCP_SESSION = "mcp.client.session"
+_MCP_CLIENT = "langchain_mcp_adapters.client"
 #: The innermost named graph running, in ``configurable`` (private to us: the "__" prefix).
 _GRAPH_KEY = "__otel_breaker_graph"
 #: langchain-core's functions an exception may be raised under: parsing the model's
@@ -55,7 +62,7 @@ class LangChainAdapter(SpecAdapter):
         run_patch(_GRAPH, "Pregel.invoke", "sync"),
         run_patch(_GRAPH, "Pregel.ainvoke", "async"),
     )
-    modules = (_TOOLS, _CHAT, _GRAPH, _MCP_TOOLS, _MCP_SESSION)
+    modules = (_TOOLS, _CHAT, _GRAPH, _MCP_TOOLS, _MCP_SESSION, _MCP_CLIENT)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -70,6 +77,7 @@ class LangChainAdapter(SpecAdapter):
             PatchTarget(_GRAPH, "Pregel.astream", _graph_astream),
             PatchTarget(_MCP_TOOLS, "convert_mcp_tool_to_langchain_tool", self._mcp.remembering(_mcp_server)),
             PatchTarget(_MCP_SESSION, "ClientSession.initialize", noting_initialize),
+            PatchTarget(_MCP_CLIENT, "load_mcp_tools", _load_server_tools),
         ]
 
     def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
@@ -210,6 +218,19 @@ def _agent_of(config: Any) -> str | None:
     from langchain_core.runnables.config import ensure_config
 
     return _run_of(ensure_config(config if isinstance(config, dict) else None))[0]
+
+
+async def _load_server_tools(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+    """One server's tools for ``MultiServerMCPClient.get_tools``, through :func:`reach` where
+    the load opens its own session: none from a server not reached."""
+
+    async def load() -> Any:
+        return await wrapped(*args, **kwargs)
+
+    if argument(args, kwargs, 0, "session") is not None:
+        return await load()
+    tools = await reach(_mcp_server(args, kwargs), load)
+    return [] if tools is UNREACHED else tools
 
 
 def _mcp_server(args: tuple, kwargs: dict) -> str | None:

@@ -3,7 +3,8 @@ two must not sink a run (PydanticAI, Google ADK, LangChain's MCP adapters).
 
 ``python mcp_dead_server.py STATE_DIR``: each start is noted in ``STATE_DIR/starts``;
 while ``STATE_DIR/up`` does not exist the process exits at once (a server that cannot
-start), else it serves one tool, ``lookup``, as the server ``backup`` (version 1.0.0).
+start), else it serves one tool, ``lookup``, as the server ``backup`` (version 1.0.0 with
+mcp 2, the SDK's own version with mcp 1).
 The live server of those tests is ``mcp_search_server.py`` (its tool is ``search``).
 """
 
@@ -38,10 +39,15 @@ def main(state: Path) -> None:
         sys.exit(3)
     import logging
 
-    from mcp.server.mcpserver import MCPServer
-
     logging.disable(logging.ERROR)
-    server = MCPServer("backup", version="1.0.0")
+    try:
+        from mcp.server.mcpserver import MCPServer
+    except ImportError:  # mcp 1.x
+        from mcp.server.fastmcp import FastMCP
+
+        server = FastMCP("backup")
+    else:
+        server = MCPServer("backup", version="1.0.0")
 
     @server.tool()
     def lookup(query: str) -> str:
