@@ -6,7 +6,8 @@ Built on the SDK's low-level ``Server``, served by the SDK's own loops:
 
 * ``handshake``: over stdio the handshake-only loop (``serve_loop``: ``server/discover``
   is an unknown method); over HTTP every 2026-07-28 request is refused with
-  ``UNSUPPORTED_PROTOCOL_VERSION`` naming the handshake versions.
+  ``UNSUPPORTED_PROTOCOL_VERSION`` naming the handshake versions. A request that carries
+  a 2026-07-28 envelope on a handshake connection is refused, as the SDK's own loop does.
 * ``2026-07-28``: over stdio the SDK's 2026-07-28 stream loop (``initialize`` is
   refused with ``UNSUPPORTED_PROTOCOL_VERSION``); over HTTP ``initialize`` is refused
   the same way. It serves ``subscriptions/listen``.
@@ -29,7 +30,7 @@ from mcp.server.runner import _serve_modern_stream, serve_loop
 from mcp.server.stdio import stdio_server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 from mcp.shared.exceptions import MCPError
-from mcp_types import UNSUPPORTED_PROTOCOL_VERSION
+from mcp_types import PROTOCOL_VERSION_META_KEY, UNSUPPORTED_PROTOCOL_VERSION
 from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS, MODERN_PROTOCOL_VERSIONS
 
 ERAS = ("handshake", "2026-07-28")
@@ -84,6 +85,12 @@ def _pin(era: str) -> Any:
 
     async def pin(ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> Any:
         modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+        meta = (ctx.params or {}).get("_meta")
+        enveloped = isinstance(meta, dict) and PROTOCOL_VERSION_META_KEY in meta
+        if era == "handshake" and enveloped and not modern:
+            # As the SDK's own loop does: a 2026-07-28 envelope on a handshake connection is refused
+            # (a proxy that passed its client's envelope on would be caught here).
+            raise MCPError(code=types.INVALID_REQUEST, message="A 2026-07-28 envelope on a handshake connection")
         if era == "handshake" and modern:
             raise MCPError(
                 code=UNSUPPORTED_PROTOCOL_VERSION,
