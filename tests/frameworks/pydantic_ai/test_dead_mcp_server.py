@@ -6,6 +6,7 @@ names it, and once its cooldown ends and it is back, its tools are back."""
 
 from __future__ import annotations
 
+import socket
 import sys
 from pathlib import Path
 
@@ -108,3 +109,23 @@ def test_a_dead_server_is_counted_skipped_named_and_back_when_it_is(tmp_path: Pa
     assert model.menus[0] == ["lookup", "search"]
     assert upstreams()[dead_upstream] is State.CLOSED
     assert "every tool of upstream" not in model.instructions[0]
+
+
+def test_a_port_nobody_listens_on_is_a_dead_server_too(instrument) -> None:
+    """A streamable-HTTP server nobody serves: the run aborts without otel-breaker
+    ("Client failed to connect"); with it the run answers from the live server."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    live_command, live_args = stdio_command("live", "up")
+
+    def agent() -> Agent:
+        live = MCPToolset(StdioTransport(live_command, live_args), init_timeout=60, read_timeout=60)
+        return Agent(toolsets=[live, MCPToolset(f"http://127.0.0.1:{port}/mcp")])
+
+    with pytest.raises(Exception, match="failed to connect"):
+        run(agent())
+    instrument("pydantic_ai")
+    output, model = run(agent())
+    assert output == "live: 3 results for 'lamps'" and model.menus[0] == ["search"]
+    assert f"http://127.0.0.1:{port}/mcp" in upstreams()
