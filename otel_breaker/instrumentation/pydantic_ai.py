@@ -15,11 +15,12 @@ A run is ``Agent.iter``, which ``run``, ``run_sync``, ``run_stream`` and
 agent that called the tool.
 
 A rejection counts against the tool's retry budget (``max_retries``) as the call's
-failure would have: a tool whose failures PydanticAI charges (a ``ModelRetry``, or an
-exception that would have ended the run) has each rejection charged, so a run whose
-model keeps calling an open tool ends where it would without otel-breaker
+failure would have: a tool whose failures PydanticAI charged here (a ``ModelRetry``, or
+an exception that ended the run) has each rejection charged, so a run whose model
+keeps calling an open tool ends where it would without otel-breaker
 (``UnexpectedModelBehavior``) instead of at ``request_limit``. A tool whose failure is
-``ToolFailed`` (charged nothing by PydanticAI) is charged nothing either.
+``ToolFailed`` (charged nothing by PydanticAI), or whose failures this process never saw
+(a breaker another worker opened through a shared store), is charged nothing.
 
 An ``MCPToolset`` that cannot connect aborts the run in PydanticAI. Its connection
 (``__aenter__``) goes through ``mcp_reach.reach``: a server that cannot be reached
@@ -70,7 +71,7 @@ _part: contextvars.ContextVar[_Answering | None] = contextvars.ContextVar("otel_
 
 #: How a tool's last failure reached PydanticAI, by (tool, source): ``ToolFailed`` costs
 #: no retry budget, so neither does a rejection of that tool; any other (a ``ModelRetry``,
-#: an exception ending the run), or none seen here, is charged.
+#: an exception ending the run) is charged. A tool whose failures were not seen here is not.
 _FREE = "tool_failed"
 _CHARGED = "charged"
 _MAX_FORMS = 4096
@@ -270,14 +271,14 @@ def _note_form(call: ToolCall, exc: BaseException) -> None:
 def _charge(call: ToolCall, answering: _Answering, message: str) -> None:
     """Charge a rejection to the tool's retry budget, the way ``ToolManager`` charges a
     ``ModelRetry``: the step's failed tools carry the count to the next step, and a spent
-    budget raises ``UnexpectedModelBehavior``. Nothing for a tool whose failures cost none,
-    or where the manager is not the one this was written against."""
+    budget raises ``UnexpectedModelBehavior``. Nothing for a tool whose failures cost none
+    or were not seen here, or where the manager is not the one this was written against."""
     with _forms_lock:
         form = _forms.get((call.tool, call.source))
     manager = answering.manager
     check = getattr(manager, "_check_max_retries", None)
     failed = getattr(manager, "failed_tools", None)
-    if form == _FREE or not callable(check) or not isinstance(failed, set):
+    if form != _CHARGED or not callable(check) or not isinstance(failed, set):
         return
     from pydantic_ai.exceptions import ModelRetry
 
