@@ -7,8 +7,10 @@ ever made, so no breaker would see it. An adapter puts that connection (or listi
 through :func:`reach`:
 
 * the server's upstream breaker (``upstream:<identity>``, the identity its tools are
-  keyed by, ``mcp_identity.py``) counts a failed connection as a failure and a
-  connection made as a success;
+  keyed by, ``mcp_identity.py``) counts a failed connection as a failure; a connection
+  made is the success of a probe while the breaker is half-open, and counts for neither
+  side while it is closed (the server answering a handshake says nothing of its tools'
+  transport failures, which the same breaker counts);
 * a server that failed gives the run no tools (the adapter answers the framework's
   call with an empty listing), and one log line says so;
 * while its breaker is open the server is not tried at all: the run goes on at once
@@ -27,7 +29,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from otel_breaker.breaker_state import REJECTED
+from otel_breaker.breaker_state import REJECTED, State
 from otel_breaker.classify import FAILURE, IGNORED, SUCCESS
 from otel_breaker.sanitize import exception_message, log_line
 from otel_breaker.upstream import breaker_of
@@ -59,6 +61,7 @@ async def reach(identity: str | None, connect: Callable[[], Awaitable[Any]]) -> 
     upstream = _upstream(identity)
     if upstream is None:
         return await connect()
+    probing = upstream.state is not State.CLOSED
     permit = await upstream.atry_acquire()
     if permit is REJECTED:
         logger.debug("otel-breaker: MCP server %s is open: the run goes on without its tools", identity)
@@ -76,5 +79,5 @@ async def reach(identity: str | None, connect: Callable[[], Awaitable[Any]]) -> 
     except BaseException:
         await upstream.aon_outcome(permit, IGNORED)
         raise
-    await upstream.aon_outcome(permit, SUCCESS)
+    await upstream.aon_outcome(permit, SUCCESS if probing else IGNORED)
     return result
