@@ -138,15 +138,16 @@ def default_call(breaker: CircuitBreaker) -> ToolCall:
     return call
 
 
-def count_run_rejection(breaker: CircuitBreaker, call: ToolCall | None) -> None:
-    """A breaker rejected a call: one more for its tool in the run open here, if any
-    (the waste budget, ``run_budget.py``, reads it before the run's next call)."""
+def count_run_rejection(breaker: CircuitBreaker, call: ToolCall | None, by: CircuitBreaker | None = None) -> None:
+    """Breaker ``by`` (default: the tool's own ``breaker``) rejected a call: one more for its
+    tool in the run open here, if any (the waste budget, ``run_budget.py``, reads it before
+    the run's next call; the tool it hides comes back once ``by`` recovers)."""
     opened = current_run()
     if opened is None:
         return
     if call is None:
         call = default_call(breaker)
-    opened.rejected(call.tool, call.where)
+    opened.rejected(call.tool, call.where, breaker if by is None else by)
 
 
 def reject(
@@ -468,7 +469,7 @@ def _attempt(
                 return _NOT_ADMITTED
             run_anyway, value = _upstream_gate.reject(upstream, breaker, call, adapter)
             if not run_anyway:
-                count_run_rejection(breaker, call)
+                count_run_rejection(breaker, call, upstream)
                 return Attempt(value, None, None, None, 0.0)
             up_permit = SHADOW
             escalated_upstream = True

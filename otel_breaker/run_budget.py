@@ -223,7 +223,7 @@ def _decide(call: ToolCall, breaker: CircuitBreaker) -> tuple[str, int] | None:
     if action == "warn":
         return None
     if action == "hide":
-        opened.hidden.add((call.tool, call.source))
+        opened.hide(call.tool, call.source, call.where)
     return action, rejections
 
 

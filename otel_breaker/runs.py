@@ -47,37 +47,66 @@ F = TypeVar("F", bound=Callable[..., Any])
 class Run:
     """One run: its identity, and what it remembers of the calls it made."""
 
-    __slots__ = ("__weakref__", "budget_spent", "framework", "hidden", "id", "rejections")
+    __slots__ = ("__weakref__", "budget_spent", "framework", "hidden", "id", "rejecting", "rejections")
 
     def __init__(self, run_id: str, framework: str | None = None) -> None:
         self.id = run_id
         self.framework = framework
         #: How often a breaker rejected each tool in this run, by (tool, where it runs).
         self.rejections: dict[tuple[str, str | None], int] = {}
+        #: The breaker that last rejected each tool (the tool's own, or its upstream's).
+        self.rejecting: dict[tuple[str, str | None], Any] = {}
         #: Tools taken out of this run's menu by the waste budget, by (tool, source): what a
-        #: menu knows of a tool (an MCP server's tools have a source, a local function none).
-        self.hidden: set[tuple[str, str | None]] = set()
+        #: menu knows of a tool (an MCP server's tools have a source, a local function none),
+        #: with the breaker whose recovery brings the tool back and the tool's (tool, where).
+        self.hidden: dict[tuple[str, str | None], tuple[Any, tuple[str, str | None]]] = {}
         #: Tools whose waste budget was reported spent in this run (reported once each).
         self.budget_spent: set[tuple[str, str | None]] = set()
 
-    def rejected(self, tool: str, where: str | None) -> int:
-        """A breaker rejected a call of ``tool`` in this run: how many times it has now."""
+    def rejected(self, tool: str, where: str | None, by: Any = None) -> int:
+        """Breaker ``by`` rejected a call of ``tool`` in this run: how many times it has now."""
         key = (tool, where)
         count = self.rejections.get(key, 0) + 1
         self.rejections[key] = count
+        self.rejecting[key] = by
         return count
 
     def rejections_of(self, tool: str, where: str | None) -> int:
         return self.rejections.get((tool, where), 0)
 
+    def hide(self, tool: str, source: str | None, where: str | None) -> None:
+        """Take ``tool`` out of this run's menu until the breaker that rejected it recovers."""
+        self.hidden[(tool, source)] = (self.rejecting.get((tool, where)), (tool, where))
+
     def hides(self, tool: str, source: str | None = None) -> bool:
-        """Whether the waste budget took ``tool`` (from ``source``) out of this run's menu."""
+        """Whether the waste budget took ``tool`` (from ``source``) out of this run's menu. A
+        tool whose breaker has recovered since (no longer open: half-open lets its probe
+        through) is back, with its budget whole: the waste was calling it while it was open."""
         if not self.hidden:
             return False
-        return (tool, source) in self.hidden
+        entry = self.hidden.get((tool, source))
+        if entry is None:
+            return False
+        breaker, key = entry
+        if breaker is None or not _recovered(breaker):
+            return True
+        self.hidden.pop((tool, source), None)
+        self.rejections.pop(key, None)
+        self.budget_spent.discard(key)
+        return False
 
     def __repr__(self) -> str:
         return f"Run({self.id!r})"
+
+
+def _recovered(breaker: Any) -> bool:
+    """Whether ``breaker`` no longer rejects: its state read with the cooldown applied is not
+    open. A breaker that cannot be read counts as still open (the tool stays out)."""
+    try:
+        state = breaker.state
+    except Exception:
+        return False
+    return getattr(state, "value", state) != "open"
 
 
 _current: contextvars.ContextVar[Run | None] = contextvars.ContextVar("otel_breaker_run", default=None)

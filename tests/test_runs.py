@@ -340,3 +340,21 @@ def test_a_bad_config_value_is_a_clear_error():
         CircuitBreakerConfig(run_action="explode")
     with pytest.raises(ValueError, match="run_rejections"):
         CircuitBreakerConfig(run_rejections=0)
+
+
+def test_a_hidden_tool_comes_back_to_its_run_once_its_breaker_recovers(registry_clock):
+    config = CircuitBreakerConfig(**OPENS_AT_ONCE)
+    guard = Guard()
+    open_breaker(guard, config)
+    tools = ["lookup", "forecast"]
+    with otel_breaker.run() as opened:
+        answers = [ask(guard, down, tool="lookup", config=config) for _ in range(5)]
+        assert "unavailable for the rest of this run" in answers[3]
+        assert menu.visible_tools(tools, str) == ["forecast"]
+        registry_clock.advance(601)  # the cooldown ends: half-open, a probe may go through
+        assert menu.visible_tools(tools, str) is tools and not opened.hidden
+        assert ask(guard, forecast, 2, tool="lookup", config=config) == "sunny for 2 days"  # the probe
+        # Its budget is whole again: a new outage gets three rejections before it hides.
+        assert ask(guard, down, tool="lookup", config=config) == "raised: down"
+        again = [ask(guard, down, tool="lookup", config=config) for _ in range(4)]
+    assert all("temporarily unavailable" in a for a in again[:3]) and "rest of this run" in again[3]

@@ -19,16 +19,23 @@ from otel_breaker.instrumentation.patches import SKIP
 RUN_META_KEY = "otel-breaker/run"
 
 
+def meta_run(meta: Any) -> runs.Run | None:
+    """The run a request's ``_meta`` names: ``otel-breaker/run``, else the trace of a W3C
+    ``traceparent``; None when it names none (or names it unusably)."""
+    if meta is None:
+        return None
+    named = runs.named_run(_meta_value(meta, RUN_META_KEY), "mcp")
+    if named is not None:
+        return named
+    return runs.named_run(_trace_id(_meta_value(meta, "traceparent")), "mcp")
+
+
 def call_run(instance: Any, kwargs: dict) -> runs.Run | None:
-    """The run an MCP tool call belongs to: the one its ``_meta`` names (``otel-breaker/run``,
-    else the trace of a W3C ``traceparent``), else its client session, one run while it lives."""
-    meta = kwargs.get("meta")
-    if meta is not None:
-        named = runs.named_run(_meta_value(meta, RUN_META_KEY), "mcp") or runs.named_run(
-            _trace_id(_meta_value(meta, "traceparent")), "mcp"
-        )
-        if named is not None:
-            return named
+    """The run an MCP tool call belongs to: the one its ``_meta`` names (:func:`meta_run`),
+    else its client session, one run while it lives."""
+    named = meta_run(kwargs.get("meta"))
+    if named is not None:
+        return named
     session = _session_of(instance)
     return None if session is None else runs.run_of(session, "mcp")
 

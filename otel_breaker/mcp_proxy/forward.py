@@ -41,12 +41,13 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import ServerMessageMetadata
 from opentelemetry import trace as trace_api
 
-from otel_breaker import __version__
+from otel_breaker import __version__, runs
 from otel_breaker.breaker_config import CircuitBreakerConfig
 from otel_breaker.call_steps import OutcomeUnknownError
 from otel_breaker.classify import is_transport_error
 from otel_breaker.guards import Guard, default_guard
 from otel_breaker.instrumentation.mcp_identity import note_effects
+from otel_breaker.instrumentation.mcp_runs import meta_run
 from otel_breaker.mcp_proxy.child import too_large
 from otel_breaker.mcp_proxy.eras import Subscriptions, in_client_era
 from otel_breaker.mcp_proxy.upstream import UpstreamLink
@@ -205,6 +206,20 @@ class Clients:
             return types.ErrorData(code=types.INTERNAL_ERROR, message=message)
 
 
+def client_run(ctx: ServerRequestContext[Any, Any], params: Mapping[str, Any] | None, owner: Any) -> runs.Run | None:
+    """The run a client's request belongs to: the one its ``_meta`` names (``otel-breaker/run``,
+    else its ``traceparent``'s trace), else the client's session: its HTTP session id, or over
+    stdio the one client ``owner`` (the proxy) serves, one run while it lives."""
+    meta = params.get("_meta") if isinstance(params, Mapping) else None
+    named = meta_run(meta) if isinstance(meta, Mapping) else None
+    if named is not None:
+        return named
+    key = client_key(ctx)
+    if key is not None:
+        return runs.named_run(f"client:{key}", "mcp_proxy")
+    return runs.run_of(owner, "mcp_proxy")
+
+
 def client_key(ctx: ServerRequestContext[Any, Any]) -> str | None:
     """Which client a request came from: its HTTP session id (None over stdio, one client)."""
     request = ctx.request
@@ -349,10 +364,23 @@ class Forwarder:
             result = types.ListToolsResult(tools=tools)
         hidden = self._hidden()
         self._announced = hidden
-        if not hidden:
+        run = client_run(ctx, None, self)
+        if not hidden and (run is None or not run.hidden):
             return result
-        kept = [t for t in tools if not self._is_hidden(t.name, hidden)]
+        kept = [t for t in tools if not self._is_hidden(t.name, hidden) and not self._run_hides(run, t.name)]
+        if len(kept) == len(tools):
+            return result
         return result.model_copy(update={"tools": kept})
+
+    def _run_hides(self, run: runs.Run | None, exposed: str) -> bool:
+        """Whether the client's run spent its waste budget on the tool exposed as ``exposed``."""
+        if run is None or not run.hidden:
+            return False
+        route = (self.links[0], exposed) if self._single else self._routes.get(exposed)
+        if route is None:
+            return False
+        link, name = route
+        return run.hides(name, link.identity)
 
     async def intercept(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> Any:
         """The proxy's middleware: a ``tools/call`` of an initialized client goes straight
@@ -386,6 +414,7 @@ class Forwarder:
         link, name = route
         sent = params if name == exposed else {**params, "name": name}
         forward = partial(_whole_answer, link.request_raw, "tools/call", sent, _progress(ctx))
+        token = runs.enter(client_run(ctx, params, self))
         try:
             with self.clients.calling(ctx, link):
                 result = await self._guarded(link, name, params, forward)
@@ -401,6 +430,7 @@ class Forwarder:
                 return _error_result(f"MCP server {link.label} answered, but the answer was too large: {text}")
             return _error_result(f"MCP server {link.label} is unreachable: {text}")
         finally:
+            runs.leave(token)
             await self.check_hidden()
         if isinstance(result, dict):
             return for_client(result, ctx.protocol_version, link.protocol_version)
