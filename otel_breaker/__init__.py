@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from otel_breaker.effects import register_tool_effects
     from otel_breaker.guards import Guard, ToolTimeoutError, guard
     from otel_breaker.identity import ToolKey, code_origin
-    from otel_breaker.loops import ToolLoopError
+    from otel_breaker.loops import RepeatedCallError, ToolLoopError
     from otel_breaker.registry import (
         BreakerRegistry,
         breaker_scope,
@@ -68,6 +68,7 @@ _LAZY = {
     "ToolCall": "otel_breaker.toolcall",
     "agent_scope": "otel_breaker.toolcall",
     "ToolLoopError": "otel_breaker.loops",
+    "RepeatedCallError": "otel_breaker.loops",
     "run": "otel_breaker.runs",
     "RunBudgetError": "otel_breaker.run_budget",
     "register_retry_hint": "otel_breaker.retry_hint",
@@ -126,6 +127,7 @@ __all__ = [
     "OutcomeUnknownError",
     "PermissionDeniedError",
     "Rejection",
+    "RepeatedCallError",
     "RunBudgetError",
     "State",
     "StateChange",

@@ -173,6 +173,10 @@ class OpenAIAgentsAdapter(SpecAdapter):
         return dataclasses.replace(failure, output=f"{failure.output} {note}")
 
     def rejection(self, call: ToolCall, info: Rejection) -> Any:
+        if getattr(info, "raised", False):
+            # The loop guard's answer to a call whose identical failure raised (a tool with
+            # ``failure_error_function=None``): it raises too, and ends the run as that did.
+            raise info.repeated_error()
         from agents.tool import _FunctionToolInvocationResult  # its error text bypasses the output schema
 
         return _FunctionToolInvocationResult(info.message, is_sdk_generated_error=True)
