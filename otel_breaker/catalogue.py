@@ -210,6 +210,8 @@ CATALOGUE: tuple[Framework, ...] = (
         requirement="google-adk>=2.13,<3",
         imports=("google.adk",),
         aliases=("google-adk", "adk"),
+        # Its MCP toolset (the dead-server scenarios).
+        test_requirements=("google-adk[mcp]",),
     ),
     Framework(
         id="google_genai",
