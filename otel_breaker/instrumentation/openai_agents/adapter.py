@@ -41,6 +41,7 @@ from otel_breaker.instrumentation.patches import (
     tool_patch,
 )
 from otel_breaker.instrumentation.spec import SpecAdapter, argument, context_patch, menu_patch, status_text
+from otel_breaker.loops import LoopRejection, RepeatedCallError
 from otel_breaker.menu import visible_tools
 from otel_breaker.toolcall import ToolCall
 
@@ -177,9 +178,44 @@ class OpenAIAgentsAdapter(SpecAdapter):
             # The loop guard's answer to a call whose identical failure raised (a tool with
             # ``failure_error_function=None``): it raises too, and ends the run as that did.
             raise info.repeated_error()
+        if isinstance(info, LoopRejection):
+            # The SDK turned the identical call's failure into text through the tool's failure
+            # function (the user's own, or the SDK's default): that function gets the loop error.
+            return RepeatedFailure(info.repeated_error())
         from agents.tool import _FunctionToolInvocationResult  # its error text bypasses the output schema
 
         return _FunctionToolInvocationResult(info.message, is_sdk_generated_error=True)
+
+    async def _tool_async(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
+        answer = await super()._tool_async(wrapped, instance, args, kwargs)
+        if isinstance(answer, RepeatedFailure):
+            return await answer.formatted(kwargs["function_tool"], kwargs.get("context"))
+        return answer
+
+
+class RepeatedFailure:
+    """The loop guard's answer to a call whose identical failure the SDK formatted: handed
+    to the tool's failure function once the guarded call has returned, as the SDK hands a
+    tool's exception."""
+
+    def __init__(self, error: RepeatedCallError) -> None:
+        self.error = error
+
+    async def formatted(self, function_tool: Any, context: Any) -> Any:
+        """The SDK's invocation result: the user's failure function's text for the loop error.
+        The SDK's default function says only "an error occurred" (it hides error details), so
+        with it the model reads the loop guard's own text; with no failure function (``None``)
+        the error is raised as the SDK raises a tool's."""
+        from agents.tool import _FunctionToolInvocationResult, maybe_invoke_function_tool_failure_error_function
+
+        if getattr(function_tool, "_use_default_failure_error_function", True):
+            return _FunctionToolInvocationResult(str(self.error), is_sdk_generated_error=True)
+        text = await maybe_invoke_function_tool_failure_error_function(
+            function_tool=function_tool, context=context, error=self.error
+        )
+        if text is None:
+            raise self.error
+        return _FunctionToolInvocationResult(text, is_sdk_generated_error=True)
 
 
 def _streamed_run(wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:

@@ -48,3 +48,25 @@ def test_inside_one_run_the_loop_answer_raises_as_the_tools_error_did(instrument
     # The SDK's policy for the tool's exception holds for the loop guard's answer: the run
     # ends with the same error, caused by RepeatedCallError instead of the query's.
     assert seen[3:] == [(plain[0], RepeatedCallError.__name__)] * 2
+
+
+@function_tool(failure_error_function=lambda context, error: f"custom: {error}")
+def custom_query(x: int) -> str:
+    """The same mistake, formatted by the user's own failure function."""
+    return str(sqlite3.connect(":memory:").execute("SELEC 1").fetchall())
+
+
+def test_the_users_failure_function_gets_the_loop_error(instrument):
+    instrument("openai_agents")
+    steps = [[function_call("custom_query", {"x": 1}, call_id=f"c{i}")] for i in range(5)]
+    model = ScriptedModel([*steps, [assistant_message("done")]])
+    agent = Agent(name="analyst", instructions="query", model=model, tools=[custom_query])
+    assert Runner.run_sync(agent, "go").final_output == "done"
+    outputs = [
+        item["output"]
+        for item in model.calls[-1].input
+        if isinstance(item, dict) and item.get("type") == "function_call_output"
+    ]
+    assert all(o.startswith("custom: ") for o in outputs), outputs
+    assert not any("this exact call" in o for o in outputs[:3])
+    assert all("this exact call" in o for o in outputs[3:]), outputs
