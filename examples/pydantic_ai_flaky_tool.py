@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 
 from pydantic_ai import Agent
+from pydantic_ai.exceptions import UnexpectedModelBehavior
 from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
@@ -57,6 +58,10 @@ def run_agent(n_calls: int, label: str) -> None:
         print(f"  agent finished: {agent.run_sync('find lamps', model=scripted(n_calls, label)).output!r}")
     except ConnectionError as exc:
         print(f"  run ended by the tool's exception: {exc}")
+    except UnexpectedModelBehavior as exc:
+        # A rejection costs the tool's retry budget as its failure would have: a model that keeps
+        # calling an open tool ends its run where it would without otel-breaker.
+        print(f"  run ended by PydanticAI's retry limit: {str(exc).split('.')[0]}")
 
 
 def main() -> None:
