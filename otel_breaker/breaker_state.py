@@ -15,7 +15,6 @@ from typing import Any, NamedTuple, Protocol
 
 from otel_breaker.listeners import (  # noqa: F401 - importable from here, as from the state machine
     FOLLOW_LISTENERS,
-    GLOBAL_LISTENERS,
     add_follow_listener,
     add_global_listener,
     remove_global_listener,
@@ -126,11 +125,9 @@ class FailureWindow:
 
 StateListener = Callable[[StateChange], None]
 
-# Listeners for every breaker (telemetry, health checks, shared stores): kept in
-# :mod:`otel_breaker.listeners`, which the package subscribes to without loading this module.
-_GLOBAL_LISTENERS = GLOBAL_LISTENERS
-# Every live breaker, so ``reset_all`` reaches breakers held outside a registry.
-_ALL_BREAKERS: weakref.WeakSet[Any] = weakref.WeakSet()
+#: Every live breaker, so ``reset_all`` reaches breakers held outside a registry (and the
+#: fork handler gives each a fresh lock).
+ALL_BREAKERS: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 #: See :data:`otel_breaker.listeners.FOLLOW_LISTENERS`.
@@ -150,7 +147,7 @@ def notify_followed(breaker: Any, from_state: State, to_state: State) -> None:
 
 def all_breakers() -> list[Any]:
     """Every breaker alive in this process, registered or not."""
-    return list(_ALL_BREAKERS)
+    return list(ALL_BREAKERS)
 
 
 class Snapshot(NamedTuple):
