@@ -20,11 +20,11 @@ from otel_breaker.loglines import logger
 from otel_breaker.rejection import (
     EscalationHook,
     Rejection,
-    _whole_seconds,
     escalation_approves,
     healthy_alternatives,
     rejection_result,
     set_escalation,
+    whole_seconds,
 )
 from otel_breaker.sanitize import (  # noqa: F401 - re-exported: the sanitiser adapters use
     MAX_ALTERNATIVES,
@@ -92,7 +92,7 @@ def status_in_prompt_enabled() -> bool:
     return bool(get_settings().status_in_prompt)
 
 
-def _breakers_for(registry: BreakerRegistry, agent: Any) -> list[CircuitBreaker]:
+def breakers_for(registry: BreakerRegistry, agent: Any) -> list[CircuitBreaker]:
     """The breakers that can reject a call of ``agent``: its own, the process-wide
     ones, and the current session's. Every breaker when ``agent`` is None."""
     from otel_breaker.registry import current_session
@@ -129,11 +129,11 @@ def unavailable_tools(agent: Any = None, registry: BreakerRegistry | None = None
 
         registry = default_registry()
     found: dict[tuple[str, str], ToolStatus] = {}
-    for breaker in _breakers_for(registry, agent):
+    for breaker in breakers_for(registry, agent):
         state = breaker.state
         if state.value == "closed":
             continue
-        retry = _whole_seconds(breaker.retry_after)
+        retry = whole_seconds(breaker.retry_after)
         source = breaker.source
         status = ToolStatus(
             breaker.name, state, retry, healthy_alternatives(breaker.config.fallbacks), source, upstream_name(breaker)

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
-from otel_breaker.degrade import _breakers_for
+from otel_breaker.degrade import breakers_for
 from otel_breaker.runs import Run, current_run
 from otel_breaker.upstream import upstream_name, upstream_of
 
@@ -75,7 +75,7 @@ def open_tools(agent: Any = None, registry: Any = None) -> frozenset[tuple[str, 
         registry = default_registry()
     found: set[tuple[str, str | None]] = set()
     upstreams: set[str] = set()
-    for breaker in _breakers_for(registry, agent):
+    for breaker in breakers_for(registry, agent):
         if breaker.state.value == "open":
             name = upstream_name(breaker)
             if name is not None:

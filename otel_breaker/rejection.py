@@ -62,7 +62,7 @@ class Rejection:
     def retry_after(self) -> float | None:
         """Whole seconds (rounded up) until a probe may run; None while forced open."""
         if self._retry_after == -1.0:
-            self._retry_after = _whole_seconds(self.breaker.peek_retry_after())
+            self._retry_after = whole_seconds(self.breaker.peek_retry_after())
         return self._retry_after
 
     @property
@@ -125,7 +125,8 @@ class Rejection:
         }
 
 
-def _whole_seconds(value: float) -> int | None:
+def whole_seconds(value: float) -> int | None:
+    """Seconds as the model and the board read them: rounded up (a probe is never early), None while forced open."""
     return None if math.isinf(value) else math.ceil(value)
 
 
@@ -143,7 +144,7 @@ def rejection_result(breaker: CircuitBreaker, call: ToolCall | None) -> dict[str
         return cached[4].copy()
     generation = breaker.generation
     remaining = breaker.peek_retry_after()
-    seconds = _whole_seconds(remaining)
+    seconds = whole_seconds(remaining)
     if breaker.state.value == "open" and seconds is not None:
         # ceil(open_until - t) == seconds  <=>  open_until - seconds <= t < open_until - seconds + 1
         open_until = now + remaining

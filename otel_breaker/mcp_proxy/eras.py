@@ -183,7 +183,10 @@ def outgoing(
         return sent, options
     data: dict[str, Any] = {"method": method, "params": sent if sent is not None else {}}
     stamped: CallOptions = {**options, "headers": dict(options.get("headers") or {})}
-    session._stamp(data, stamped)  # the session's own envelope and headers for this request
+    # The MCP SDK's own private ``ClientSession._stamp`` (the 2026-07-28 era): it writes the
+    # session's per-request envelope and headers; the SDK offers no public way to get them for
+    # a request sent through another route, and writing them by hand would drift from the SDK.
+    session._stamp(data, stamped)
     return data["params"], stamped
 
 
