@@ -126,20 +126,24 @@ class GuardedCall:
         self.swallowed = None
 
 
-_active_call: contextvars.ContextVar[GuardedCall | None] = contextvars.ContextVar(
+#: The guarded call in progress in this context (None outside one). The adapters' base
+#: sets it around each guarded call so nested patched layers of the same call pass
+#: through; it lives here, not with the adapters, so the span processor and the call
+#: path read it (:func:`active_call`, :func:`guarded_call`) without importing any adapter.
+active_call_var: contextvars.ContextVar[GuardedCall | None] = contextvars.ContextVar(
     "otel_breaker_active_call", default=None
 )
 
 
 def active_call() -> ToolCall | None:
     """The tool call being guarded in this context, if any."""
-    frame = _active_call.get()
+    frame = active_call_var.get()
     return None if frame is None else frame.call
 
 
 def guarded_call() -> GuardedCall | None:
     """The guarded call in progress in this context (with what inner layers noted), if any."""
-    return _active_call.get()
+    return active_call_var.get()
 
 
 #: The longest agent name :func:`agent_scope` takes (it reaches metric labels).

@@ -25,11 +25,11 @@ from otel_breaker.instrumentation.frameworks import (  # noqa: F401 - the packag
     FRAMEWORK_IMPORTS,
     FRAMEWORKS,
     Frameworks,
-    _findable,
-    _target_modules,
+    findable,
     load_adapter_class,
     normalize_framework,
     settings_needed_now,
+    target_modules,
 )
 
 

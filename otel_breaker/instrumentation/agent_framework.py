@@ -178,7 +178,7 @@ class AgentFrameworkAdapter(SpecAdapter):
         call_id = kwargs.get("tool_call_id")
         token = _call_id.set(call_id if isinstance(call_id, str) else None)
         try:
-            call = self._call_of(instance, (kwargs.get("arguments"),), {})
+            call = self.call_of(instance, (kwargs.get("arguments"),), {})
             if call is None:
                 return await wrapped(*args, **kwargs)
             # Arguments the tool's schema refuses raise here, before the function: the loop guard counts them.
@@ -189,7 +189,7 @@ class AgentFrameworkAdapter(SpecAdapter):
     async def _auto_invoke(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         """The loop's call of a function; one of a name no tool has is answered here."""
         content = args[0] if args else kwargs["function_call_content"]
-        if not self._enabled or content.type != "function_call" or content.name in kwargs.get("tool_map", {}):
+        if not self.enabled or content.type != "function_call" or content.name in kwargs.get("tool_map", {}):
             return await wrapped(*args, **kwargs)
         name = agent_display_name(_current_agent())
         call = ToolCall(str(content.name), self.name, agent_name=name, call_id=content.call_id)

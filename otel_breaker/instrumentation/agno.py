@@ -136,6 +136,8 @@ class AgnoAdapter(HoldsCurrentCall, SpecAdapter):
             return None  # arguments that did not decode
         if properties and any(key not in properties for key in arguments):
             return None  # an argument the tool does not take
+        # agno's own private (3.1, ``Function._agent`` / ``_team``): the agent or team the
+        # tool was given to, which breakers are keyed by; ``Function`` has no public owner.
         agent = function._agent or function._team
         return ToolCall(
             function.name,
@@ -152,9 +154,11 @@ class AgnoAdapter(HoldsCurrentCall, SpecAdapter):
         messages = argument(args, kwargs, 1, "messages")
         start = len(messages)  # the messages this call adds come after
         calls = wrapped(*args, **kwargs)
-        if not self._enabled:
+        if not self.enabled:
             return calls
         functions = (argument(args, kwargs, 2, "functions") or {}).values()
+        # agno's own private (3.1, ``Function._agent`` / ``_team``): the run's agent or team,
+        # for the loop guard's key; ``Function`` has no public owner.
         agent_name = agent_display_name(next((f._agent or f._team for f in functions), None))
         for i, message in enumerate(messages[start:], start):
             if message.content == _UNKNOWN and message.tool_name is not None:

@@ -192,10 +192,10 @@ class AutoGenAdapter(SpecAdapter):
         )
 
     async def _tool_async(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        call = self._call_of(instance, args, kwargs)
+        call = self.call_of(instance, args, kwargs)
         if call is not None:
             return await self.run_async(call, wrapped, args, kwargs)
-        if not self._enabled:
+        if not self.enabled:
             return await wrapped(*args, **kwargs)
 
         def describe_mistake() -> ToolCall | None:

@@ -73,6 +73,9 @@ def _launcher_instrumented() -> bool:
     import sys
 
     module = sys.modules.get("otel_breaker.instrumentation.instrumentor")
+    # opentelemetry-instrumentation's own private (``BaseInstrumentor``, 0.48b0 on): the
+    # flag ``instrument()`` sets, read on the class; the public ``is_instrumented_by_opentelemetry``
+    # is a property of the instance.
     return module is not None and module.BreakerInstrumentor._is_instrumented_by_opentelemetry
 
 

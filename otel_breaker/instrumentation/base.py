@@ -28,8 +28,8 @@ if TYPE_CHECKING:
 from otel_breaker.toolcall import (  # noqa: F401 - adapters import them from here
     GuardedCall,
     ToolCall,
-    _active_call,
     active_call,
+    active_call_var,
     agent_display_name,
     guarded_call,
 )
@@ -39,10 +39,10 @@ class DidNotEnable(Exception):
     """The framework is missing, or its version is outside the tested range."""
 
 
-# The guarded call in progress in this context. A wrapper entered while a call
-# of the same tool is already guarded passes straight through: one logical call
-# is counted once even when frameworks nest (an MCP tool inside an agent SDK,
-# a tool runner that calls another patched layer).
+# ``active_call_var`` holds the guarded call in progress in this context. A wrapper
+# entered while a call of the same tool is already guarded passes straight through:
+# one logical call is counted once even when frameworks nest (an MCP tool inside an
+# agent SDK, a tool runner that calls another patched layer).
 # (The variable lives in toolcall, so the span processor reads it without importing adapters.)
 
 
@@ -120,7 +120,7 @@ def nested_failure() -> bool:
     """Whether a nested layer of the guarded call in progress (the MCP session below a
     framework's MCP tool) has seen the tool fail; for an adapter whose framework turns
     that failure into something neutral, such as a request to retry."""
-    frame = _active_call.get()
+    frame = active_call_var.get()
     return frame is not None and bool(frame.nested)
 
 
@@ -128,7 +128,7 @@ def note(key: str, value: Any) -> bool:
     """Note ``(key, value)`` on the guarded call in progress (False outside one), for the
     adapter's checks of its outcome: what the framework showed of it elsewhere (a failure
     it turned into text, seen where it formats it, perhaps in a task of its own)."""
-    frame = _active_call.get()
+    frame = active_call_var.get()
     if frame is not None:
         frame.notes.append((key, value))
     return frame is not None
@@ -136,7 +136,7 @@ def note(key: str, value: Any) -> bool:
 
 def noted(key: str) -> tuple[str, Any] | None:
     """The first note ``(key, value)`` on the guarded call in progress, if any."""
-    frame = _active_call.get()
+    frame = active_call_var.get()
     return next((n for n in frame.notes if n[0] == key), None) if frame is not None else None
 
 
@@ -147,11 +147,11 @@ def not_a_tool_call(name: str, framework: str | None = None) -> Iterator[None]:
     call behind a tool interface): patched tool wrappers of the same name pass
     through unguarded and the span processor leaves its ``execute_tool`` spans
     alone, exactly as for the inner layers of a call already being guarded."""
-    token = _active_call.set(GuardedCall(ToolCall(name, framework=framework)))
+    token = active_call_var.set(GuardedCall(ToolCall(name, framework=framework)))
     try:
         yield
     finally:
-        _active_call.reset(token)
+        active_call_var.reset(token)
 
 
 def same_logical_call(active: ToolCall | None, call: ToolCall) -> bool:
@@ -170,11 +170,15 @@ class PatchTarget(NamedTuple):
     qualname: str
     wrapper: Callable[..., Any]
     #: The wrapper itself passes the call straight through while the adapter is
-    #: disabled (``FrameworkAdapter._enabled``), so no pass-through layer is added.
+    #: disabled (``FrameworkAdapter.enabled``), so no pass-through layer is added.
     checks_enabled: bool = False
 
 
-class _Patched(NamedTuple):
+class Patched(NamedTuple):
+    """One attribute an adapter replaced with its wrapper: what :meth:`FrameworkAdapter.unpatch`
+    restores, if the wrapper is still the one in place. An adapter that replaces an attribute
+    itself (a property, say) records it in ``patched_points`` too."""
+
     owner: Any
     attribute: str
     original: Any
@@ -205,7 +209,8 @@ class FrameworkAdapter:
     def __init__(self, guard: Guard | None = None) -> None:
         if guard is not None:
             self.guard = guard
-        self._patched: list[_Patched] = []
+        #: Every attribute this adapter replaced, in order, for :meth:`unpatch` to restore.
+        self.patched_points: list[Patched] = []
         self._enabled = False
 
     @functools.cached_property
@@ -278,6 +283,9 @@ class FrameworkAdapter:
 
     @property
     def enabled(self) -> bool:
+        """Whether the wrappers guard calls: True from :meth:`patch` until :meth:`unpatch`.
+        A wrapper left in place after unpatching (someone re-wrapped over it) checks this
+        and passes the call straight through."""
         return self._enabled
 
     def patch(self) -> list[str]:
@@ -334,7 +342,7 @@ class FrameworkAdapter:
         original = owner.__dict__.get(attribute) if isinstance(owner, type) else getattr(owner, attribute, None)
         if original is None:
             return "not found"
-        if any(p.owner is owner and p.attribute == attribute for p in self._patched):
+        if any(p.owner is owner and p.attribute == attribute for p in self.patched_points):
             return "already patched"
         adapter = self
 
@@ -346,7 +354,7 @@ class FrameworkAdapter:
         outer = target.wrapper if target.checks_enabled else passthrough_when_disabled
         wrapper = make_wrapper(original, outer, on_class=isinstance(owner, type))
         setattr(owner, attribute, wrapper)
-        self._patched.append(_Patched(owner, attribute, original, wrapper))
+        self.patched_points.append(Patched(owner, attribute, original, wrapper))
         return None
 
     def unpatch(self) -> None:
@@ -357,7 +365,7 @@ class FrameworkAdapter:
         instrumentation is broken.
         """
         self._enabled = False
-        for patched in reversed(self._patched):
+        for patched in reversed(self.patched_points):
             current = (
                 patched.owner.__dict__.get(patched.attribute)
                 if isinstance(patched.owner, type)
@@ -371,10 +379,10 @@ class FrameworkAdapter:
                     getattr(patched.owner, "__name__", patched.owner),
                     patched.attribute,
                 )
-        self._patched.clear()
+        self.patched_points.clear()
 
     def patched(self) -> Iterator[str]:
-        for patched in self._patched:
+        for patched in self.patched_points:
             owner = patched.owner
             owner_name = getattr(owner, "__qualname__", None) or getattr(owner, "__name__", str(owner))
             yield f"{getattr(owner, '__module__', '')}.{owner_name}.{patched.attribute}"
@@ -385,33 +393,33 @@ class FrameworkAdapter:
         """Run a sync framework call through its breaker (once per logical call)."""
         if _first_use_pending:
             _run_first_use()
-        active = _active_call.get()
+        active = active_call_var.get()
         if active is not None and same_logical_call(active.call, call):
             result = wrapped(*args, **kwargs)
             self._report_nested(active, call, result)
             return result
         frame = _OuterCall(self, call)
-        token = _active_call.set(frame)
+        token = active_call_var.set(frame)
         try:
             return self.guard.call(call, wrapped, args, kwargs, adapter=frame)
         finally:
-            _active_call.reset(token)
+            active_call_var.reset(token)
 
     async def run_async(self, call: ToolCall, wrapped: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
         """Run an async framework call through its breaker (once per logical call)."""
         if _first_use_pending:
             _run_first_use()
-        active = _active_call.get()
+        active = active_call_var.get()
         if active is not None and same_logical_call(active.call, call):
             result = await wrapped(*args, **kwargs)
             self._report_nested(active, call, result)
             return result
         frame = _OuterCall(self, call)
-        token = _active_call.set(frame)
+        token = active_call_var.set(frame)
         try:
             return await self.guard.acall(call, wrapped, args, kwargs, adapter=frame)
         finally:
-            _active_call.reset(token)
+            active_call_var.reset(token)
 
     def _report_nested(self, active: GuardedCall, call: ToolCall, result: Any) -> None:
         """A nested layer's view of the result: a failure it sees counts for the outer call."""

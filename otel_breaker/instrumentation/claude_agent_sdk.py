@@ -292,7 +292,7 @@ class ClaudeAgentSDKAdapter(MCPAnswers, SpecAdapter):
         message = argument(args, kwargs, 0, "message")
         method = message.get("method") if isinstance(message, dict) else None
         if method == "tools/call":
-            call = self._call_of(bridge, args, kwargs)
+            call = self.call_of(bridge, args, kwargs)
             if call is not None:
                 return await self._guarded(call, message, wrapped, args, kwargs)
         response = await wrapped(*args, **kwargs)
@@ -358,7 +358,7 @@ class ClaudeAgentSDKAdapter(MCPAnswers, SpecAdapter):
         return {"PreToolUse": before, "PostToolUse": after, "PostToolUseFailure": after}
 
     def _hook_call(self, servers: _Servers, hook_input: Any, tool_use_id: Any) -> ToolCall | None:
-        if not self._enabled or not isinstance(hook_input, Mapping):
+        if not self.enabled or not isinstance(hook_input, Mapping):
             return None
         return servers.call(
             hook_input.get("tool_name"),

@@ -39,6 +39,8 @@ def _refuses(tool: Any, kwargs: dict) -> bool:
     """Whether ``Tool`` refuses these arguments (names it does not take, or a failed
     schema) before its body runs: the model's mistake, which the breaker does not count."""
     try:
+        # DSPy's own private (3.4, ``Tool._validate_and_parse_args``): the very check ``Tool``
+        # runs before its body, so a refusal is told from the tool's own failure.
         tool._validate_and_parse_args(**kwargs)
     except Exception:
         return True
@@ -84,7 +86,7 @@ class DSPyAdapter(SpecAdapter):
         )
 
     def _tool_sync(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        call = self._call_of(instance, args, kwargs)
+        call = self.call_of(instance, args, kwargs)
         if call is None:
             return wrapped(*args, **kwargs)
         if _refuses(instance, kwargs):
@@ -92,7 +94,7 @@ class DSPyAdapter(SpecAdapter):
         return self.run_sync(call, wrapped, args, kwargs)
 
     async def _tool_async(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        call = self._call_of(instance, args, kwargs)
+        call = self.call_of(instance, args, kwargs)
         if call is None:
             return await wrapped(*args, **kwargs)
         if _refuses(instance, kwargs):

@@ -178,7 +178,7 @@ class Frameworks:
     def _register_hooks(self, name: str, adapter: FrameworkAdapter) -> None:
         from otel_breaker.instrumentation.post_import import when_imported
 
-        modules = sorted({target_module for target_module in _target_modules(adapter)})
+        modules = sorted({target_module for target_module in target_modules(adapter)})
         for module_name in modules:
             key = f"{name}:{module_name}"
             if key in self._hooked:
@@ -221,7 +221,7 @@ class Frameworks:
         with self._lock:
             status = dict(self._status)
         for name, text in status.items():
-            if text == "waiting for import" and not any(_findable(top) for top in FRAMEWORK_IMPORTS.get(name, ())):
+            if text == "waiting for import" and not any(findable(top) for top in FRAMEWORK_IMPORTS.get(name, ())):
                 status[name] = "skipped: not installed"
         return status
 
@@ -230,7 +230,7 @@ class Frameworks:
             return dict(self._adapters)
 
 
-def _findable(module: str) -> bool:
+def findable(module: str) -> bool:
     """Whether ``module`` is installed (its parent package is imported to look, never it)."""
     import importlib.util
 
@@ -242,7 +242,7 @@ def _findable(module: str) -> bool:
         return False
 
 
-def _target_modules(adapter: FrameworkAdapter) -> Iterable[str]:
+def target_modules(adapter: FrameworkAdapter) -> Iterable[str]:
     """The modules whose import patches ``adapter``'s targets: those it names, and every
     module one of its targets lives in (a target outside the named ones would otherwise
     stay unpatched when the switch starts it, though an explicit instrument() patches it)."""

@@ -104,7 +104,7 @@ class GoogleADKAdapter(HoldsCurrentCall, SpecAdapter):
         """A prepared call whose name no tool has: ADK's answer, through the loop guard."""
         invocation = args[0]
         prepared = args[1]
-        if prepared.tool_lookup_error is None or not self._enabled:
+        if prepared.tool_lookup_error is None or not self.enabled:
             return await wrapped(*args, **kwargs)
         call = ToolCall(
             str(prepared.tool.name), self.name, agent_name=_agent_name(invocation), session_id=_session_id(invocation)

@@ -217,7 +217,7 @@ class GoogleGenAIAdapter(SpecAdapter):
 
     def _tool_sync(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         """The spec's tool wrapper; arguments the SDK refuses go to the loop guard only."""
-        call = self._call_of(instance, args, kwargs)
+        call = self.call_of(instance, args, kwargs)
         if call is None:
             return wrapped(*args, **kwargs)
         if _refused(args, kwargs):
@@ -226,7 +226,7 @@ class GoogleGenAIAdapter(SpecAdapter):
 
     async def _tool_async(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         """The awaited :meth:`_tool_sync`."""
-        call = self._call_of(instance, args, kwargs)
+        call = self.call_of(instance, args, kwargs)
         if call is None:
             return await wrapped(*args, **kwargs)
         if _refused(args, kwargs):

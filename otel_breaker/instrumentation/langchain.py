@@ -159,6 +159,9 @@ class LangChainAdapter(SpecAdapter):
             return None
         agent = _agent_of(argument(args, kwargs, 1, "config"))
         chat_input = argument(args, kwargs, 0, "input")
+        # langchain-core's own private (1.x, ``BaseChatModel._convert_input``): the model's own
+        # reading of a string, prompt value or message list, so the block goes into the
+        # messages it will send, whatever form the caller passed.
         messages = insert_status_block(instance._convert_input(chat_input).to_messages(), _DIALECT, agent)
         if messages is None:
             return None

@@ -28,7 +28,7 @@ from typing import Any
 from otel_breaker import loops, runs
 from otel_breaker.classify import is_excluded, is_transport_error
 from otel_breaker.instrumentation import mcp_results
-from otel_breaker.instrumentation.base import GuardedCall, _active_call, active_call, same_logical_call
+from otel_breaker.instrumentation.base import GuardedCall, active_call, active_call_var, same_logical_call
 from otel_breaker.instrumentation.mcp_identity import LISTINGS, mcp_call, note_effects, server_identity
 from otel_breaker.instrumentation.mcp_results import MCPAnswers
 from otel_breaker.instrumentation.mcp_runs import RUN_META_KEY as RUN_META_KEY  # where tests and users find it
@@ -96,7 +96,7 @@ class MCPAdapter(MCPAnswers, SpecAdapter):
 
     async def _guarded(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         """The guarded call, which also lets a never-listed name's first call run as without us."""
-        call = self._call_of(instance, args, kwargs)
+        call = self.call_of(instance, args, kwargs)
         if call is None:
             return await wrapped(*args, **kwargs)
         outermost = not same_logical_call(active_call(), call)
@@ -172,7 +172,7 @@ class MCPAdapter(MCPAnswers, SpecAdapter):
         """A name neither listed nor answered yet: run it as without us; once the server
         has shown it is a real tool, count it and give it its span after the fact."""
         start_ns = time.time_ns()
-        token = _active_call.set(GuardedCall(call))  # the session's send passes through
+        token = active_call_var.set(GuardedCall(call))  # the session's send passes through
         try:
             result = await wrapped(*args, **kwargs)
         except BaseException as exc:
@@ -180,7 +180,7 @@ class MCPAdapter(MCPAnswers, SpecAdapter):
                 self._observe(call, start_ns, None, exc)
             raise
         finally:
-            _active_call.reset(token)
+            active_call_var.reset(token)
         if mcp_results.is_unknown_tool_result(result, call.tool, self.tool_listed(call)):
             loops.unknown_tool_called(call, mcp_results.result_text(result))
         else:

@@ -151,7 +151,7 @@ class PydanticAIAdapter(SpecAdapter):
     async def _tool_async(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         """The spec's tool wrapper, the call's part at hand for :meth:`rejection`. Invalid arguments
         or a name no tool has run no body: only the loop guard counts PydanticAI's retry for them."""
-        call = self._call_of(instance, args, kwargs)
+        call = self.call_of(instance, args, kwargs)
         if call is None:
             return await wrapped(*args, **kwargs)
         validated = argument(args, kwargs, 0, "validated")

@@ -33,7 +33,7 @@ from otel_breaker.classify import MISTAKE
 from otel_breaker.degrade import Rejection
 from otel_breaker.identity import origin_of
 from otel_breaker.instrumentation import refusals
-from otel_breaker.instrumentation.base import PatchTarget, _Patched, agent_display_name
+from otel_breaker.instrumentation.base import Patched, PatchTarget, agent_display_name
 from otel_breaker.instrumentation.chat_messages import content_text, with_content_text
 from otel_breaker.instrumentation.mistakes import wrong_arguments
 from otel_breaker.instrumentation.patches import argument, context_patch, prompt_patch, tool_patch
@@ -188,9 +188,9 @@ class SmolagentsAdapter(SpecAdapter):
             arguments = argument(args, kwargs, 1, "arguments")
             if isinstance(tool, Tool):
                 if isinstance(arguments, dict):
-                    call = self._call_of(tool, (), dict(arguments))
+                    call = self.call_of(tool, (), dict(arguments))
                 else:
-                    call = self._call_of(tool, (arguments,), {})
+                    call = self.call_of(tool, (arguments,), {})
                 if call is not None:
                     refusals.refused(self.guard, call, str(exc), refusals.raising(ValueError))
             raise
@@ -220,7 +220,7 @@ class SmolagentsAdapter(SpecAdapter):
         original = owner.__dict__.get(_MENU_PROPERTY)
         if not isinstance(original, property) or original.fget is None:
             return "not found"
-        if any(p.owner is owner and p.attribute == _MENU_PROPERTY for p in self._patched):
+        if any(p.owner is owner and p.attribute == _MENU_PROPERTY for p in self.patched_points):
             return "already patched"
         read_menu = original.fget
         adapter = self
@@ -237,7 +237,7 @@ class SmolagentsAdapter(SpecAdapter):
 
         wrapper = property(menu, doc=original.__doc__)
         setattr(owner, _MENU_PROPERTY, wrapper)
-        self._patched.append(_Patched(owner, _MENU_PROPERTY, original, wrapper))
+        self.patched_points.append(Patched(owner, _MENU_PROPERTY, original, wrapper))
         return None
 
 

@@ -234,7 +234,7 @@ class SpecAdapter(FrameworkAdapter):
 
         return after_sync
 
-    def _call_of(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
+    def call_of(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
         """:meth:`describe`, or None (the call runs unguarded) when the adapter is
         disabled or the framework's objects are not shaped as expected
         (``safe_tool_call``, inlined: per call).
@@ -243,7 +243,7 @@ class SpecAdapter(FrameworkAdapter):
         the adapter is disabled (``PatchTarget.checks_enabled``: no pass-through
         layer under them). An override that does work before asking (a context
         variable, say) must stay harmless while disabled."""
-        if not self._enabled:
+        if not self.enabled:
             return None
         try:
             return self.describe(instance, args, kwargs)
@@ -254,19 +254,19 @@ class SpecAdapter(FrameworkAdapter):
             return None
 
     def _tool_sync(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        call = self._call_of(instance, args, kwargs)
+        call = self.call_of(instance, args, kwargs)
         if call is None:
             return wrapped(*args, **kwargs)
         return self.run_sync(call, wrapped, args, kwargs)
 
     async def _tool_async(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
-        call = self._call_of(instance, args, kwargs)
+        call = self.call_of(instance, args, kwargs)
         if call is None:
             return await wrapped(*args, **kwargs)
         return await self.run_async(call, wrapped, args, kwargs)
 
     def _tool_stream(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> AsyncIterator[Any]:
-        call = self._call_of(instance, args, kwargs)
+        call = self.call_of(instance, args, kwargs)
         if call is None:
             return wrapped(*args, **kwargs)
         return self._run_stream(call, wrapped, args, kwargs)

@@ -118,7 +118,7 @@ class StrandsAdapter(SpecAdapter):
 
     def _tool_stream(self, wrapped: Any, instance: Any, args: tuple, kwargs: dict) -> Any:
         ctx = args[0] if args else kwargs.get("ctx")
-        if self._enabled and ctx is not None and getattr(ctx, "tool", None) is None:
+        if self.enabled and ctx is not None and getattr(ctx, "tool", None) is None:
             stream = self._unknown(ctx, wrapped, args, kwargs)
         else:
             stream = super()._tool_stream(wrapped, instance, args, kwargs)

@@ -9,7 +9,7 @@ import pathlib
 import subprocess
 import sys
 
-from otel_breaker.instrumentation import ADAPTERS, FRAMEWORK_IMPORTS, _target_modules, load_adapter_class
+from otel_breaker.instrumentation import ADAPTERS, FRAMEWORK_IMPORTS, load_adapter_class, target_modules
 
 FAKE_FRAMEWORK = pathlib.Path(__file__).parent / "fake_framework"
 SOURCE_ROOT = pathlib.Path(__file__).parents[2]  # this checkout's otel_breaker, not an installed one
@@ -17,7 +17,7 @@ SOURCE_ROOT = pathlib.Path(__file__).parents[2]  # this checkout's otel_breaker,
 
 def test_every_adapter_is_loaded_by_the_import_of_its_framework():
     for name, tops in FRAMEWORK_IMPORTS.items():
-        modules = list(_target_modules(load_adapter_class(name)()))
+        modules = list(target_modules(load_adapter_class(name)()))
         assert any(m == top or m.startswith(top + ".") for m in modules for top in tops), name
 
 

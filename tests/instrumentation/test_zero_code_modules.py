@@ -10,13 +10,13 @@ from __future__ import annotations
 import pytest
 
 from otel_breaker.instrumentation import ADAPTERS, load_adapter_class
-from otel_breaker.instrumentation.frameworks import _target_modules
+from otel_breaker.instrumentation.frameworks import target_modules
 
 
 @pytest.mark.parametrize("name", sorted(ADAPTERS))
 def test_every_target_module_is_hooked(name):
     adapter = load_adapter_class(name)()
-    hooked = set(_target_modules(adapter))
+    hooked = set(target_modules(adapter))
     targets = {target.module for target in adapter.targets()}
     assert targets <= hooked, f"{name}: the switch would never patch {sorted(targets - hooked)}"
     assert set(adapter.modules) <= hooked

@@ -164,6 +164,8 @@ class CrewAIAdapter(RetriedAction, HoldsCurrentCall, SpecAdapter):
         tool = argument(args, kwargs, 1, "tool")
         calling = argument(args, kwargs, 2, "calling")
         call = _call(tool.name, usage, arguments=calling.arguments, origin=origin_of(tool, "crewai"))
+        # CrewAI's own private (1.x, ``ToolUsage._check_tool_repeated_usage``): its own test
+        # for a repeat of the last action, which it refuses without running the tool.
         if usage._check_tool_repeated_usage(calling=calling):
             return None
         return _react_actions.claim(call, tool)
