@@ -25,7 +25,7 @@ def control(
     storage = RedisStorage(store, key, SESSION_TTL if session else (AGENT_TTL if agent else TOOL_TTL))
     # A breaker the store does not follow: it only supplies the script's arguments.
     storage.configure(CircuitBreaker(tool or key, None, agent_name=agent or None, session_id=session or None))
-    store._eval(storage.keys, op, storage.args, extra)
+    store.run_script(storage.keys, op, storage.args, extra)
 
 
 def scan_keys(client: Any, pattern: str) -> list[str]:
@@ -40,7 +40,7 @@ def scan_keys(client: Any, pattern: str) -> list[str]:
 
 def snapshot(store: AdminStore) -> list[dict[str, Any]]:
     """Every breaker in the store under its prefix, as plain values (for ``status``)."""
-    client = store._clients.sync()
+    client = store.client
     keys = scan_keys(client, "{" + store.prefix + ":*}")
     if not keys:
         return []

@@ -92,7 +92,7 @@ class ChangeFeed:
             pubsub.close()
 
     def _subscribe(self) -> Any:
-        client = self._store._clients.sync()
+        client = self._store.client
         # on a Cluster any node hears every message: a random one spreads the subscribers
         pubsub = client.pubsub(node=client.get_random_node()) if is_cluster_client(client) else client.pubsub()
         pubsub.subscribe(self._store.channel)
@@ -114,15 +114,15 @@ class ChangeFeed:
                         continue
                     kind = text(message.get("type"))
                     if kind == "subscribe":
-                        store._set_watching(True)
+                        store.set_watching(True)
                     elif kind == "message":
                         self._apply(message["data"])
             except _PrimaryMoved:
-                store._set_watching(False)
+                store.set_watching(False)
                 logger.debug("otel-breaker: Sentinel names a new primary; the change feed follows it")
             except Exception as exc:
                 if store.watching:
-                    store._set_watching(False)
+                    store.set_watching(False)
                     logger.debug("otel-breaker: Redis change feed lost: %s", exc)
 
                 self._refresh_topology()
@@ -134,11 +134,11 @@ class ChangeFeed:
                     except Exception:
                         pass
         if store.watching:
-            store._set_watching(False)
+            store.set_watching(False)
 
     def _check_primary(self, pubsub: Any) -> None:
         """Raise :class:`_PrimaryMoved` when the feed's node is no longer Sentinel's primary."""
-        pool = self._store._clients.sync().connection_pool
+        pool = self._store.client.connection_pool
         host, port = pool.get_master_address()  # also moves idle connections to a new primary
         connection = pubsub.connection
         if connection is not None and (connection.host, int(connection.port)) != (host, int(port)):
@@ -146,7 +146,7 @@ class ChangeFeed:
 
     def _refresh_topology(self) -> None:
         """After a Cluster node failed, read the slot map again so the next node picked is alive."""
-        client = self._store._clients.ready()
+        client = self._store.ready_client
         if client is not None and is_cluster_client(client):
             try:
                 client.nodes_manager.initialize()
@@ -158,14 +158,14 @@ class ChangeFeed:
             return
         try:
             ver, gen, st, retry, cf, free, key = text(data).split("|", 6)
-            group = self._store._breakers.get(key)
-            if not group:
+            breakers = self._store.breakers_at(key)
+            if not breakers:
                 return
             state = STATES[int(st)]
             # "free:origin" (an older publisher sends "free" alone, which reads as not free: safe)
             free, _, origin = free.partition(":")
             own = bool(origin) and origin == self._store.origin
-            for breaker in list(group):
+            for breaker in breakers:
                 breaker.storage.follow(breaker, int(ver), int(gen), state, int(retry), int(cf), free == "1", own)
         except Exception:
             logger.debug("otel-breaker: ignoring a malformed change message %r", data, exc_info=True)

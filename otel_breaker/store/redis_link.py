@@ -9,12 +9,10 @@ only read by a type checker.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Iterable
 from typing import Any, Protocol
 
 from otel_breaker.breaker import CircuitBreaker
-from otel_breaker.store.redis_setup import Clients
 
 
 class ScriptStore(Protocol):
@@ -29,17 +27,37 @@ class ScriptStore(Protocol):
     watching: bool
     #: Redis is unusable: breakers decide locally.
     degraded: bool
-    #: Bumped on every change of ``watching``: a reply older than it is not trusted locally.
-    _watch_epoch: int
 
-    def _forget(self, breaker: CircuitBreaker) -> None: ...
-    def _eval(self, keys: tuple[str, ...], op: str, args: Iterable[Any], extra: Iterable[Any] = ()) -> list[Any]: ...
-    async def _aeval(
+    @property
+    def watch_epoch(self) -> int:
+        """Bumped on every change of ``watching``: a reply older than it is not trusted locally."""
+        ...
+
+    def forget(self, breaker: CircuitBreaker) -> None:
+        """Stop following ``breaker`` (the registry dropped it)."""
+        ...
+
+    def run_script(self, keys: tuple[str, ...], op: str, args: Iterable[Any], extra: Iterable[Any] = ()) -> list[Any]:
+        """Run the store's script once: ``op`` on ``keys``."""
+        ...
+
+    async def arun_script(
         self, keys: tuple[str, ...], op: str, args: Iterable[Any], extra: Iterable[Any] = ()
-    ) -> list[Any]: ...
-    def _try_again(self) -> bool: ...
-    def _failed(self, exc: BaseException) -> None: ...
-    def _answered(self) -> None: ...
+    ) -> list[Any]:
+        """``run_script`` for an async call, without blocking the event loop."""
+        ...
+
+    def claim_retry(self) -> bool:
+        """While degraded: True for the one caller that tries Redis again now."""
+        ...
+
+    def mark_failed(self, exc: BaseException) -> None:
+        """A script run failed: the store is degraded."""
+        ...
+
+    def mark_answered(self) -> None:
+        """A script run came back: the store is no longer degraded."""
+        ...
 
 
 class FeedStore(Protocol):
@@ -49,12 +67,27 @@ class FeedStore(Protocol):
     channel: str
     watching: bool
     rejoin_interval: float
-    _clients: Clients
-    _breakers: dict[str, weakref.WeakSet[CircuitBreaker]]
 
     @property
     def mode(self) -> str: ...
-    def _set_watching(self, watching: bool) -> None: ...
+
+    @property
+    def client(self) -> Any:
+        """The sync client the feed subscribes through (may connect)."""
+        ...
+
+    @property
+    def ready_client(self) -> Any:
+        """The sync client if built and the deployment known, else None (no I/O)."""
+        ...
+
+    def breakers_at(self, key: str) -> list[CircuitBreaker]:
+        """This process's breakers at ``key``, which a message naming it moves."""
+        ...
+
+    def set_watching(self, watching: bool) -> None:
+        """The feed is subscribed, or lost its subscription."""
+        ...
 
 
 class AdminStore(ScriptStore, Protocol):
@@ -62,7 +95,11 @@ class AdminStore(ScriptStore, Protocol):
     storages of its own for breakers it does not follow."""
 
     prefix: str
-    _clients: Clients
+
+    @property
+    def client(self) -> Any:
+        """The sync client the scan and the hashes' reads go through."""
+        ...
 
 
 class ReportStore(Protocol):
@@ -70,7 +107,14 @@ class ReportStore(Protocol):
 
     #: This store's id (new in a forked child): its reports are numbered under it.
     origin: str
-    _clients: Clients
+
+    @property
+    def client(self) -> Any:
+        """The sync client the reports' pipeline goes through."""
+        ...
 
     def breakers(self) -> list[CircuitBreaker]: ...
-    def _sync_script(self) -> Any: ...
+
+    def sync_script(self) -> Any:
+        """The script registered on the sync client (its SHA and source)."""
+        ...

@@ -196,8 +196,8 @@ class Reporter:
 
     def _send(self, reports: list[_Report]) -> list[Any]:
         """One pipeline: a script run per report (on a Cluster, redis-py splits it by node)."""
-        script = self._store._sync_script()  # loads the script, and checks the permissions, on a new client
-        client = self._store._clients.sync()
+        script = self._store.sync_script()  # loads the script, and checks the permissions, on a new client
+        client = self._store.client
         origin = self._store.origin
         pipe = client.pipeline(transaction=False)
         for report in reports:

@@ -134,7 +134,7 @@ class RedisStorage:
 
     def close(self, breaker: CircuitBreaker) -> None:
         """Stop following shared state changes (the registry calls this when it drops a breaker)."""
-        self.store._forget(breaker)
+        self.store.forget(breaker)
 
     def _op(self, op: str) -> str:
         clock = self._now_ms
@@ -159,7 +159,7 @@ class RedisStorage:
         changed = None
         if reply.changed_from >= 0:
             changed = (_STATES[reply.changed_from], _text(reply.changed_reason))
-        local = bool(reply.free) and store.watching and epoch == store._watch_epoch
+        local = bool(reply.free) and store.watching and epoch == store.watch_epoch
         snapshot = Snapshot(reply.version, reply.generation, state, reply.retry_ms, reply.consecutive, local, changed)
         if breaker.apply_snapshot(snapshot):
             self.probe_busy = state is _HALF_OPEN and reply.result == -1
@@ -224,12 +224,12 @@ class RedisStorage:
     def _asked(self) -> int | None:
         """The watch epoch before a round trip, or None when Redis is not to be asked now."""
         store = self.store
-        if store.degraded and not store._try_again():
+        if store.degraded and not store.claim_retry():
             return None
-        return store._watch_epoch
+        return store.watch_epoch
 
     def _failed(self, exc: Exception) -> None:
-        self.store._failed(exc)
+        self.store.mark_failed(exc)
 
     def admit(self, breaker: CircuitBreaker) -> Permit | None:
         """Admission by the shared state; None when Redis is unusable."""
@@ -237,11 +237,11 @@ class RedisStorage:
         if epoch is None:
             return None
         try:
-            reply = self.store._eval(self.keys, self._op("acquire"), self.args)
+            reply = self.store.run_script(self.keys, self._op("acquire"), self.args)
         except Exception as exc:
             self._failed(exc)
             return None
-        self.store._answered()
+        self.store.mark_answered()
         return self._admitted(breaker, reply, epoch)
 
     async def aadmit(self, breaker: CircuitBreaker) -> Permit | None:
@@ -250,11 +250,11 @@ class RedisStorage:
         if epoch is None:
             return None
         try:
-            reply = await self.store._aeval(self.keys, self._op("acquire"), self.args)
+            reply = await self.store.arun_script(self.keys, self._op("acquire"), self.args)
         except Exception as exc:
             self._failed(exc)
             return None
-        self.store._answered()
+        self.store.mark_answered()
         return self._admitted(breaker, reply, epoch)
 
     @staticmethod
@@ -269,11 +269,11 @@ class RedisStorage:
         if epoch is None:
             return False
         try:
-            reply = self.store._eval(self.keys, self._op("record"), self.args, self._record_args(permit, outcome))
+            reply = self.store.run_script(self.keys, self._op("record"), self.args, self._record_args(permit, outcome))
         except Exception as exc:
             self._failed(exc)
             return False
-        self.store._answered()
+        self.store.mark_answered()
         self._sync(breaker, reply, epoch)
         return True
 
@@ -284,11 +284,11 @@ class RedisStorage:
             return False
         try:
             extra = self._record_args(permit, outcome)
-            reply = await self.store._aeval(self.keys, self._op("record"), self.args, extra)
+            reply = await self.store.arun_script(self.keys, self._op("record"), self.args, extra)
         except Exception as exc:
             self._failed(exc)
             return False
-        self.store._answered()
+        self.store.mark_answered()
         self._sync(breaker, reply, epoch)
         return True
 
@@ -300,11 +300,11 @@ class RedisStorage:
         if epoch is None:
             return None
         try:
-            reply = self.store._eval(self.keys, self._op(op), self.args, extra)
+            reply = self.store.run_script(self.keys, self._op(op), self.args, extra)
         except Exception as exc:
             self._failed(exc)
             return None
-        self.store._answered()
+        self.store.mark_answered()
         return self._sync(breaker, reply, epoch)
 
     def refresh(self, breaker: CircuitBreaker) -> bool:

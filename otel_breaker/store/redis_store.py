@@ -108,7 +108,8 @@ class RedisStore:
 
     @property
     def client(self) -> Any:
-        """The sync client (a ``RedisCluster`` on a Cluster); the first access may connect."""
+        """The sync client (a ``RedisCluster`` on a Cluster); the first access may connect. The change
+        feed subscribes, the reports' pipeline and the command line's scan run, through it."""
         return self._clients.sync()
 
     @property
@@ -202,7 +203,15 @@ class RedisStore:
         with self._lock:
             return [b for group in self._breakers.values() for b in group]
 
-    def _forget(self, breaker: CircuitBreaker) -> None:
+    def breakers_at(self, key: str) -> list[CircuitBreaker]:
+        """This process's breakers whose state lives at ``key``: the change feed applies a
+        message naming that key to each of them."""
+        with self._lock:
+            group = self._breakers.get(key)
+            return list(group) if group else []
+
+    def forget(self, breaker: CircuitBreaker) -> None:
+        """Stop following ``breaker``: its storage calls this when the registry drops it."""
         key = breaker.storage.key  # type: ignore[union-attr]
         if self._reporter is not None:
             self._reporter.forget(breaker)  # what it counted since the last report is still reported
@@ -215,11 +224,20 @@ class RedisStore:
 
     # -- talking to Redis ------------------------------------------------------------
 
-    def _sync_script(self) -> Any:
-        """The script on the sync client. The first time on a client (the store's first
-        connection, and again after a fork or a rebuilt Cluster client), the Redis user's
-        permissions are checked: a user refused the channel or a command would otherwise
-        share nothing from the first opening on, with an error naming neither."""
+    @property
+    def ready_client(self) -> Any:
+        """The sync client if it is built and the deployment known, else None; never connects.
+        The change feed reads a Cluster's slot map again through it after a node failed,
+        without opening a connection of its own to ask."""
+        return self._clients.ready()
+
+    def sync_script(self) -> Any:
+        """The script on the sync client (the workers' reports run it by its SHA in a pipeline).
+
+        The first time on a client (the store's first connection, and again after a fork or a
+        rebuilt Cluster client), the Redis user's permissions are checked: a user refused the
+        channel or a command would otherwise share nothing from the first opening on, with an
+        error naming neither."""
         client = self._clients.sync()
         script = self._script
         if script is None or script.registered_client is not client:
@@ -242,12 +260,15 @@ class RedisStore:
         if refused:
             raise StoreError(missing_permissions(self.prefix, refused, self._clients.username, self.url))
 
-    def _eval(self, keys: tuple[str, ...], op: str, args: Iterable[Any], extra: Iterable[Any] = ()) -> list[Any]:
-        """One script run (EVALSHA; redis-py's Script loads it again after NOSCRIPT)."""
-        return self._sync_script()(keys, (op, *args, *extra))
+    def run_script(self, keys: tuple[str, ...], op: str, args: Iterable[Any], extra: Iterable[Any] = ()) -> list[Any]:
+        """One script run (EVALSHA; redis-py's Script loads it again after NOSCRIPT): every decision
+        a breaker's storage and the command line's manual control make is one."""
+        return self.sync_script()(keys, (op, *args, *extra))
 
-    async def _aeval(self, keys: tuple[str, ...], op: str, args: Iterable[Any], extra: Iterable[Any] = ()) -> list[Any]:
-        """The same for an async call: the event loop never waits on a socket.
+    async def arun_script(
+        self, keys: tuple[str, ...], op: str, args: Iterable[Any], extra: Iterable[Any] = ()
+    ) -> list[Any]:
+        """The same for a breaker's async call: the event loop never waits on a socket.
 
         Through the asyncio client the store was given, if any, in an asyncio loop;
         otherwise the sync client runs in a small thread pool shared by every event
@@ -259,9 +280,9 @@ class RedisStore:
         client = clients.given_async
         # An asyncio client runs only in an asyncio loop; under trio the sync client runs in the pool.
         if client is None or not running_asyncio():
-            return await run_blocking(_executor(), self._eval, keys, op, args, extra)
+            return await run_blocking(_executor(), self.run_script, keys, op, args, extra)
         if self._script is None:  # ask the server what it is, and check the user's permissions, once
-            await run_blocking(_executor(), self._sync_script)
+            await run_blocking(_executor(), self.sync_script)
         script = self._ascript
         if script is None:
             script = self._ascript = client.register_script(SCRIPT)
@@ -274,14 +295,15 @@ class RedisStore:
         try:
             self._clients.sync().ping()
             self._script = None  # check the permissions now, even on a client already used
-            self._eval(access_keys(self.prefix), "ping", ())
+            self.run_script(access_keys(self.prefix), "ping", ())
         except Exception as exc:
             raise StoreError(describe_error(exc, self.url, self.prefix, self._clients.username)) from None
 
     # -- outage handling -----------------------------------------------------------------
 
-    def _failed(self, exc: BaseException) -> None:
-        """A Redis call failed: decide locally until ``rejoin_interval`` has passed."""
+    def mark_failed(self, exc: BaseException) -> None:
+        """A Redis call failed: decide locally until ``rejoin_interval`` has passed. A breaker's
+        storage calls this when its script run fails, so every breaker of the store stops asking."""
         with self._lock:
             self.error_count += 1
             self._retry_at = time.monotonic() + self.rejoin_interval
@@ -298,8 +320,9 @@ class RedisStore:
         else:
             logger.debug("otel-breaker: Redis store still unusable: %s", exc)
 
-    def _try_again(self) -> bool:
-        """While degraded: True for one caller per ``rejoin_interval`` (that call tries Redis)."""
+    def claim_retry(self) -> bool:
+        """While degraded: True for one caller per ``rejoin_interval`` (that call tries Redis).
+        A breaker's storage asks before a round trip, so an outage costs one timeout per interval."""
         now = time.monotonic()
         if now < self._retry_at:
             return False
@@ -309,7 +332,9 @@ class RedisStore:
             self._retry_at = now + self.rejoin_interval
             return True
 
-    def _answered(self) -> None:
+    def mark_answered(self) -> None:
+        """A script run came back: Redis is usable again. A breaker's storage calls this after
+        each reply, so the first one after an outage ends it for every breaker of the store."""
         if self.degraded:
             with self._lock:
                 was = self.degraded
@@ -355,7 +380,15 @@ class RedisStore:
             self._start_watching()
             self._start_reporting()
 
-    def _set_watching(self, watching: bool) -> None:
+    @property
+    def watch_epoch(self) -> int:
+        """Bumped on every change of ``watching``. A breaker's storage reads it before a round
+        trip: a reply sent before the change feed's state changed may not allow local admission."""
+        return self._watch_epoch
+
+    def set_watching(self, watching: bool) -> None:
+        """The change feed is subscribed (or lost): its thread says so here, and every breaker
+        asks Redis before its next local decision."""
         with self._lock:
             self._watch_epoch += 1
             self.watching = watching

@@ -102,10 +102,10 @@ def test_a_trio_task_cancelled_during_a_redis_call_leaves_the_store_healthy(redi
     entered = threading.Event()
 
     class SlowStore(RedisStore):
-        def _eval(self, *args, **kwargs):
+        def run_script(self, *args, **kwargs):
             entered.set()
             time.sleep(0.2)  # a slow Redis round trip, in the store's worker thread
-            return super()._eval(*args, **kwargs)
+            return super().run_script(*args, **kwargs)
 
     store = SlowStore.from_url(redis_server.url, prefix=prefix, watch=False, socket_timeout=SOCKET_TIMEOUT)
     try:

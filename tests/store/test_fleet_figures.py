@@ -144,7 +144,7 @@ def test_a_report_sent_again_after_a_lost_answer_counts_once(make_store, redis_s
     breaker = store.create("inventory", CircuitBreakerConfig())
     breaker.force_open(None)
     key = store.key_for("inventory")
-    script = store._sync_script()
+    script = store.sync_script()
     client = redis_server.client()
     report = ("report", 1, 4, "2,0,1", SLICE_MS, SLICES, 60_000)
     keys = (key, reported_key(key, store.origin))

@@ -446,9 +446,9 @@ def test_acall_goes_through_the_asyncio_client_without_blocking_calls(redis_serv
     class CountingStore(RedisStore):
         blocking = 0
 
-        def _eval(self, *args, **kwargs):
+        def run_script(self, *args, **kwargs):
             CountingStore.blocking += 1
-            return super()._eval(*args, **kwargs)
+            return super().run_script(*args, **kwargs)
 
     async def main() -> None:
         client = redis.asyncio.Redis.from_url(redis_server.url, socket_timeout=SOCKET_TIMEOUT)
