@@ -73,9 +73,18 @@ REJECTED_PROBE = -3
 
 
 def _plain(config: CircuitBreakerConfig) -> bool:
-    """Whether a call needs no clock and no look at its result: no per-call timeout,
-    no slow-call rule, no result validator (the call path then skips them)."""
-    return config.timeout is None and config.slow_call_seconds is None and config.is_failure_result is None
+    """Whether a call needs no clock and no look at a success: no per-call timeout, no
+    slow-call rule, no result validator, and a loop guard that counts only the model's
+    mistakes (which only an adapter reports). The call path then takes the short form of
+    its steps (``call_path.py``). Retries below the model keep it: they follow a failure,
+    which goes on through the whole sequence (their window then starts as the first
+    attempt ends)."""
+    return (
+        config.timeout is None
+        and config.slow_call_seconds is None
+        and config.is_failure_result is None
+        and set(config.loop_count) <= {"mistakes"}
+    )
 
 
 class CircuitBreaker:
@@ -333,11 +342,11 @@ class CircuitBreaker:
 
     def call(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """Run ``fn`` through the breaker (the call path, as every guarded call)."""
-        return _call_path.run(self, fn, args, kwargs)
+        return _call_path.drive(self, fn, args, kwargs)
 
     async def acall(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
         """Run ``fn`` (a coroutine function or a plain one) through the breaker."""
-        return await _call_path.arun(self, fn, args, kwargs)
+        return await _call_path.adrive(self, fn, args, kwargs)
 
     def __call__(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         """Use the breaker as a decorator on sync and async functions."""
@@ -789,8 +798,9 @@ _call_path: Any = None
 
 
 def _reach_the_call_path() -> None:
-    """Load the call path (once, when the first breaker is created)."""
+    """Load the call path (once, when the first breaker is created): its ``DIRECT``
+    path drives the calls made on a breaker itself."""
     global _call_path
-    from otel_breaker import call_path
+    from otel_breaker.call_path import DIRECT
 
-    _call_path = call_path
+    _call_path = DIRECT

@@ -1,17 +1,20 @@
 """The one entrance: every guarded call happens here.
 
-``Guard.call``/``acall``, ``@guard``, ``@breaker``, ``breaker.call``, fallback
-routing and every framework adapter come through :class:`CallPath` (or its
-drivers, :func:`run` and :func:`arun`, for a breaker already found). Outcomes
-learned after the fact (the span processor, MCP's first call) come through
-:meth:`CallPath.observe`, which counts the admission and the outcome together
-(and, for an adapter's call, gives the tool's upstream its share first).
+:class:`CallPath` is the only driver of the step sequence (``call_steps.py``).
+``Guard.call``/``acall`` and every framework adapter, ``@guard``, ``@breaker``,
+``breaker.call``, fallback routing, the span processor and MCP's first call all come
+through it: :meth:`CallPath.run`/:meth:`CallPath.arun` find the tool's breaker (and
+its upstream's) once, :meth:`CallPath.drive`/:meth:`CallPath.adrive` carry out the
+steps for a breaker already found, and :meth:`CallPath.observe` counts a call learned
+after the fact (its admission and its outcome together).
 
-The steps are written once, without I/O, in ``call_steps.py``; :func:`run` and
-:func:`arun` only carry them out, one with plain calls, the other awaiting (a
-store's asyncio client, the call, its timeout). Their quick route, for a call
-nobody watches with no adapter, no upstream and a plain configuration, is the
-same steps with nothing to do between them: admit, run, settle.
+The steps are written once, without I/O; the two drivers only carry them out, one with
+plain calls, the other awaiting (a store's asyncio client, the call, its timeout). A
+call with nothing to do before its admission and nothing to read of its ending (no
+run, no adapter, no upstream, nobody watching, a plain configuration) takes the short
+form of the same steps: the breaker admits, the tool runs, a success settles. A
+rejection is answered by the step that answers every rejection, and a call that raised
+goes on through the sequence from the call on (``steps(admitted=...)``).
 """
 
 from __future__ import annotations
@@ -21,33 +24,22 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from otel_breaker import call_steps, deadline, health
-from otel_breaker import loops as _loops
+from otel_breaker import deadline, health
 from otel_breaker import retry_policy as _retry_policy
-from otel_breaker import run_budget as _run_budget
 from otel_breaker import upstream as _upstream
 from otel_breaker import upstream_gate as _upstream_gate
 from otel_breaker.breaker import REJECTED, SHADOW, CircuitBreaker, CircuitBreakerConfig, State
-from otel_breaker.call_steps import (
-    ADMIT,
-    CALL,
-    SETTLE,
-    Raised,
-    ToolTimeoutError,
-    after_quick_raise,
-    after_raise,
-    bookkeeping_failed,
-    reject,
-    steps,
-)
+from otel_breaker.call_steps import ADMIT, CALL, SETTLE, Raised, ToolTimeoutError, reject, settle, steps
 from otel_breaker.classify import FAILURE, IGNORED, SUCCESS, UPSTREAM_MARK
 from otel_breaker.latency import LATENCY
+from otel_breaker.loglines import bookkeeping_failed
 from otel_breaker.registry import BreakerRegistry, default_registry
+from otel_breaker.runs import RUN_VARIABLE
 from otel_breaker.telemetry import TELEMETRY
 from otel_breaker.toolcall import ToolCall
 
 # Where a provider appears when one exists (telemetry's slots): while every one holds
-# None nobody watches, and the quick route applies. Read inline: read on every call.
+# None nobody watches, and the short form applies. Read inline: read on every call.
 _explicit_slot, _explicit_key = TELEMETRY.watch_slots()[0]
 _tracer_slot, _tracer_key = TELEMETRY.watch_slots()[1]
 _meter_slot, _meter_key = TELEMETRY.watch_slots()[2]
@@ -62,31 +54,32 @@ NO_OUTPUT: Any = object()
 
 
 def quiet() -> bool:
-    """True while no telemetry provider exists anywhere (the quick route's condition)."""
-    return (
-        _explicit_slot.get(_explicit_key) is None
-        and _tracer_slot.get(_tracer_key) is None
-        and _meter_slot.get(_meter_key) is None
-        and _logger_slot.get(_logger_key) is None
-    )
-
-
-def _admit_failed() -> None:
-    bookkeeping_failed("acquiring a permit")
+    """True while no telemetry provider exists anywhere (the short form's condition)."""
+    try:
+        return (
+            _explicit_slot[_explicit_key] is None
+            and _tracer_slot[_tracer_key] is None
+            and _meter_slot[_meter_key] is None
+            and _logger_slot[_logger_key] is None
+        )
+    except KeyError:  # a slot whose name was deleted: somebody may watch
+        return False
 
 
 def _admit(breaker: CircuitBreaker) -> Any:
     try:
         return breaker.try_acquire()
     except Exception:
-        return _admit_failed()
+        bookkeeping_failed("acquiring a permit")
+        return None
 
 
 async def _aadmit(breaker: CircuitBreaker) -> Any:
     try:
         return await breaker.atry_acquire()
     except Exception:
-        return _admit_failed()
+        bookkeeping_failed("acquiring a permit")
+        return None
 
 
 async def _asettle(breaker: CircuitBreaker, permit: Any, outcome: int) -> None:
@@ -98,168 +91,11 @@ async def _asettle(breaker: CircuitBreaker, permit: Any, outcome: int) -> None:
         bookkeeping_failed("recording an outcome")
 
 
-def run(
-    breaker: CircuitBreaker,
-    fn: Callable[..., Any],
-    args: tuple,
-    kwargs: dict,
-    call: ToolCall | None = None,
-    adapter: Any = None,
-    upstream: CircuitBreaker | None = None,
-) -> Any:
-    """The sync driver: run ``fn(*args, **kwargs)`` through ``breaker`` (and ``upstream``).
-    Sync calls are never interrupted: one that runs past ``timeout`` counts as a
-    failure when it returns."""
-    try:
-        quick = (
-            _explicit_slot[_explicit_key] is None
-            and _tracer_slot[_tracer_key] is None
-            and _meter_slot[_meter_key] is None
-            and _logger_slot[_logger_key] is None
-        )
-    except KeyError:  # a slot whose name was deleted: the full route
-        quick = False
-    if quick and upstream is None and adapter is None and breaker.plain and not LATENCY.enabled:
-        try:  # (a try costs nothing until something raises)
-            permit = breaker.try_acquire()
-        except Exception:
-            permit = _admit_failed()
-        if permit == REJECTED:
-            run_anyway, value = reject(breaker, call, None, None, False)
-            if not run_anyway:
-                return value
-            permit = SHADOW
-        try:
-            result = fn(*args, **kwargs)
-        except BaseException as exc:
-            after_raise(breaker, permit, exc)
-            following = after_quick_raise(breaker, call, permit, exc)
-            if following is None:
-                raise
-            return _drive(following, fn, args, kwargs)
-        if permit is not None:
-            try:
-                breaker.on_success(permit)
-            except Exception:
-                bookkeeping_failed("recording an outcome")
-        return result
-    return _drive(steps(breaker, call, adapter, upstream, not quick), fn, args, kwargs)
-
-
-def _drive(sequence: Any, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
-    """Carry out the effects ``sequence`` asks for with plain calls; its value, or raise what it says."""
-    try:
-        effect = next(sequence)
-        while True:
-            kind = effect[0]
-            if kind == CALL:
-                try:
-                    result = fn(*args, **kwargs)
-                except BaseException as exc:
-                    effect = sequence.throw(exc)
-                else:
-                    effect = sequence.send(result)
-            elif kind == ADMIT:
-                effect = sequence.send(_admit(effect[1]))
-            elif kind == SETTLE:
-                call_steps.settle(effect[1], effect[2], effect[3])
-                effect = next(sequence)
-            else:
-                _retry_policy.TIMING.sleep(effect[1])
-                effect = next(sequence)
-    except StopIteration as done:
-        value = done.value
-    if value.__class__ is Raised:
-        raise value.exc
-    return value
-
-
-async def arun(
-    breaker: CircuitBreaker,
-    fn: Callable[..., Any],
-    args: tuple,
-    kwargs: dict,
-    call: ToolCall | None = None,
-    adapter: Any = None,
-    upstream: CircuitBreaker | None = None,
-) -> Any:
-    """The async driver: :func:`run`'s steps, awaiting the call (a coroutine function
-    or a plain one), a store's asyncio client and ``timeout``, at which a
-    coroutine is cancelled and counted as a failure."""
-    try:
-        quick = (
-            _explicit_slot[_explicit_key] is None
-            and _tracer_slot[_tracer_key] is None
-            and _meter_slot[_meter_key] is None
-            and _logger_slot[_logger_key] is None
-        )
-    except KeyError:
-        quick = False
-    if (
-        quick
-        and upstream is None
-        and adapter is None
-        and breaker.plain
-        and not breaker.awaits_store
-        and not LATENCY.enabled
-    ):
-        try:
-            permit = breaker.try_acquire()
-        except Exception:
-            permit = _admit_failed()
-        if permit == REJECTED:
-            run_anyway, value = reject(breaker, call, None, None, False)
-            if not run_anyway:
-                return value
-            permit = SHADOW
-        try:
-            result = fn(*args, **kwargs)
-            if inspect.isawaitable(result):
-                result = await result
-        except BaseException as exc:
-            after_raise(breaker, permit, exc)
-            following = after_quick_raise(breaker, call, permit, exc)
-            if following is None:
-                raise
-            return await _adrive(following, fn, args, kwargs)
-        if permit is not None:
-            try:
-                breaker.on_success(permit)
-            except Exception:
-                bookkeeping_failed("recording an outcome")
-        return result
-    return await _adrive(steps(breaker, call, adapter, upstream, not quick), fn, args, kwargs)
-
-
-async def _adrive(sequence: Any, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
-    """Carry out the effects ``sequence`` asks for, awaiting the call, the store and the back-off."""
-    try:
-        effect = next(sequence)
-        while True:
-            kind = effect[0]
-            if kind == CALL:
-                try:
-                    result = fn(*args, **kwargs)
-                    if inspect.isawaitable(result):
-                        timeout = effect[1]
-                        result = await (result if timeout is None else _await_within(result, timeout, effect[2]))
-                except BaseException as exc:
-                    effect = sequence.throw(exc)
-                else:
-                    effect = sequence.send(result)
-            elif kind == ADMIT:
-                effect = sequence.send(await _aadmit(effect[1]))
-            elif kind == SETTLE:
-                await _asettle(effect[1], effect[2], effect[3])
-                effect = next(sequence)
-            else:
-                await _retry_policy.TIMING.asleep(effect[1])
-                effect = next(sequence)
-    except StopIteration as done:
-        value = done.value
-    if value.__class__ is Raised:
-        raise value.exc
-    return value
+def _value(sequence_result: Any) -> Any:
+    """What a finished sequence returned: the call's value, or raise what it says."""
+    if sequence_result.__class__ is Raised:
+        raise sequence_result.exc
+    return sequence_result
 
 
 async def _await_within(awaitable: Any, timeout: float, tool: str) -> Any:
@@ -296,28 +132,11 @@ async def _await_within(awaitable: Any, timeout: float, tool: str) -> Any:
     return result
 
 
-def decorate(breaker: CircuitBreaker, fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn`` behind ``breaker`` (``@breaker``, ``@guard(clock=...)``): sync or async."""
-    if inspect.iscoroutinefunction(fn):
-
-        @functools.wraps(fn)
-        async def async_guarded(*args: Any, **kwargs: Any) -> Any:
-            return await arun(breaker, fn, args, kwargs)
-
-        async_guarded.breaker = breaker  # type: ignore[attr-defined]
-        return async_guarded
-
-    @functools.wraps(fn)
-    def guarded(*args: Any, **kwargs: Any) -> Any:
-        return run(breaker, fn, args, kwargs)
-
-    guarded.breaker = breaker  # type: ignore[attr-defined]
-    return guarded
-
-
 class CallPath:
-    """Tool calls through the breakers of one registry: find the tool's breaker and
-    its upstream's, ask the loop guard, then drive the steps."""
+    """Tool calls through the breakers of one registry, and the only driver of the step
+    sequence: :meth:`run`/:meth:`arun` find the tool's breaker and its upstream's, then
+    :meth:`drive`/:meth:`adrive` carry out the steps (also for a breaker already found:
+    ``breaker.call``, decorators, ``@guard``'s kept breaker, fallback routing)."""
 
     def __init__(self, registry: BreakerRegistry | None = None) -> None:
         self._registry = registry
@@ -356,25 +175,7 @@ class CallPath:
             return
         await _upstream_gate.probe_safely(upstream, effects, probe)
 
-    def enter(
-        self, call: ToolCall, fn: Callable[..., Any], args: tuple, kwargs: dict, adapter: Any = None, config: Any = None
-    ) -> tuple[Any, ...]:
-        """(breaker, fn, upstream) to drive, or (None, answer) when the call is not guarded
-        (answer: ``loops.RUN``) or the loop guard answers for it (``loops.py``: an
-        identical call that already failed N times is not run). ``fn`` is wrapped when
-        the loop guard watches the call."""
-        breaker = self.breaker_for(call, config)
-        if breaker is None:
-            return None, _loops.RUN
-        answer = _run_budget.check(call, breaker, adapter)
-        if answer is not _run_budget.RUN:
-            return None, answer
-        answer, watch = _loops.enter(call, breaker, adapter, args, kwargs)
-        if answer is not _loops.RUN:
-            return None, answer
-        if watch is not None:
-            fn = watch.wrap(fn)
-        return breaker, fn, self.upstream_for(call)
+    # -- entrances that find the breaker -------------------------------------------------
 
     def run(
         self,
@@ -386,12 +187,12 @@ class CallPath:
         config: CircuitBreakerConfig | None = None,
     ) -> Any:
         """Run ``fn(*args, **kwargs)`` as tool call ``call`` (``config`` for a breaker created now)."""
-        kwargs = kwargs or {}
-        entered = self.enter(call, fn, args, kwargs, adapter, config)
-        if entered[0] is None:
-            return fn(*args, **kwargs) if entered[1] is _loops.RUN else entered[1]
-        breaker, fn, upstream = entered
-        return run(breaker, fn, args, kwargs, call, adapter, upstream)
+        if kwargs is None:
+            kwargs = {}
+        breaker = self.breaker_for(call, config)
+        if breaker is None:
+            return fn(*args, **kwargs)
+        return self.drive(breaker, fn, args, kwargs, call, adapter, self.upstream_for(call))
 
     async def arun(
         self,
@@ -403,15 +204,188 @@ class CallPath:
         config: CircuitBreakerConfig | None = None,
     ) -> Any:
         """Run ``fn(*args, **kwargs)`` (awaited when it returns an awaitable) as tool call ``call``."""
-        kwargs = kwargs or {}
-        entered = self.enter(call, fn, args, kwargs, adapter, config)
-        if entered[0] is None:
-            if entered[1] is not _loops.RUN:
-                return entered[1]
+        if kwargs is None:
+            kwargs = {}
+        breaker = self.breaker_for(call, config)
+        if breaker is None:
             result = fn(*args, **kwargs)
             return await result if inspect.isawaitable(result) else result
-        breaker, fn, upstream = entered
-        return await arun(breaker, fn, args, kwargs, call, adapter, upstream)
+        return await self.adrive(breaker, fn, args, kwargs, call, adapter, self.upstream_for(call))
+
+    # -- the drivers -----------------------------------------------------------------------
+
+    def drive(
+        self,
+        breaker: CircuitBreaker,
+        fn: Callable[..., Any],
+        args: tuple,
+        kwargs: dict,
+        call: ToolCall | None = None,
+        adapter: Any = None,
+        upstream: CircuitBreaker | None = None,
+    ) -> Any:
+        """Run ``fn(*args, **kwargs)`` through ``breaker`` (and ``upstream``) with plain calls.
+        Sync calls are never interrupted: one that runs past ``timeout`` counts as a
+        failure when it returns."""
+        if (
+            adapter is None
+            and upstream is None
+            and breaker.plain
+            and RUN_VARIABLE.get() is None
+            and not LATENCY.enabled
+            and quiet()
+        ):
+            # The short form: nothing to do before the admission, nothing to read of a success.
+            permit = _admit(breaker)
+            if permit == REJECTED:
+                run_anyway, value = reject(breaker, call, None, None, False)
+                if not run_anyway:
+                    return value
+                return self._carry_out(steps(breaker, call, None, None, False, args, kwargs, SHADOW), fn, args, kwargs)
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as exc:
+                following = steps(breaker, call, None, None, False, args, kwargs, permit)
+                return self._carry_out(following, fn, args, kwargs, exc)
+            if permit is not None:
+                try:
+                    breaker.on_success(permit)
+                except Exception:
+                    bookkeeping_failed("recording an outcome")
+            return result
+        sequence = steps(breaker, call, adapter, upstream, not quiet(), args, kwargs)
+        return self._carry_out(sequence, fn, args, kwargs)
+
+    def _carry_out(
+        self, sequence: Any, fn: Callable[..., Any], args: tuple, kwargs: dict, raised: BaseException | None = None
+    ) -> Any:
+        """Carry out the effects ``sequence`` asks for with plain calls; its value, or raise
+        what it says. ``raised``: the call already ran and raised this (the short form)."""
+        try:
+            if raised is None:
+                effect = next(sequence)
+            else:
+                next(sequence)  # the sequence asks for the call that already ran
+                effect = sequence.send(Raised(raised))
+            while True:
+                kind = effect[0]
+                if kind == CALL:
+                    try:
+                        result = fn(*args, **kwargs)
+                    except BaseException as exc:
+                        effect = sequence.send(Raised(exc))
+                    else:
+                        effect = sequence.send(result)
+                elif kind == ADMIT:
+                    effect = sequence.send(_admit(effect[1]))
+                elif kind == SETTLE:
+                    settle(effect[1], effect[2], effect[3])
+                    effect = next(sequence)
+                else:
+                    _retry_policy.TIMING.sleep(effect[1])
+                    effect = next(sequence)
+        except StopIteration as done:
+            return _value(done.value)
+
+    async def adrive(
+        self,
+        breaker: CircuitBreaker,
+        fn: Callable[..., Any],
+        args: tuple,
+        kwargs: dict,
+        call: ToolCall | None = None,
+        adapter: Any = None,
+        upstream: CircuitBreaker | None = None,
+    ) -> Any:
+        """:meth:`drive`'s steps, awaiting the call (a coroutine function or a plain one), a
+        store's asyncio client and ``timeout``, at which a coroutine is cancelled and
+        counted as a failure."""
+        if (
+            adapter is None
+            and upstream is None
+            and breaker.plain
+            and not breaker.awaits_store
+            and RUN_VARIABLE.get() is None
+            and not LATENCY.enabled
+            and quiet()
+        ):
+            permit = _admit(breaker)
+            if permit == REJECTED:
+                run_anyway, value = reject(breaker, call, None, None, False)
+                if not run_anyway:
+                    return value
+                shadow = steps(breaker, call, None, None, False, args, kwargs, SHADOW)
+                return await self._acarry_out(shadow, fn, args, kwargs)
+            try:
+                result = fn(*args, **kwargs)
+                if inspect.isawaitable(result):
+                    result = await result
+            except BaseException as exc:
+                following = steps(breaker, call, None, None, False, args, kwargs, permit)
+                return await self._acarry_out(following, fn, args, kwargs, exc)
+            if permit is not None:
+                try:
+                    breaker.on_success(permit)
+                except Exception:
+                    bookkeeping_failed("recording an outcome")
+            return result
+        sequence = steps(breaker, call, adapter, upstream, not quiet(), args, kwargs)
+        return await self._acarry_out(sequence, fn, args, kwargs)
+
+    async def _acarry_out(
+        self, sequence: Any, fn: Callable[..., Any], args: tuple, kwargs: dict, raised: BaseException | None = None
+    ) -> Any:
+        """Carry out the effects ``sequence`` asks for, awaiting the call, the store and the back-off."""
+        try:
+            if raised is None:
+                effect = next(sequence)
+            else:
+                next(sequence)  # the sequence asks for the call that already ran
+                effect = sequence.send(Raised(raised))
+            while True:
+                kind = effect[0]
+                if kind == CALL:
+                    try:
+                        result = fn(*args, **kwargs)
+                        if inspect.isawaitable(result):
+                            timeout = effect[1]
+                            if timeout is None:
+                                result = await result
+                            else:
+                                result = await _await_within(result, timeout, effect[2])
+                    except BaseException as exc:
+                        effect = sequence.send(Raised(exc))
+                    else:
+                        effect = sequence.send(result)
+                elif kind == ADMIT:
+                    effect = sequence.send(await _aadmit(effect[1]))
+                elif kind == SETTLE:
+                    await _asettle(effect[1], effect[2], effect[3])
+                    effect = next(sequence)
+                else:
+                    await _retry_policy.TIMING.asleep(effect[1])
+                    effect = next(sequence)
+        except StopIteration as done:
+            return _value(done.value)
+
+    def decorate(self, breaker: CircuitBreaker, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` behind ``breaker`` (``@breaker``, ``@guard(clock=...)``): sync or async."""
+        path = self
+        if inspect.iscoroutinefunction(fn):
+
+            @functools.wraps(fn)
+            async def async_guarded(*args: Any, **kwargs: Any) -> Any:
+                return await path.adrive(breaker, fn, args, kwargs)
+
+            async_guarded.breaker = breaker  # type: ignore[attr-defined]
+            return async_guarded
+
+        @functools.wraps(fn)
+        def guarded(*args: Any, **kwargs: Any) -> Any:
+            return path.drive(breaker, fn, args, kwargs)
+
+        guarded.breaker = breaker  # type: ignore[attr-defined]
+        return guarded
 
     def observe(
         self,
@@ -463,3 +437,8 @@ class CallPath:
         except Exception:
             bookkeeping_failed("recording an upstream's outcome")
             return False
+
+
+#: The call path of calls made on a breaker directly (``breaker.call``, ``@breaker``):
+#: the breaker is already found, so no registry is asked.
+DIRECT = CallPath()

@@ -19,51 +19,37 @@ Two promises hold throughout:
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Generator
 from typing import Any, NamedTuple, Protocol
 
-from otel_breaker import effects as _effects
-from otel_breaker import rejection, streaks
+from otel_breaker import loops, rejection, run_budget
 from otel_breaker import retry_hint as _retry_hints
 from otel_breaker import retry_policy as _retry_policy
 from otel_breaker import upstream_gate as _upstream_gate
 from otel_breaker.breaker import REJECTED, SHADOW, CircuitBreaker, State
-from otel_breaker.classify import (
-    CONTROL,
-    FAILURE,
-    IGNORED,
-    IGNORED_RESULT,
-    MISTAKE,
-    OUTCOME_NAMES,
-    SUCCEEDED,
-    SUCCESS,
-    UNRECOGNISED,
-    UPSTREAM,
-    Verdict,
-    error_description,
-    error_type,
-    judge_exception,
-    judge_text,
-    result_failed,
-    result_text,
-)
+from otel_breaker.classify import FAILURE, IGNORED, OUTCOME_NAMES, SUCCESS, UPSTREAM, Verdict, result_text
 from otel_breaker.latency import LATENCY
+from otel_breaker.loglines import bookkeeping_failed
 from otel_breaker.runs import current_run
 from otel_breaker.sanitize import bounded, exception_message, safe_name, sanitize
 from otel_breaker.semconv import ATTR_EFFECTS, ATTR_OUTCOME_UNKNOWN, ATTR_RETRY_ATTEMPT
 from otel_breaker.telemetry import TELEMETRY
 from otel_breaker.toolcall import ToolCall
-
-logger = logging.getLogger("otel_breaker")
-
-TIMEOUT_ERROR_TYPE = "timeout"
-INVALID_RESULT_ERROR_TYPE = "invalid_result"
+from otel_breaker.verdicts import (  # noqa: F401 - importable from here (adapters, users)
+    IGNORED_RESULT,
+    INVALID_RESULT_ERROR_TYPE,
+    TIMEOUT_ERROR_TYPE,
+    ToolTimeoutError,
+    judge_raised,
+    judge_returned,
+)
 
 #: What :func:`steps` asks of a driver: ``(ADMIT, breaker)`` -> send the permit
 #: (None when admission failed); ``(SETTLE, breaker, permit, outcome)`` -> send None;
-#: ``(CALL, timeout, tool)`` -> send the result, or throw what the call raised
-#: (an async driver cancels an awaitable at ``timeout`` with :class:`ToolTimeoutError`).
+#: ``(CALL, timeout, tool)`` -> send the result, or :class:`Raised` holding what the call
+#: raised (an async driver cancels an awaitable at ``timeout`` with
+#: :class:`ToolTimeoutError`). What a call raised is sent, never thrown in: a tool may
+#: raise ``GeneratorExit`` or ``StopIteration``, which a generator cannot take.
 ADMIT = 0
 SETTLE = 1
 CALL = 2
@@ -75,22 +61,14 @@ Effect = tuple[Any, ...]
 
 
 class Raised:
-    """What :func:`steps` returns for a call that raised: the driver raises ``exc``
-    again (a generator cannot re-raise a ``StopIteration`` a tool raised)."""
+    """What a call raised, as a value: sent into :func:`steps` by a driver for a call that
+    raised, and returned by it for the driver to raise again (a generator can neither
+    take a thrown ``GeneratorExit`` and go on, nor re-raise a ``StopIteration``)."""
 
     __slots__ = ("exc",)
 
     def __init__(self, exc: BaseException) -> None:
         self.exc = exc
-
-
-class ToolTimeoutError(TimeoutError):
-    """An async tool ran past its breaker's ``timeout`` and was cancelled."""
-
-    def __init__(self, tool: str, timeout: float):
-        self.tool = tool
-        self.timeout = timeout
-        super().__init__(f"Tool '{tool}' timed out after {timeout:g}s")
 
 
 class Adapter(Protocol):
@@ -115,19 +93,6 @@ class Adapter(Protocol):
     # Optional: ``retried(call, failure, note)`` -> the last failure (the exception raised
     # or the failed value returned) carrying ``note``, the number of attempts, in the
     # form the framework shows the model; None: the default (see :func:`with_attempts`).
-
-
-_bookkeeping_warned = False
-
-
-def bookkeeping_failed(where: str) -> None:
-    """Log a failure of our own bookkeeping (once loudly); the call goes on."""
-    global _bookkeeping_warned
-    if not _bookkeeping_warned:
-        _bookkeeping_warned = True
-        logger.exception("otel-breaker: %s failed; the call runs unguarded (logged once)", where)
-    else:
-        logger.debug("otel-breaker: %s failed", where, exc_info=True)
 
 
 def default_call(breaker: CircuitBreaker) -> ToolCall:
@@ -183,20 +148,6 @@ def reject(
     raise info.error()
 
 
-def _result_error(breaker: CircuitBreaker, call: ToolCall | None, result: Any, adapter: Adapter | None) -> str | None:
-    """``error.type`` for a returned value the framework or a validator calls a failure."""
-    try:
-        if adapter is not None:
-            err = adapter.result_error(call, result)
-            if err is not None:
-                return err
-        if breaker.config.is_failure_result is not None and result_failed(result, breaker.config):
-            return INVALID_RESULT_ERROR_TYPE
-    except Exception:
-        bookkeeping_failed("classifying a result")
-    return None
-
-
 class OutcomeUnknownError(Exception):
     """A destructive tool's call failed in a way that does not say whether it took effect
     (a timeout, a connection dropped after the request left): it is not run again, and
@@ -213,105 +164,6 @@ def outcome_unknown_text(tool: str, detail: str) -> str:
         f"Tool '{safe_name(tool)}': outcome unknown: the call may have taken effect; check before "
         f"calling again. ({bounded(detail, 320)})"
     )
-
-
-_TIMED_OUT = Verdict(FAILURE, None, TIMEOUT_ERROR_TYPE)
-_INVALID_RESULT = Verdict(FAILURE, None, "predicate")
-_UNRECOGNISED = Verdict(FAILURE, None, UNRECOGNISED)
-_DISTINCT_MISTAKE = Verdict(IGNORED, MISTAKE, streaks.STREAK_RULE)
-
-
-def _arguments(call: ToolCall | None) -> Any:
-    return call.arguments if call is not None else None
-
-
-def _judge_raised(
-    breaker: CircuitBreaker, exc: BaseException, call: ToolCall | None, adapter: Adapter | None
-) -> Verdict:
-    try:
-        hint = None
-        if adapter is not None:
-            read = getattr(adapter, "exception_hint", None)
-            if read is not None:
-                hint = read(call, exc)
-        verdict = judge_exception(exc, breaker.config, hint)
-        if verdict.rule == UNRECOGNISED and streaks.distinct_mistake(
-            breaker, error_description(None, exc), _arguments(call)
-        ):
-            return _DISTINCT_MISTAKE
-        return verdict
-    except Exception:
-        bookkeeping_failed("classifying an exception")
-        return _UNRECOGNISED
-
-
-def raised(
-    breaker: CircuitBreaker, call: ToolCall | None, adapter: Adapter | None, exc: BaseException
-) -> tuple[Verdict, str | None]:
-    """(verdict, ``error.type``) of a call that raised ``exc``."""
-    if isinstance(exc, ToolTimeoutError):
-        return _TIMED_OUT, TIMEOUT_ERROR_TYPE
-    verdict = _judge_raised(breaker, exc, call, adapter)
-    return verdict, (error_type(exc) if verdict.outcome == FAILURE else None)
-
-
-def _ignored_result(call: ToolCall | None, result: Any, adapter: Adapter | None) -> Verdict:
-    """The verdict on a value the adapter calls neither outcome: the model's mistake when
-    the adapter's ``result_hint`` says so (arguments its schema refused), else control."""
-    try:
-        read = getattr(adapter, "result_hint", None)
-        if read is not None and read(call, result) == MISTAKE:
-            return Verdict(IGNORED, MISTAKE, "framework.mistake")
-    except Exception:
-        bookkeeping_failed("classifying a result")
-    return Verdict(IGNORED, CONTROL, "framework.control")
-
-
-def judge_error_result(breaker: CircuitBreaker, call: ToolCall | None, result: Any, err: str, adapter: Any) -> Verdict:
-    """The verdict on a failure the framework turned into a value (an MCP ``isError``
-    answer, a tool's exception as text): the exception itself where the adapter saw it
-    (``swallowed``), else the rules read the value's text. Never raises."""
-    try:
-        swallowed = getattr(adapter, "swallowed", None)
-        if isinstance(swallowed, BaseException):
-            return judge_exception(swallowed, breaker.config)
-        return judge_text(result_text(result), breaker.config, err)
-    except Exception:
-        bookkeeping_failed("classifying a result")
-        return _UNRECOGNISED
-
-
-def _error_result_text(result: Any, err: str, adapter: Any) -> str:
-    """What the second signal compares of a failed result: the swallowed exception, else the text."""
-    swallowed = getattr(adapter, "swallowed", None)
-    if isinstance(swallowed, BaseException):
-        return error_description(None, swallowed)
-    return f"{err}: {result_text(result)}"
-
-
-def returned(
-    breaker: CircuitBreaker, call: ToolCall | None, adapter: Adapter | None, result: Any, start: float, timed: bool
-) -> tuple[Verdict, str | None, float]:
-    """(verdict, ``error.type``, elapsed seconds) of a call that returned ``result``."""
-    elapsed = breaker.clock() - start if timed else 0.0
-    config = breaker.config
-    err = None
-    if config.timeout is not None and elapsed > config.timeout:
-        return _TIMED_OUT, TIMEOUT_ERROR_TYPE, elapsed
-    if adapter is not None or config.is_failure_result is not None:
-        err = _result_error(breaker, call, result, adapter)
-    if err is None:
-        return SUCCEEDED, None, elapsed
-    if err == IGNORED_RESULT:
-        return _ignored_result(call, result, adapter), None, elapsed
-    if err == INVALID_RESULT_ERROR_TYPE:
-        return _INVALID_RESULT, err, elapsed
-    verdict = judge_error_result(breaker, call, result, err, adapter)
-    if verdict.rule == UNRECOGNISED and streaks.distinct_mistake(
-        breaker, _error_result_text(result, err, adapter), _arguments(call)
-    ):
-        verdict = _DISTINCT_MISTAKE
-    return verdict, (err if verdict.outcome == FAILURE else None), elapsed
 
 
 def _count_neutral(breaker: CircuitBreaker, verdict: Verdict) -> None:
@@ -343,16 +195,6 @@ def settle(breaker: CircuitBreaker, permit: Any, outcome: int) -> None:
         breaker.on_outcome(permit, outcome)
     except Exception:
         bookkeeping_failed("recording an outcome")
-
-
-def after_raise(breaker: CircuitBreaker, permit: Any, exc: BaseException) -> None:
-    """Classify and settle a call that raised, on the quick route (nobody watching,
-    no adapter, no upstream, a plain configuration, state in memory)."""
-    verdict = raised(breaker, None, None, exc)[0]
-    settle(breaker, permit, verdict.outcome)
-    if verdict.outcome == IGNORED:
-        _count_neutral(breaker, verdict)
-    retry_hint(breaker, verdict.outcome, exc)
 
 
 def _start(breaker: CircuitBreaker, call: ToolCall | None, first: Any = None, number: int = 1) -> tuple[ToolCall, Any]:
@@ -416,33 +258,58 @@ class Attempt(NamedTuple):
 _NOT_ADMITTED = Attempt(None, None, None, None, 0.0)
 
 
+#: ``steps(admitted=...)`` when the breaker has not been asked yet (the usual case).
+NOT_ASKED: Any = object()
+
+
 def steps(
     breaker: CircuitBreaker,
     call: ToolCall | None,
     adapter: Adapter | None,
     upstream: CircuitBreaker | None,
     observed: bool,
+    args: tuple = (),
+    kwargs: dict | None = None,
+    admitted: Any = NOT_ASKED,
 ) -> Generator[Effect, Any, Any]:
     """One guarded call, as the effects a driver carries out; returns the call's value
     (or :class:`Raised`: what the call raised, for the driver to raise).
 
-    1. the upstream breaker (``upstream_gate.py``), when the tool has one, admits
+    1. inside a run, the waste budget (``run_budget.py``) may answer for a tool the run
+       kept calling while it was rejected; the loop guard (``loops.py``) may answer for
+       an identical call that already ended badly ``loop_limit`` times;
+    2. the upstream breaker (``upstream_gate.py``), when the tool has one, admits
        first; open, it answers for the call and the tool's breaker counts nothing;
-    2. the tool's breaker admits, or its rejection answers;
-    3. the tool runs; the upstream takes its share of the outcome first
-       (a transport failure is marked so the tool's breaker treats it as neutral);
-    4. the tool's breaker settles the outcome; retry hints, the slow-call rule
-       and the span follow;
+    3. the tool's breaker admits, or its rejection answers;
+    4. the tool runs; its ending is judged once (``verdicts.py``): the upstream takes
+       its share first (a transport failure is marked so the tool's breaker treats it
+       as neutral), then the tool's breaker settles the verdict; retry hints, the
+       slow-call rule and the span follow;
     5. a failure goes on to :func:`after_failure`: a retry below the model, when
-       one is allowed, or the "outcome unknown" answer of a destructive tool.
+       one is allowed, or the "outcome unknown" answer of a destructive tool;
+    6. the loop guard records how the call ended, from the same verdict.
+
+    ``admitted``: the permit the driver already holds for a call with nothing to do
+    before its admission (no run, no adapter, no upstream: the drivers' short form,
+    ``call_path.py``); the sequence then starts at the call.
     """
-    attempt = yield from _attempt(breaker, call, adapter, upstream, observed, None, 1)
+    entry = None
+    if admitted is NOT_ASKED:
+        if call is None:
+            call = default_call(breaker)
+        answer = run_budget.check(call, breaker, adapter)
+        if answer is not run_budget.RUN:
+            return answer
+        answer, entry = loops.check(call, breaker, adapter, args, kwargs or {})
+        if answer is not loops.RUN:
+            return answer
+    attempt = yield from _attempt(breaker, call, adapter, upstream, observed, None, 1, admitted)
     verdict = attempt.verdict
-    if verdict is None or verdict.outcome == SUCCESS:
-        return attempt.value
-    if verdict.outcome == IGNORED and verdict.reason != UPSTREAM:
-        return attempt.value  # a mistake or control flow: nothing to retry, no outcome in doubt
-    return (yield from after_failure(breaker, call, adapter, upstream, observed, attempt))
+    if verdict is not None and (verdict.outcome == FAILURE or verdict.reason == UPSTREAM):
+        attempt = yield from after_failure(breaker, call, adapter, upstream, observed, attempt)
+    if entry is not None and attempt.verdict is not None:
+        entry.record(attempt.verdict, attempt.in_doubt, attempt.exc, attempt.value)
+    return attempt.value
 
 
 def _attempt(
@@ -453,11 +320,12 @@ def _attempt(
     observed: bool,
     first: Attempt | None,
     number: int,
+    admitted: Any = NOT_ASKED,
 ) -> Generator[Effect, Any, Attempt]:
     """Attempt ``number`` of a call: admission, the call, its outcome, its span. ``first``:
     the logical call's first attempt when this one is a retry (its span is linked; a
     breaker that does not admit a retry answers :data:`_NOT_ADMITTED`, never a rejection
-    for the model)."""
+    for the model). ``admitted``: see :func:`steps`."""
     up_permit = None
     escalated_upstream = False
     if upstream is not None:
@@ -479,7 +347,10 @@ def _attempt(
     try:
         if escalated_upstream:
             TELEMETRY.escalated(span, call, upstream)
-        permit = yield (ADMIT, breaker)
+        if admitted is NOT_ASKED:
+            permit = yield (ADMIT, breaker)
+        else:
+            permit = admitted
         if permit == REJECTED:
             if first is not None:
                 if up_permit is not None:
@@ -505,12 +376,12 @@ def _attempt(
             or config.retry is not None
         )
         start = breaker.clock() if timed else 0.0
-        try:
-            result = yield (CALL, config.timeout, call.tool if call is not None else breaker.name)
-        except BaseException as exc:
+        result = yield (CALL, config.timeout, call.tool if call is not None else breaker.name)
+        if result.__class__ is Raised:
+            exc = result.exc
             if up_permit is not None:
                 yield (SETTLE, upstream, up_permit, _upstream_gate.outcome_of_exception(upstream, exc))
-            verdict, err = raised(breaker, call, adapter, exc)
+            verdict, err = judge_raised(breaker, call, adapter, exc)
             if timed and LATENCY.enabled:  # a call begun before an endpoint switched latency on has no start
                 LATENCY.record(breaker, breaker.clock() - start)
             yield (SETTLE, breaker, permit, verdict.outcome)
@@ -523,7 +394,7 @@ def _attempt(
             return _failed_attempt(value, verdict, exc, span, start)
         if up_permit is not None:
             yield (SETTLE, upstream, up_permit, _upstream_gate.outcome_of_answer(adapter, call, result))
-        verdict, err, elapsed = returned(breaker, call, adapter, result, start, timed)
+        verdict, err, elapsed = judge_returned(breaker, call, adapter, result, start, timed)
         if timed and LATENCY.enabled:
             LATENCY.record(breaker, elapsed)
         yield (SETTLE, breaker, permit, verdict.outcome)
@@ -548,8 +419,8 @@ def after_failure(
     upstream: CircuitBreaker | None,
     observed: bool,
     first: Attempt,
-) -> Generator[Effect, Any, Any]:
-    """What follows a failed attempt, shared by every route (the quick one included):
+) -> Generator[Effect, Any, Attempt]:
+    """What follows a failed attempt; returns the attempt whose value the caller gets:
 
     * a destructive tool whose failure leaves its outcome in doubt (a timeout, a dropped
       connection) is never run again; the caller gets :class:`OutcomeUnknownError`;
@@ -564,9 +435,9 @@ def after_failure(
     while True:
         verdict = last.verdict
         if verdict is None or verdict.outcome == SUCCESS:
-            return last.value
+            return last
         if last.in_doubt:
-            return last.value  # a destructive tool's call in doubt: never run again
+            return last  # a destructive tool's call in doubt: never run again
         try:
             delay, refused = _retry_policy.retry_delay(
                 breaker, upstream, call, verdict, last.exc, retries, first.started
@@ -610,15 +481,15 @@ def attempts_note(attempts: int) -> str:
     return f"(otel-breaker: the call failed {attempts} times; retried {attempts - 1} times below the model)"
 
 
-def _last_failure(call: ToolCall | None, adapter: Adapter | None, last: Attempt, retries: int) -> Any:
-    """The value of the last failed attempt. After retries it carries the number of
-    attempts where the model reads it (:func:`with_attempts`): the model sees one result."""
+def _last_failure(call: ToolCall | None, adapter: Adapter | None, last: Attempt, retries: int) -> Attempt:
+    """The last failed attempt. After retries its value carries the number of attempts
+    where the model reads it (:func:`with_attempts`): the model sees one result."""
     if not retries:
-        return last.value
+        return last
     note = attempts_note(retries + 1)
     if last.value.__class__ is Raised:
-        return Raised(with_attempts(call, adapter, last.value.exc, note))
-    return with_attempts(call, adapter, last.value, note)
+        return last._replace(value=Raised(with_attempts(call, adapter, last.value.exc, note)))
+    return last._replace(value=with_attempts(call, adapter, last.value, note))
 
 
 def with_attempts(call: ToolCall | None, adapter: Adapter | None, failure: Any, note: str) -> Any:
@@ -755,7 +626,7 @@ def unknown_outcome_text(breaker: CircuitBreaker, call: ToolCall, exc: BaseExcep
     is unknown, for a framework that turns a tool's exception into text before the call
     path sees it (the adapter answers with this text instead); None for any other error."""
     try:
-        verdict = raised(breaker, call, None, exc)[0]
+        verdict = judge_raised(breaker, call, None, exc)[0]
         if verdict.outcome != FAILURE and verdict.reason != UPSTREAM:
             return None
         if not _retry_policy.outcome_unknown(verdict, exc, _retry_policy.tool_effects(breaker, call)):
@@ -764,22 +635,6 @@ def unknown_outcome_text(breaker: CircuitBreaker, call: ToolCall, exc: BaseExcep
     except Exception:
         bookkeeping_failed("judging whether an outcome is known")
         return None
-
-
-def after_quick_raise(
-    breaker: CircuitBreaker, call: ToolCall | None, permit: Any, exc: BaseException
-) -> Generator[Effect, Any, Any] | None:
-    """The quick route's failed call (settled by :func:`after_raise`, which gave ``verdict``):
-    the steps that follow it (:func:`after_failure`), or None when there are none: retries
-    are off and the tool is not known to be destructive."""
-    config = breaker.config
-    if config.retry is None and config.effects is None and not _effects.has_registrations():
-        return None
-    verdict = raised(breaker, call, None, exc)[0]
-    if verdict.outcome != FAILURE:
-        return None
-    first = _failed_attempt(failed_value(breaker, call, None, verdict, exc, None), verdict, exc, None, breaker.clock())
-    return after_failure(breaker, call, None, None, False, first)
 
 
 def _count_retry(breaker: CircuitBreaker, outcome: str) -> None:

@@ -1,7 +1,7 @@
 """Fallback routing in code: try a tool, then its configured alternatives.
 
 Above the call path: every attempt runs through its driver (:mod:`otel_breaker.call_path`),
-upstream breaker included.
+upstream breaker, waste budget and loop guard included.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 from otel_breaker import upstream as _upstream
 from otel_breaker.breaker import CircuitBreaker
-from otel_breaker.call_path import arun, run
+from otel_breaker.call_path import CallPath
 from otel_breaker.call_steps import INVALID_RESULT_ERROR_TYPE
 from otel_breaker.classify import FAILURE, classify_exception, result_failed
 from otel_breaker.registry import BreakerRegistry, default_registry
@@ -130,11 +130,12 @@ def call_with_fallback(
     """
 
     last: Rejection | BaseException | None = None
+    path = CallPath(registry)
     for call, fn, breaker, upstream in _plan(primary, alternatives, tools, registry, agent, agent_name):
         attempt = _Attempt(breaker.config)
         try:
             # the call path's driver; behind an upstream its breaker is asked first
-            result = run(breaker, fn, tuple(args), dict(kwargs or {}), call, attempt, upstream)
+            result = path.drive(breaker, fn, tuple(args), dict(kwargs or {}), call, attempt, upstream)
         except BaseException as exc:
             if not _fails(breaker, exc):
                 raise
@@ -161,10 +162,11 @@ async def acall_with_fallback(
     each attempt is awaited and cancelled at its breaker's ``timeout``."""
 
     last: Rejection | BaseException | None = None
+    path = CallPath(registry)
     for call, fn, breaker, upstream in _plan(primary, alternatives, tools, registry, agent, agent_name):
         attempt = _Attempt(breaker.config)
         try:
-            result = await arun(breaker, fn, tuple(args), dict(kwargs or {}), call, attempt, upstream)
+            result = await path.adrive(breaker, fn, tuple(args), dict(kwargs or {}), call, attempt, upstream)
         except BaseException as exc:
             if not _fails(breaker, exc):
                 raise

@@ -3,8 +3,8 @@
 ``Guard.call``/``acall`` hand a described call to :class:`~otel_breaker.call_path.CallPath`;
 ``@guard`` does the same for a decorated function, sync or async alike, and
 keeps the registry's breaker while the registry says it cannot change (no
-session scope, the same settings, no upstream, nothing for the loop guard to
-watch), so a healthy call skips the lookup and goes straight to the driver.
+session scope, the same settings, no upstream), so a healthy call skips the lookup
+and goes straight to the call path's driver.
 
 The module is ``guards`` and the decorator ``guard``: ``otel_breaker.guard`` is the
 decorator, and ``import otel_breaker.guards`` gives this module.
@@ -17,19 +17,17 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from otel_breaker import call_path as _call_path
 from otel_breaker import config as _config
 from otel_breaker.breaker import CircuitBreaker, CircuitBreakerConfig, Clock
-from otel_breaker.call_path import CallPath, arun, run
+from otel_breaker.call_path import DIRECT, CallPath
 from otel_breaker.call_steps import (  # noqa: F401 - the names adapters and users import from here
     IGNORED_RESULT,
     INVALID_RESULT_ERROR_TYPE,
     TIMEOUT_ERROR_TYPE,
     Adapter,
     ToolTimeoutError,
-    bookkeeping_failed,
 )
-from otel_breaker.loops import RUN
+from otel_breaker.loglines import bookkeeping_failed
 from otel_breaker.registry import BreakerRegistry, default_registry
 from otel_breaker.registry import session_of_context as _session
 from otel_breaker.toolcall import ToolCall, agent_display_name
@@ -81,8 +79,8 @@ def _holds_for_good(registry: BreakerRegistry, call: ToolCall, breaker: CircuitB
 
 class _Kept:
     """The registry's breaker of one decorated function, kept while the registry says it
-    cannot change (no session scope, the same settings, no upstream, nothing for the loop
-    guard to watch): a healthy call then skips the lookup and goes straight to the driver."""
+    cannot change (no session scope, the same settings, no upstream): a healthy call then
+    skips the lookup and goes straight to the call path's driver."""
 
     __slots__ = ("breaker", "settings")
 
@@ -93,7 +91,7 @@ class _Kept:
 
     def holds(self, breaker: CircuitBreaker) -> bool:
         """Whether ``breaker`` still answers this call's lookup."""
-        return not breaker.retired and _config._settings is self.settings and _session() is None
+        return not breaker.retired and _config.get_settings() is self.settings and _session() is None
 
 
 def guard(
@@ -124,7 +122,7 @@ def guard(
         if clock is not None:
             settings = (registry if registry is not None else default_registry()).settings
             breaker = CircuitBreaker(name, settings.config_for(name, config), clock=clock, agent_name=agent_name)
-            return _call_path.decorate(breaker, fn)
+            return DIRECT.decorate(breaker, fn)
         reg = registry if registry is not None else default_registry()
         call = ToolCall(name, agent=agent, agent_name=agent_name or agent_display_name(agent))
         if config is not None:
@@ -132,49 +130,42 @@ def guard(
         path = CallPath(reg)
         kept = _Kept()
 
-        def enter(args: tuple, kwargs: dict) -> tuple[Any, ...]:
-            entered = path.enter(call, fn, args, kwargs, None, config)
-            breaker = entered[0]
-            unwrapped = breaker is not None and entered[1] is fn and entered[2] is None
-            if unwrapped and _holds_for_good(reg, call, breaker):
+        def find() -> tuple[CircuitBreaker | None, CircuitBreaker | None]:
+            """(breaker, upstream) from the registry, keeping the breaker when it holds for good."""
+            breaker = path.breaker_for(call, config)
+            if breaker is None:
+                return None, None
+            upstream = path.upstream_for(call)
+            if upstream is None and _holds_for_good(reg, call, breaker):
                 kept.breaker = breaker
-                kept.settings = _config._settings
+                kept.settings = _config.get_settings()
             else:
                 kept.breaker = None
-            return entered
+            return breaker, upstream
 
         if inspect.iscoroutinefunction(fn):
 
             @functools.wraps(fn)
             async def async_guarded(*args: Any, **kwargs: Any) -> Any:
                 breaker = kept.breaker
-                if breaker is None or not kept.holds(breaker):
-                    entered = enter(args, kwargs)
-                    breaker = entered[0]
-                    if breaker is None:
-                        answer = entered[1]
-                        if answer is not RUN:
-                            return answer
-                        result = fn(*args, **kwargs)
-                        return await result if inspect.isawaitable(result) else result
-                    _, watched_fn, upstream = entered
-                    return await arun(breaker, watched_fn, args, kwargs, call, None, upstream)
-                return await arun(breaker, fn, args, kwargs, call)
+                if breaker is not None and kept.holds(breaker):
+                    return await path.adrive(breaker, fn, args, kwargs, call)
+                breaker, upstream = find()
+                if breaker is None:
+                    return await fn(*args, **kwargs)
+                return await path.adrive(breaker, fn, args, kwargs, call, None, upstream)
 
             return async_guarded
 
         @functools.wraps(fn)
         def guarded(*args: Any, **kwargs: Any) -> Any:
             breaker = kept.breaker
-            if breaker is None or not kept.holds(breaker):
-                entered = enter(args, kwargs)
-                breaker = entered[0]
-                if breaker is None:
-                    answer = entered[1]
-                    return fn(*args, **kwargs) if answer is RUN else answer
-                _, watched_fn, upstream = entered
-                return run(breaker, watched_fn, args, kwargs, call, None, upstream)
-            return run(breaker, fn, args, kwargs, call)
+            if breaker is not None and kept.holds(breaker):
+                return path.drive(breaker, fn, args, kwargs, call)
+            breaker, upstream = find()
+            if breaker is None:
+                return fn(*args, **kwargs)
+            return path.drive(breaker, fn, args, kwargs, call, None, upstream)
 
         return guarded
 

@@ -55,3 +55,18 @@ def bounded_logger(name: str = LOGGER_NAME) -> logging.Logger:
 
 #: The ``otel_breaker`` logger every module of the package logs on.
 logger = bounded_logger()
+
+
+_bookkeeping_warned = False
+
+
+def bookkeeping_failed(where: str) -> None:
+    """Log a failure of our own bookkeeping, loudly the first time and at debug level after:
+    the call goes on unguarded (the middleware never turns a healthy call into a failure),
+    and a fault hit on every call must not flood the user's log."""
+    global _bookkeeping_warned
+    if not _bookkeeping_warned:
+        _bookkeeping_warned = True
+        logger.exception("otel-breaker: %s failed; the call runs unguarded (logged once)", where)
+    else:
+        logger.debug("otel-breaker: %s failed", where, exc_info=True)

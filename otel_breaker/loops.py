@@ -38,24 +38,16 @@ from typing import TYPE_CHECKING, Any
 
 from otel_breaker import rejection
 from otel_breaker.breaker import CircuitOpenError, State
-from otel_breaker.call_steps import judge_error_result
-from otel_breaker.classify import (
-    FAILURE,
-    IGNORED_RESULT,
-    MISTAKE,
-    RETRY_REQUEST,
-    Verdict,
-    error_type,
-    judge_exception,
-    result_text,
-)
+from otel_breaker.classify import FAILURE, MISTAKE, RETRY_REQUEST, SUCCESS, Verdict, error_type, result_text
 from otel_breaker.config import get_settings
 from otel_breaker.loglines import logger
 from otel_breaker.loop_ledger import LOOPS, reset  # noqa: F401 - importable from here
 from otel_breaker.loop_signature import MAX_ERROR_CHARS, arguments_of, signature
 from otel_breaker.retry_policy import outcome_unknown, tool_effects
 from otel_breaker.sanitize import bounded, safe_name, sanitize
+from otel_breaker.streaks import STREAK_RULE
 from otel_breaker.toolcall import ToolCall
+from otel_breaker.verdicts import judge_raised, judge_returned
 
 if TYPE_CHECKING:
     from otel_breaker.breaker import CircuitBreaker, CircuitBreakerConfig
@@ -65,6 +57,8 @@ if TYPE_CHECKING:
 MISTAKES = "mistakes"
 FAILURES = "failures"
 RETRIES = "retries"
+#: The kind of a call that succeeded: it forgets its signature.
+SUCCEEDED_KIND = "success"
 
 
 class ToolLoopError(BaseException):
@@ -194,10 +188,20 @@ class LoopRejection(rejection.Rejection):
 # -- the call path's questions ---------------------------------------------------------------
 
 
-def _kind_of_verdict(verdict: Verdict) -> str | None:
-    """The loop kind of a verdict: only what an identical retry cannot heal is a counted
-    mistake. A "not found (yet)" (a 404, ``ENOENT``, a -32602 saying not found) may
-    change while the model polls, and control flow never counts."""
+def kind_of(verdict: Verdict, in_doubt: bool) -> str | None:
+    """The loop kind of a call's verdict (``SUCCEEDED_KIND`` for a success): only what an
+    identical retry cannot heal is a counted mistake. A "not found (yet)" (a 404,
+    ``ENOENT``, a -32602 saying not found) may change while the model polls, control
+    flow never counts, and neither does a destructive tool's call in doubt (``in_doubt``:
+    the model that calls it again after checking makes no mistake). A run of distinct
+    unrecognised errors the health breaker treats as the model's mistakes is, for an
+    identical repeat, what it was judged before that rule: a failure."""
+    if verdict.outcome == SUCCESS:
+        return SUCCEEDED_KIND
+    if in_doubt:
+        return None
+    if verdict.rule == STREAK_RULE:
+        return FAILURES
     if verdict.reason == MISTAKE:
         return None if verdict.may_change else MISTAKES
     if verdict.reason == RETRY_REQUEST:
@@ -207,78 +211,26 @@ def _kind_of_verdict(verdict: Verdict) -> str | None:
     return None
 
 
-def _kind_of_exception(
-    breaker: CircuitBreaker, call: ToolCall, adapter: Any, exc: BaseException
-) -> tuple[str | None, str]:
-    """(loop kind or None, error text) of a call that raised."""
-    hint = None
-    read = getattr(adapter, "exception_hint", None) if adapter is not None else None
-    if read is not None:
-        try:
-            hint = read(call, exc)
-        except Exception:
-            hint = None
-    text = f"{error_type(exc)}: {exc}"[:MAX_ERROR_CHARS]
-    try:
-        verdict = judge_exception(exc, breaker.config, hint)
-        if verdict.outcome == FAILURE and outcome_unknown(verdict, exc, tool_effects(breaker, call)):
-            # A destructive tool's call that may have taken effect: the model that calls it
-            # again after checking makes no mistake, whatever the loop guard counts.
-            return None, text
-    except Exception:
-        return None, text
-    return _kind_of_verdict(verdict), text
-
-
-def _kind_of_result(
-    breaker: CircuitBreaker, call: ToolCall, adapter: Any, result: Any
-) -> tuple[str | None, str | None]:
-    if adapter is None:
-        return None, None
-    try:
-        read = getattr(adapter, "result_hint", None)
-        hint = read(call, result) if read is not None else None
-        if hint in (MISTAKE, RETRY_REQUEST):
-            return (MISTAKES if hint == MISTAKE else RETRIES), _text(result)
-        err = adapter.result_error(call, result)
-    except Exception:
-        return None, None
-    if err is None:
-        return "success", None
-    if err == IGNORED_RESULT or not isinstance(err, str):
-        return None, None
-    text = result_text(result)
-    verdict = judge_error_result(breaker, call, result, err, adapter)
-    bounded_text = text[:MAX_ERROR_CHARS] if text else err
-    try:
-        if verdict.outcome == FAILURE and outcome_unknown(verdict, None, tool_effects(breaker, call)):
-            return None, bounded_text  # a destructive tool's answer in doubt: calling again is no mistake
-    except Exception:
-        return None, bounded_text
-    return _kind_of_verdict(verdict), bounded_text
-
-
-def _text(result: Any) -> str | None:
-    """A returned error's text, bounded for :class:`ToolLoopError` and the loop message."""
-    text = result_text(result)
+def _error_text(exc: BaseException | None, value: Any) -> str | None:
+    """What the loop guard remembers of a call that ended badly, bounded: the exception it
+    raised, else the failed value's text."""
+    if exc is not None:
+        return f"{error_type(exc)}: {exc}"[:MAX_ERROR_CHARS]
+    text = result_text(value)
     return None if text is None else text[:MAX_ERROR_CHARS]
 
 
-class Watch:
-    """One admitted call's loop bookkeeping: ``wrap(fn)`` judges how it ended."""
+class Entry:
+    """One admitted call as the loop guard knows it: :meth:`record` takes how it ended."""
 
-    __slots__ = ("adapter", "arguments", "breaker", "call", "kinds", "scope", "sig")
+    __slots__ = ("arguments", "call", "kinds", "scope", "sig")
 
-    def __init__(
-        self, call: ToolCall, breaker: CircuitBreaker, adapter: Any, scope: str, sig: str | None, args: Any
-    ) -> None:
+    def __init__(self, call: ToolCall, kinds: tuple[str, ...], scope: str, sig: str | None, arguments: Any) -> None:
         self.call = call
-        self.breaker = breaker
-        self.adapter = adapter
-        self.kinds = breaker.config.loop_count
+        self.kinds = kinds
         self.scope = scope
         self.sig = sig
-        self.arguments = args
+        self.arguments = arguments
 
     def signature(self) -> str:
         if self.sig is None:
@@ -286,8 +238,9 @@ class Watch:
         return self.sig
 
     def ended(self, kind: str | None, error: str | None, raised: bool = False) -> None:
+        """Count an ending of kind ``kind`` (forget the signature after a success)."""
         try:
-            if kind == "success":
+            if kind == SUCCEEDED_KIND:
                 if LOOPS.might_repeat(self.scope, self.call.tool):
                     LOOPS.succeeded(self.scope, self.signature())
             elif kind is not None and kind in self.kinds:
@@ -295,48 +248,26 @@ class Watch:
         except Exception:
             logger.debug("otel-breaker: loop bookkeeping failed", exc_info=True)
 
-    def raised(self, exc: BaseException) -> None:
-        kind, error = _kind_of_exception(self.breaker, self.call, self.adapter, exc)
-        self.ended(kind, error, raised=True)
-
-    def returned(self, result: Any) -> None:
-        self.ended(*_kind_of_result(self.breaker, self.call, self.adapter, result))
-
-    def wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """``fn`` judged as it ends (awaited results too); only calls that ran are judged."""
-        watch = self
-
-        def judged(*args: Any, **kwargs: Any) -> Any:
-            try:
-                result = fn(*args, **kwargs)
-            except BaseException as exc:
-                watch.raised(exc)
-                raise
-            if inspect.isawaitable(result):
-                return _judged_await(watch, result)
-            watch.returned(result)
-            return result
-
-        return judged
+    def record(self, verdict: Verdict, in_doubt: bool, exc: BaseException | None, value: Any) -> None:
+        """The call ended with ``verdict`` (the call path's, judged once), having raised
+        ``exc`` or returned ``value``."""
+        kind = kind_of(verdict, in_doubt)
+        if kind is None:
+            return
+        if kind == SUCCEEDED_KIND:
+            self.ended(kind, None)
+        elif kind in self.kinds:
+            self.ended(kind, _error_text(exc, value), raised=exc is not None)
 
 
-async def _judged_await(watch: Watch, awaitable: Any) -> Any:
-    try:
-        result = await awaitable
-    except BaseException as exc:
-        watch.raised(exc)
-        raise
-    watch.returned(result)
-    return result
-
-
-#: What :func:`enter` returns for a call that runs (with its watch).
+#: What :func:`check` returns for a call that runs.
 RUN = object()
 
 
-def enter(call: ToolCall, breaker: CircuitBreaker, adapter: Any, args: tuple, kwargs: dict) -> tuple[Any, Watch | None]:
-    """Before a call: (RUN, watch) to run it, or (value, None): the loop guard's answer.
-    Raises :class:`ToolLoopError` under ``stop``. Never raises anything else."""
+def check(call: ToolCall, breaker: CircuitBreaker, adapter: Any, args: tuple, kwargs: dict) -> tuple[Any, Entry | None]:
+    """Before a call: (RUN, entry) to run it (``entry``: None when nothing of it is to be
+    remembered), or (value, None): the loop guard's answer. Raises :class:`ToolLoopError`
+    under ``stop``. Never raises anything else."""
     stop: tuple[str, int, str | None] | None = None
     raised = False
     try:
@@ -364,7 +295,7 @@ def enter(call: ToolCall, breaker: CircuitBreaker, adapter: Any, args: tuple, kw
                 return RUN, None  # nothing to count: without an adapter no call is a known mistake
             if arguments is None:
                 arguments = arguments_of(call, args, kwargs)
-            return RUN, Watch(call, breaker, adapter, scope, sig, arguments)
+            return RUN, Entry(call, kinds, scope, sig, arguments)
     except Exception:
         logger.debug("otel-breaker: the loop guard failed; the call runs", exc_info=True)
         return RUN, None
@@ -373,6 +304,67 @@ def enter(call: ToolCall, breaker: CircuitBreaker, adapter: Any, args: tuple, kw
         raise ToolLoopError(call.tool, count, last_error)
     # The framework's rejection form; an adapter whose form is an exception raises it here.
     return _reject(breaker, call, adapter, count, last_error, raised), None
+
+
+def _judged_raise(breaker: CircuitBreaker, call: ToolCall, adapter: Any, entry: Entry, exc: BaseException) -> None:
+    """A call run through the loop guard only raised ``exc``: judged by the same rules as a
+    guarded call (``verdicts.py``), then recorded."""
+    verdict = judge_raised(breaker, call, adapter, exc)[0]
+    in_doubt = verdict.outcome == FAILURE and _in_doubt(breaker, call, verdict, exc)
+    entry.record(verdict, in_doubt, exc, None)
+
+
+def _judged_return(breaker: CircuitBreaker, call: ToolCall, adapter: Any, entry: Entry, result: Any) -> None:
+    verdict = judge_returned(breaker, call, adapter, result, 0.0, False)[0]
+    in_doubt = verdict.outcome == FAILURE and _in_doubt(breaker, call, verdict, None)
+    entry.record(verdict, in_doubt, None, result)
+
+
+def _in_doubt(breaker: CircuitBreaker, call: ToolCall, verdict: Verdict, exc: BaseException | None) -> bool:
+    try:
+        return outcome_unknown(verdict, exc, tool_effects(breaker, call))
+    except Exception:
+        return True  # not knowing is not a mistake to count
+
+
+def run_judged(
+    breaker: CircuitBreaker, call: ToolCall, adapter: Any, fn: Callable[..., Any], args: tuple, kwargs: dict
+) -> Any:
+    """``fn(*args, **kwargs)``, a call the framework may refuse before its tool path, through
+    the loop guard only (the breaker counts nothing for it): ``adapter`` says which of its
+    endings are the model's mistakes."""
+    answer, entry = check(call, breaker, adapter, args, kwargs)
+    if answer is not RUN:
+        return answer
+    if entry is None:
+        return fn(*args, **kwargs)
+    try:
+        result = fn(*args, **kwargs)
+    except BaseException as exc:
+        _judged_raise(breaker, call, adapter, entry, exc)
+        raise
+    _judged_return(breaker, call, adapter, entry, result)
+    return result
+
+
+async def arun_judged(
+    breaker: CircuitBreaker, call: ToolCall, adapter: Any, fn: Callable[..., Any], args: tuple, kwargs: dict
+) -> Any:
+    """The awaited :func:`run_judged` (``fn`` a coroutine function or a plain one)."""
+    answer, entry = check(call, breaker, adapter, args, kwargs)
+    if answer is not RUN:
+        return answer
+    try:
+        result = fn(*args, **kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+    except BaseException as exc:
+        if entry is not None:
+            _judged_raise(breaker, call, adapter, entry, exc)
+        raise
+    if entry is not None:
+        _judged_return(breaker, call, adapter, entry, result)
+    return result
 
 
 class Mistakes:
@@ -397,12 +389,7 @@ async def arun_mistake(
 ) -> Any:
     """Run a call whose arguments the framework refuses before its tool path, through the
     loop guard only (the breaker counts nothing for it): ``adapter`` is a :class:`Mistakes`."""
-    answer, watch = enter(call, breaker, adapter, args, kwargs)
-    if answer is not RUN:
-        return answer
-    runner = fn if watch is None else watch.wrap(fn)
-    result = runner(*args, **kwargs)
-    return await result if inspect.isawaitable(result) else result
+    return await arun_judged(breaker, call, adapter, fn, args, kwargs)
 
 
 def _reject(
@@ -470,16 +457,19 @@ __all__ = [
     "MISTAKES",
     "RETRIES",
     "RUN",
+    "Entry",
     "LoopRejection",
     "Mistakes",
     "RepeatedCallError",
     "ToolLoopError",
-    "Watch",
     "arguments_of",
+    "arun_judged",
     "arun_mistake",
+    "check",
     "check_unknown",
-    "enter",
+    "kind_of",
     "loop_message",
+    "run_judged",
     "signature",
     "unknown_tool_called",
 ]

@@ -96,13 +96,13 @@ async def test_a_failure_in_our_timeout_bookkeeping_never_reaches_the_caller(mon
     import importlib
 
     deadline = importlib.import_module("otel_breaker.deadline")
-    steps = importlib.import_module("otel_breaker.call_steps")
+    loglines = importlib.import_module("otel_breaker.loglines")
 
     def broken(timeout):
         raise RuntimeError("bookkeeping bug")
 
     monkeypatch.setattr(deadline, "start", broken)
-    monkeypatch.setattr(steps, "_bookkeeping_warned", False)  # logged once per process: restore after
+    monkeypatch.setattr(loglines, "_bookkeeping_warned", False)  # logged once per process: restore after
     breaker = CircuitBreaker("tool", CircuitBreakerConfig(timeout=5.0))
     ran = []
 

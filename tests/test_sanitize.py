@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from otel_breaker import CircuitBreaker, CircuitBreakerConfig, ToolCall
-from otel_breaker.call_path import run as run_sync
+from otel_breaker.call_path import DIRECT
 from otel_breaker.guards import Guard
 from otel_breaker.registry import get_circuit_breaker
 from otel_breaker.sanitize import (
@@ -48,7 +48,7 @@ def test_every_field_of_a_rejection_is_sanitised_and_bounded():
     breaker = CircuitBreaker(HOSTILE, CircuitBreakerConfig(fallbacks=(HOSTILE + "2", "backup\x1b[31m")))
     breaker.force_open()
     for _ in range(2):  # built, then from the cache
-        result = run_sync(breaker, lambda: "ran", (), {}, call)
+        result = DIRECT.drive(breaker, lambda: "ran", (), {}, call)
         fields = _fields(result)
         assert set(fields) == {"tool", "agent_name", "session_id", "alternatives[0]", "alternatives[1]"}
         for value in fields.values():
@@ -64,7 +64,7 @@ def test_rejection_fields_with_telemetry_on_are_the_same(otel):
     call = ToolCall(HOSTILE, agent_name=HOSTILE, session_id=HOSTILE)
     breaker = CircuitBreaker(HOSTILE, CircuitBreakerConfig(fallbacks=("backup\x1b[31m",)))
     breaker.force_open()
-    result = run_sync(breaker, lambda: "ran", (), {}, call)
+    result = DIRECT.drive(breaker, lambda: "ran", (), {}, call)
     for value in _fields(result).values():
         _assert_clean(value, MAX_NAME_CHARS)
 

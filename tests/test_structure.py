@@ -61,6 +61,10 @@ FOREIGN_PRIVATES: dict[tuple[str, str], ForeignPrivate] = {
         "crewai 1.x (ToolUsage._check_tool_repeated_usage)",
         "CrewAI's own test for a repeated action, which it refuses without running the tool",
     ),
+    ("mcp_proxy/eras.py", "_stamp"): ForeignPrivate(
+        "mcp 2.x (ClientSession._stamp, the 2026-07-28 era)",
+        "the session's per-request envelope and headers for a request the proxy sends by its own route",
+    ),
     ("instrumentation/dspy.py", "_validate_and_parse_args"): ForeignPrivate(
         "dspy 3.4 (Tool._validate_and_parse_args)",
         "the argument check Tool runs before its body: a refusal is the model's mistake, not the tool's failure",

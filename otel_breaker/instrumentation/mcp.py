@@ -26,6 +26,7 @@ import time
 from typing import Any
 
 from otel_breaker import loops, runs
+from otel_breaker.call_path import NO_OUTPUT
 from otel_breaker.classify import is_excluded, is_transport_error
 from otel_breaker.instrumentation import mcp_results
 from otel_breaker.instrumentation.base import GuardedCall, active_call, active_call_var, same_logical_call
@@ -36,7 +37,9 @@ from otel_breaker.instrumentation.mcp_runs import call_run, listing_run
 from otel_breaker.instrumentation.patches import argument, context_patch, menu_patch, observe_patch, tool_patch
 from otel_breaker.instrumentation.spec import SpecAdapter
 from otel_breaker.menu import visible_tools
+from otel_breaker.telemetry import TELEMETRY
 from otel_breaker.toolcall import ToolCall
+from otel_breaker.verdicts import judge_raised, judge_returned
 
 logger = logging.getLogger("otel_breaker")
 
@@ -190,10 +193,6 @@ class MCPAdapter(MCPAnswers, SpecAdapter):
     def _observe(self, call: ToolCall, start_ns: int, result: Any, exc: BaseException | None) -> None:
         """Count a first call that turned out to be a real tool's through the call path's
         ``observe``, judged as the call path judges one (and so is its span)."""
-        from otel_breaker import call_steps  # loaded with the first call, not the import
-        from otel_breaker.call_path import NO_OUTPUT
-        from otel_breaker.telemetry import TELEMETRY
-
         end_ns = time.time_ns()
         try:
             with self._confirmed_lock:
@@ -206,9 +205,9 @@ class MCPAdapter(MCPAnswers, SpecAdapter):
             # Judged by the call path's own steps, before the upstream's share, which leaves a
             # transport failure neutral for the tool: its span still shows the failure, as on the call path.
             if exc is not None:
-                verdict, err = call_steps.raised(breaker, call, self, exc)
+                verdict, err = judge_raised(breaker, call, self, exc)
             else:
-                verdict, err, _ = call_steps.returned(breaker, call, self, result, 0.0, False)
+                verdict, err, _ = judge_returned(breaker, call, self, result, 0.0, False)
             self.guard.observe(call, verdict.outcome, NO_OUTPUT if exc is not None else result, exc, self)
             TELEMETRY.past_call(call, breaker, start_ns, end_ns, err, exc, None)
         except Exception:

@@ -73,29 +73,22 @@ class Refusals:
         return self.adapter.rejection(call, info)
 
 
-def _enter(adapter: Any, call: ToolCall, view: Refusals, args: tuple, kwargs: dict) -> tuple[Any, Any]:
-    breaker = adapter.guard.breaker_for(call)
-    if breaker is None:
-        return loops.RUN, None
-    return loops.enter(call, breaker, view, args, kwargs)
-
-
 def run_invalid(adapter: Any, call: ToolCall, view: Refusals, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
     """``fn(*args, **kwargs)``, a call the framework may refuse, through the loop guard only."""
-    answer, watch = _enter(adapter, call, view, args, kwargs)
-    if answer is not loops.RUN:
-        return answer
-    return (fn if watch is None else watch.wrap(fn))(*args, **kwargs)
+    breaker = adapter.guard.breaker_for(call)
+    if breaker is None:
+        return fn(*args, **kwargs)
+    return loops.run_judged(breaker, call, view, fn, args, kwargs)
 
 
 async def arun_invalid(
     adapter: Any, call: ToolCall, view: Refusals, fn: Callable[..., Any], args: tuple, kwargs: dict
 ) -> Any:
     """The awaited :func:`run_invalid`."""
-    answer, watch = _enter(adapter, call, view, args, kwargs)
-    if answer is not loops.RUN:
-        return answer
-    return await (fn if watch is None else watch.wrap(fn))(*args, **kwargs)
+    breaker = adapter.guard.breaker_for(call)
+    if breaker is None:
+        return await fn(*args, **kwargs)
+    return await loops.arun_judged(breaker, call, view, fn, args, kwargs)
 
 
 class _Named:
