@@ -116,7 +116,7 @@ def test_span_events_can_be_switched_off_while_log_events_stay(otel, logs, how):
         telemetry.configure(span_events=False)
     else:
         set_settings(load_settings({"OTEL_BREAKER_SPAN_EVENTS": "false"}))
-        telemetry.TELEMETRY._settings_read = False
+        telemetry.TELEMETRY.reread_settings()
     get_circuit_breaker("search", CircuitBreakerConfig(failure_threshold=1))
     with pytest.raises(Down):
         call(fn=fail)

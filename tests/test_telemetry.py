@@ -391,7 +391,7 @@ def test_without_any_sdk_calls_work_and_make_nothing(tmp_path):
         "@guard('t')\n"
         "def t(x): return x\n"
         "assert [t(i) for i in range(100)] == list(range(100))\n"
-        "assert telemetry.TELEMETRY._tracer is None and not telemetry.TELEMETRY._meter_ready\n"
+        "assert telemetry.TELEMETRY.providers.current_tracer is None and not telemetry.TELEMETRY.metrics.ready\n"
         "assert get_circuit_breaker('t').stats.success_count == 100\n"
         "print('ok')\n"
     )

@@ -31,6 +31,7 @@ from otel_breaker.telemetry.labels import breaker_labels
 
 if TYPE_CHECKING:
     from otel_breaker.breaker import CircuitBreaker, StateChange
+    from otel_breaker.telemetry.providers import Providers
 
 
 #: Severity of each log-based event: an opening is a warning (a tool is cut off),
@@ -78,29 +79,34 @@ def log_record(name: str, severity: tuple[SeverityNumber, str], attributes: dict
 
 
 class Events:
-    """The log-based events part of :class:`~otel_breaker.telemetry.Telemetry`."""
+    """The log-based events: each goes to the providers' event logger, when one exists.
 
-    span_events: bool
-    event_logger: Callable[[], Any]
-    _read_settings: Callable[[], None]
+    ``span_events`` says whether a state change or rejection inside a tool call's span
+    is also a span event (the tool span reads it for rejections); ``read_settings`` is
+    called before a state change is told, so it is the settings' when nothing configured it."""
+
+    def __init__(self, providers: Providers, read_settings: Callable[[], None]) -> None:
+        self._providers = providers
+        self._read_settings = read_settings
+        #: Span events next to the log-based events (``OTEL_BREAKER_SPAN_EVENTS``).
+        self.span_events = True
 
     def event(self, name: str, attributes: dict[str, Any], warning: bool = False) -> None:
         """A log-based event of a module above this one (the loop guard), with the
         active span's trace context."""
-        self._emit_event(name, (SeverityNumber.WARN, "WARN") if warning else REJECTED_SEVERITY, attributes, None)
+        self.emit(name, (SeverityNumber.WARN, "WARN") if warning else REJECTED_SEVERITY, attributes)
 
-    def _emit_event(
-        self, name: str, severity: tuple[SeverityNumber, str], attributes: dict[str, Any], context: Any
-    ) -> None:
+    def emit(self, name: str, severity: tuple[SeverityNumber, str], attributes: dict[str, Any]) -> None:
+        """One log-based event, correlated with the current span; never raises."""
         try:
-            event_logger = self.event_logger()
+            event_logger = self._providers.event_logger()
             if event_logger is None:
                 return
-            event_logger.emit(log_record(name, severity, attributes, context))
+            event_logger.emit(log_record(name, severity, attributes, None))
         except Exception:  # telemetry never fails a call or a transition
             logger.debug("otel-breaker: emitting %s failed", name, exc_info=True)
 
-    def _announce_transition(self, change: StateChange) -> None:
+    def announce_transition(self, change: StateChange) -> None:
         """The state change as a log-based event (and a span event inside a tool call's span)."""
         event = {
             ATTR_FROM_STATE: change.from_state.value,
@@ -116,7 +122,7 @@ class Events:
         # a state read, a health check, a manual open, a change another worker made):
         # inside a tool call's span the event carries its trace context.
         severity = TRANSITION_SEVERITY[change.to_state]
-        self._emit_event(EVENT_STATE_CHANGE, severity, {**breaker_labels(change.breaker), **event}, None)
+        self.emit(EVENT_STATE_CHANGE, severity, {**breaker_labels(change.breaker), **event})
 
     def followed(self, breaker: CircuitBreaker, from_state: State, to_state: State) -> None:
         """A breaker followed a change another process made in a shared store (that
@@ -129,4 +135,4 @@ class Events:
             ATTR_TO_STATE: to_state.value,
             ATTR_REASON: REASON_SHARED_STORE,
         }
-        self._emit_event(EVENT_STATE_CHANGE, TRANSITION_SEVERITY[to_state], {**breaker_labels(breaker), **event}, None)
+        self.emit(EVENT_STATE_CHANGE, TRANSITION_SEVERITY[to_state], {**breaker_labels(breaker), **event})

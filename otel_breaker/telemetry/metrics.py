@@ -38,10 +38,11 @@ from otel_breaker.semconv import (
 )
 from otel_breaker.telemetry.labels import breaker_labels, key_labels
 from otel_breaker.telemetry.providers import RECORDING, __version__
+from otel_breaker.tokens import TokenEstimator
 
 if TYPE_CHECKING:
     from otel_breaker.breaker import StateChange
-    from otel_breaker.tokens import TokenEstimator
+    from otel_breaker.telemetry.providers import Providers
     from otel_breaker.toolcall import ToolCall
 
 
@@ -87,39 +88,79 @@ def _within_cardinality(name: str, callback: Any) -> Any:
 
 
 class Metrics:
-    """The metrics part of :class:`~otel_breaker.telemetry.Telemetry`."""
+    """The metrics: every count, the instruments that export them, and the duration.
 
-    _lock: threading.Lock
-    _meter_provider: Any
-    _meter_ready: bool
-    _duration: Any
-    _registry: BreakerRegistry | None
-    duration_metric: bool
-    estimator: TokenEstimator
-    _transitions: dict[tuple[str, str | None, str, str, str | None, str | None], int]
-    _last_state: dict[tuple[str, str | None, str | None, str | None], State]
-    _neutral: dict[tuple[str, str | None, str | None, str | None, str, str], int]
-    _retries: dict[tuple[str, str | None, str | None, str | None, str], int]
-    meter_provider: Callable[[Any], Any]
-    _read_settings: Callable[[], None]
+    The instruments are made on first use (:meth:`ensure_meter`) from the meter provider
+    ``providers`` has then; ``read_settings`` is called before, so ``duration_metric``
+    and the estimator's prices are the settings' ones when nothing configured them."""
+
+    def __init__(self, providers: Providers, read_settings: Callable[[], None]) -> None:
+        self._providers = providers
+        self._read_settings = read_settings
+        # Guards the counts below and the making of the instruments.
+        self._lock = threading.Lock()
+        #: Whether the instruments are made (read on every call: a plain attribute).
+        self.ready = False
+        #: The duration histogram once made (and ``duration_metric`` on), else None.
+        self.duration: Any = None
+        #: Whether ``gen_ai.execute_tool.duration`` is recorded (``OTEL_BREAKER_DURATION_METRIC``).
+        self.duration_metric = True
+        self.estimator = TokenEstimator()
+        self._registry: BreakerRegistry | None = None
+        self._transitions: dict[tuple[str, str | None, str, str, str | None, str | None], int] = {}
+        #: (tool, agent, source, origin) -> the state its breaker last entered (the gauge of a pruned one).
+        self._last_state: dict[tuple[str, str | None, str | None, str | None], State] = {}
+        #: (tool, agent, source, origin, reason, rule) -> calls that ended neutral that way.
+        self._neutral: dict[tuple[str, str | None, str | None, str | None, str, str], int] = {}
+        #: (tool, agent, source, origin, outcome) -> retries made below the model (or refused by the budget).
+        self._retries: dict[tuple[str, str | None, str | None, str | None, str], int] = {}
+
+    def after_fork_in_child(self) -> None:
+        """A lock another thread held at a fork stays held in the child: replace it."""
+        self._lock = threading.Lock()
 
     @property
     def registry(self) -> BreakerRegistry:
+        """The registry whose pruned breakers' counts are exported (default: the default one)."""
         return self._registry if self._registry is not None else default_registry()
 
-    def _ensure_meter(self) -> bool:
-        if self._meter_ready:
+    def use_registry(self, registry: BreakerRegistry | None) -> None:
+        """Export the pruned breakers' counts of ``registry`` (None: the default registry's)."""
+        self._registry = registry
+
+    def forget_instruments(self) -> None:
+        """Make the instruments again at next use (another meter provider, or duration option)."""
+        with self._lock:
+            self.ready = False
+            self.duration = None
+
+    def forget_counts(self) -> None:
+        """A clean slate: transition, neutral and retry counts and token savings forgotten,
+        the default registry's counts exported again, and no breaker made so far exported."""
+        with self._lock:
+            self._transitions.clear()
+            self._last_state.clear()
+            self._neutral.clear()
+            self._retries.clear()
+            self.estimator = TokenEstimator(self.estimator.tokens_per_call)
+            self._registry = None
+        for breaker in all_breakers():
+            breaker.retired = True
+
+    def ensure_meter(self) -> bool:
+        """Make the instruments once a meter provider exists; whether they are made."""
+        if self.ready:
             return True
-        provider = self.meter_provider(self._meter_provider)
+        provider = self._providers.meter_provider_in_use()
         if provider is None:
             return False
         with self._lock:
-            if self._meter_ready:
+            if self.ready:
                 return True
             self._read_settings()
             meter = provider.get_meter(semconv.SCOPE_NAME, __version__, schema_url=semconv.SCHEMA_URL)
             self._create_instruments(meter)
-            self._meter_ready = True
+            self.ready = True
         return True
 
     def _create_instruments(self, meter: Any) -> None:
@@ -148,14 +189,14 @@ class Metrics:
                 description=instrument.description,
             )
         if self.duration_metric:
-            self._duration = meter.create_histogram(
+            self.duration = meter.create_histogram(
                 semconv.DURATION.name,
                 unit=semconv.DURATION.unit,
                 description=semconv.DURATION.description,
                 explicit_bucket_boundaries_advisory=list(DURATION_BUCKETS),
             )
 
-    def _record_duration(
+    def record_duration(
         self, duration: Any, call: ToolCall, breaker: CircuitBreaker, elapsed: float, err: str | None
     ) -> None:
         """One point of ``gen_ai.execute_tool.duration`` for a call that ran."""
@@ -178,7 +219,8 @@ class Metrics:
         except Exception:
             logger.debug("otel-breaker: duration record failed", exc_info=True)
 
-    def _count_transition(self, change: StateChange) -> None:
+    def count_transition(self, change: StateChange) -> None:
+        """One transition of a breaker, and the state it entered (its gauge once pruned)."""
         breaker = change.breaker
         key = (
             breaker.name,
@@ -208,6 +250,7 @@ class Metrics:
         return totals
 
     def transitions(self) -> dict[tuple[str, str | None, str, str, str | None, str | None], int]:
+        """(tool, agent, from state, to state, source, origin) -> transitions so far."""
         with self._lock:
             return dict(self._transitions)
 

@@ -28,23 +28,38 @@ except ImportError:  # pragma: no cover
     __version__ = "0.0.0"
 
 
+# -- OpenTelemetry's private internals: the only ones this package reads ---------------------
+#
+# Both functions below, and nothing else in otel-breaker, read names the OpenTelemetry API
+# keeps private. Each stands in for a public call that exists but cannot serve:
+#
+# * ``opentelemetry.trace._TRACER_PROVIDER``, ``opentelemetry.metrics._internal._METER_PROVIDER``
+#   and ``opentelemetry._logs._internal._LOGGER_PROVIDER`` (the ``_internal`` modules are where
+#   the metrics and logs APIs keep theirs): the global provider slots. "Has an SDK set a
+#   provider?" is asked on every tool call, and the public ``get_*_provider()`` answers with
+#   a proxy after reading the environment, far too slow there; a slot is a dict lookup.
+# * ``opentelemetry.context._SUPPRESS_INSTRUMENTATION_KEY``: the context key that suppresses
+#   instrumentation, read only where opentelemetry-instrumentation (whose public
+#   ``is_instrumentation_enabled`` reads the same key) is not installed.
+#
+# ``tests/test_log_events.py`` checks that the slots still exist and fill, so a renamed one
+# fails a test rather than leaving telemetry quiet.
+
+
 def global_provider_slots() -> tuple[Mapping[str, Any], Mapping[str, Any], Mapping[str, Any]]:
     """The OpenTelemetry API's global tracer, meter and logger provider slots.
 
-    The one place that reads private OpenTelemetry state. The API has no public
-    "has a provider been set?" test that costs nothing: ``get_tracer_provider()``
-    answers with a proxy and reads the environment on every call, too slow for a
-    check made on every tool call. The slots are module globals that stay None
-    until an SDK sets a provider (set once, never unset), so a dict lookup
-    answers. Should a future API rename them, each falls back to "always
-    observe", and ``tests/test_telemetry.py`` fails loudly.
+    The slots are module globals that stay None until an SDK sets a provider (set
+    once, never unset), so a lookup in the module's namespace answers. Should a
+    future API rename them, each falls back to "always observe".
     """
     from opentelemetry._logs import _internal as logs_internal
+    from opentelemetry.metrics import _internal as metrics_internal
 
     found = []
     for module, slot in (
         (trace_api, "_TRACER_PROVIDER"),
-        (metrics_api._internal, "_METER_PROVIDER"),
+        (metrics_internal, "_METER_PROVIDER"),
         (logs_internal, "_LOGGER_PROVIDER"),
     ):
         names = vars(module)
@@ -66,30 +81,65 @@ def suppression_check() -> Callable[[], bool]:
     try:
         from opentelemetry.instrumentation.utils import is_instrumentation_enabled
     except ImportError:  # the API alone: only the API's own key can suppress
-        key = context_api._SUPPRESS_INSTRUMENTATION_KEY
+        from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY
 
         def is_instrumentation_enabled() -> bool:
-            return not context_api.get_value(key)
+            return not context_api.get_value(_SUPPRESS_INSTRUMENTATION_KEY)
 
     return is_instrumentation_enabled
 
 
-class Providers:
-    """The providers part of :class:`~otel_breaker.telemetry.Telemetry`: its
-    explicit providers, and the tracer and event logger made from them (or from
-    the global ones)."""
+# -- the providers ----------------------------------------------------------------------------
 
-    _tracer_provider: Any
-    _tracer: Any
-    _logger_provider: Any
-    _event_logger: Any
-    _explicit: dict[str, Any]
-    _instrumentation_enabled: Callable[[], bool]
-    _read_settings: Callable[[], None]
+
+class Providers:
+    """The explicit tracer, meter and logger providers (None: the global one), and the
+    tracer and event logger made from them.
+
+    ``read_settings`` is called before the first tracer is made, so the options the
+    settings give are in place before any span."""
+
+    def __init__(self, read_settings: Callable[[], None]) -> None:
+        self._read_settings = read_settings
+        #: The explicit providers; None where the global one is used.
+        self.tracer_provider: Any = None
+        self.meter_provider: Any = None
+        self.logger_provider: Any = None
+        #: The tracer once made (by :meth:`tracer`), else None: read on every call.
+        self.current_tracer: Any = None
+        self._event_logger: Any = None
+        # ``explicit`` lives in a slot the call path reads on every call (see watch_slots).
+        self._explicit: dict[str, Any] = {"explicit": None}
+        #: Whether instrumentation is not suppressed in the current context; the first
+        #: call replaces itself with the real check (imported then, see suppression_check).
+        self.instrumentation_enabled: Callable[[], bool] = self._first_instrumentation_check
 
     def _first_instrumentation_check(self) -> bool:
-        self._instrumentation_enabled = suppression_check()
-        return self._instrumentation_enabled()
+        self.instrumentation_enabled = suppression_check()
+        return self.instrumentation_enabled()
+
+    def use(self, tracer_provider: Any = None, meter_provider: Any = None, logger_provider: Any = None) -> None:
+        """Use each provider given instead of the global one (None: leave it as it is)."""
+        if tracer_provider is not None:
+            self.tracer_provider = tracer_provider
+            self.current_tracer = None
+            self.explicit = True
+        if meter_provider is not None:
+            self.meter_provider = meter_provider
+            self.explicit = True
+        if logger_provider is not None:
+            self.logger_provider = logger_provider
+            self._event_logger = None
+            self.explicit = True
+
+    def forget(self) -> None:
+        """Back to the global providers."""
+        self.tracer_provider = None
+        self.current_tracer = None
+        self.meter_provider = None
+        self.logger_provider = None
+        self._event_logger = None
+        self.explicit = False
 
     @property
     def explicit(self) -> bool:
@@ -116,42 +166,45 @@ class Providers:
 
     def tracer(self) -> Any:
         """The tracer, or None while no tracer provider is configured anywhere."""
-        tracer = self._tracer
+        tracer = self.current_tracer
         if tracer is not None:
             return tracer
-        provider = self._tracer_provider
+        provider = self.tracer_provider
         if provider is None:
             if TRACE_GLOBALS.get("_TRACER_PROVIDER", True) is None:
                 return None
             provider = trace_api.get_tracer_provider()
         self._read_settings()
-        self._tracer = provider.get_tracer(semconv.SCOPE_NAME, __version__, schema_url=semconv.SCHEMA_URL)
-        return self._tracer
+        self.current_tracer = provider.get_tracer(semconv.SCOPE_NAME, __version__, schema_url=semconv.SCHEMA_URL)
+        return self.current_tracer
 
-    def meter_provider(self, explicit: Any) -> Any:
-        """``explicit``, else the global meter provider, or None while none is set."""
-        if explicit is not None:
-            return explicit
+    def meter_provider_in_use(self) -> Any:
+        """The explicit meter provider, else the global one, or None while none is set."""
+        if self.meter_provider is not None:
+            return self.meter_provider
         if METRICS_GLOBALS.get("_METER_PROVIDER", True) is None:
             return None
         return metrics_api.get_meter_provider()
 
     def logs_on(self) -> bool:
         """Whether log-based events have somewhere to go (cheap: two lookups)."""
-        return self._logger_provider is not None or LOGS_GLOBALS.get("_LOGGER_PROVIDER") is not None
+        return self.logger_provider is not None or LOGS_GLOBALS.get("_LOGGER_PROVIDER") is not None
 
     def event_logger(self) -> Any:
         """The logger log-based events go to, or None while no logger provider exists."""
         logger_ = self._event_logger
         if logger_ is not None:
             return logger_
-        provider = self._logger_provider
+        provider = self.logger_provider
         if provider is None:
             if LOGS_GLOBALS.get("_LOGGER_PROVIDER", True) is None:
                 return None
             provider = logs_api.get_logger_provider()
         self._event_logger = provider.get_logger(semconv.SCOPE_NAME, __version__, schema_url=semconv.SCHEMA_URL)
         return self._event_logger
+
+
+# -- the recording lock -----------------------------------------------------------------------
 
 
 class _Recording:

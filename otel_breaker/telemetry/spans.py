@@ -9,7 +9,6 @@ breaker and shape of call.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from opentelemetry import context as context_api
@@ -52,6 +51,9 @@ from otel_breaker.telemetry.providers import RECORDING, TRACE_GLOBALS
 
 if TYPE_CHECKING:
     from otel_breaker.rejection import Rejection
+    from otel_breaker.telemetry.events import Events
+    from otel_breaker.telemetry.metrics import Metrics
+    from otel_breaker.telemetry.providers import Providers
     from otel_breaker.toolcall import ToolCall
 
 
@@ -139,20 +141,15 @@ def _admitted_state(permit: Any) -> str:
 
 
 class Spans:
-    """The per-call hooks of :class:`~otel_breaker.telemetry.Telemetry` the call path calls."""
+    """The per-call hooks the call path calls: each call's tool span, its duration point
+    (through ``metrics``) and its events (through ``events``)."""
 
-    _meter_ready: bool
-    _duration: Any
-    _tracer: Any
-    _tracer_provider: Any
-    capture_content: bool
-    span_events: bool
-    _instrumentation_enabled: Callable[[], bool]
-    _ensure_meter: Callable[[], bool]
-    tracer: Callable[[], Any]
-    _record_duration: Callable[..., None]
-    _emit_event: Callable[..., None]
-    count_retry: Callable[[CircuitBreaker, str], None]
+    def __init__(self, providers: Providers, events: Events, metrics: Metrics) -> None:
+        self._providers = providers
+        self._events = events
+        self._metrics = metrics
+        #: Tool arguments and exception text on spans (``OTEL_BREAKER_CAPTURE_CONTENT``).
+        self.capture_content = False
 
     def start(
         self,
@@ -167,17 +164,19 @@ class Spans:
         ``start_time`` (ns since the epoch) is for a call whose span is made after it ran;
         ``extra``: more attributes (the tool's side-effect class, a retry's number);
         ``linked``: another call's span handle to link to (a retry's first attempt)."""
-        if not self._meter_ready:
-            self._ensure_meter()
-        tracer = self._tracer
+        metrics = self._metrics
+        if not metrics.ready:
+            metrics.ensure_meter()
+        providers = self._providers
+        tracer = providers.current_tracer
         if tracer is None:
-            if self._tracer_provider is None and TRACE_GLOBALS.get("_TRACER_PROVIDER", True) is None:
+            if providers.tracer_provider is None and TRACE_GLOBALS.get("_TRACER_PROVIDER", True) is None:
                 return None  # metrics only: no tracer anywhere
-            tracer = self.tracer()
+            tracer = providers.tracer()
         # The span's parent, and the context it is made current in: read once. An empty
         # context holds no suppression key, so only a non-empty one is asked about.
         parent = context_api.get_current()
-        if parent and not self._instrumentation_enabled():
+        if parent and not providers.instrumentation_enabled():
             return None
         # The state before admission is nearly always the admitted one: set it now, in
         # one go with the rest, and correct it in finish() in the rare other case.
@@ -213,6 +212,7 @@ class Spans:
         return (span, token, state)
 
     def detach(self, handle: Any) -> None:
+        """Leave the context ``start`` made the span current in (the call has returned)."""
         if handle[1] is None:  # the framework's own span: its context is the framework's to leave
             return
         try:
@@ -235,9 +235,9 @@ class Spans:
         """Record the duration and end the span of a call that ran. ``verdict`` (a
         :class:`~otel_breaker.classify.Verdict`) of a call that did not succeed puts its
         outcome, reason and rule on the span."""
-        duration = self._duration
+        duration = self._metrics.duration
         if duration is not None:
-            self._record_duration(duration, call, breaker, elapsed, err)
+            self._metrics.record_duration(duration, call, breaker, elapsed, err)
         if handle is None:
             return
         span = handle[0]
@@ -311,7 +311,7 @@ class Spans:
         retry_after = -1.0 if info.retry_after is None else info.retry_after
         event = {ATTR_STATE: info.state.value, ATTR_RETRY_AFTER: retry_after}
         if handle is None:
-            self._emit_event(EVENT_REJECTED, REJECTED_SEVERITY, {**call_labels(call), **event}, None)
+            self._events.emit(EVENT_REJECTED, REJECTED_SEVERITY, {**call_labels(call), **event})
             return
         span = handle[0]
         try:
@@ -319,11 +319,11 @@ class Spans:
                 span.set_attributes(
                     {ATTR_STATE: info.state.value, ATTR_REJECTED: True, ATTR_ERROR_TYPE: ERROR_CIRCUIT_OPEN}
                 )
-                if self.span_events:
+                if self._events.span_events:
                     span.add_event(EVENT_REJECTED, event)
                 span.set_status(Status(StatusCode.ERROR, "circuit open"))
             # The span is still current: the event carries its trace and span ids.
-            self._emit_event(EVENT_REJECTED, REJECTED_SEVERITY, {**call_labels(call), **event}, None)
+            self._events.emit(EVENT_REJECTED, REJECTED_SEVERITY, {**call_labels(call), **event})
         finally:
             if handle[1] is not None:  # the framework ends its own span
                 with RECORDING.lock:
@@ -337,12 +337,11 @@ class Spans:
     def retry_budget_exhausted(self, call: ToolCall, breaker: CircuitBreaker) -> None:
         """A transient failure was not retried: the retry budget of ``breaker`` is spent.
         One log-based event (correlated with the current span), and the count."""
-        self.count_retry(breaker, "budget_exhausted")
-        self._emit_event(
+        self._metrics.count_retry(breaker, "budget_exhausted")
+        self._events.emit(
             EVENT_RETRY_BUDGET_EXHAUSTED,
             (SeverityNumber.WARN, "WARN"),
             {**key_labels(breaker.name, breaker.agent_name, breaker.source, breaker.origin), **call_labels(call)},
-            None,
         )
 
     def escalated(self, handle: Any, call: ToolCall, breaker: CircuitBreaker) -> None:
