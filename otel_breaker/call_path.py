@@ -29,7 +29,7 @@ from otel_breaker import retry_policy as _retry_policy
 from otel_breaker import upstream as _upstream
 from otel_breaker import upstream_gate as _upstream_gate
 from otel_breaker.breaker import REJECTED, SHADOW, CircuitBreaker, CircuitBreakerConfig, State
-from otel_breaker.call_steps import ADMIT, CALL, SETTLE, Raised, ToolTimeoutError, reject, settle, steps
+from otel_breaker.call_steps import ADMIT, CALL, SETTLE, Raised, ToolTimeoutError, admit, reject, settle, steps
 from otel_breaker.classify import FAILURE, IGNORED, SUCCESS, UPSTREAM_MARK
 from otel_breaker.latency import LATENCY
 from otel_breaker.loglines import bookkeeping_failed
@@ -66,14 +66,6 @@ def quiet() -> bool:
         return False
 
 
-def _admit(breaker: CircuitBreaker) -> Any:
-    try:
-        return breaker.try_acquire()
-    except Exception:
-        bookkeeping_failed("acquiring a permit")
-        return None
-
-
 async def _aadmit(breaker: CircuitBreaker) -> Any:
     try:
         return await breaker.atry_acquire()
@@ -89,13 +81,6 @@ async def _asettle(breaker: CircuitBreaker, permit: Any, outcome: int) -> None:
         await breaker.aon_outcome(permit, outcome)
     except Exception:
         bookkeeping_failed("recording an outcome")
-
-
-def _value(sequence_result: Any) -> Any:
-    """What a finished sequence returned: the call's value, or raise what it says."""
-    if sequence_result.__class__ is Raised:
-        raise sequence_result.exc
-    return sequence_result
 
 
 async def _await_within(awaitable: Any, timeout: float, tool: str) -> Any:
@@ -139,11 +124,8 @@ class CallPath:
     ``breaker.call``, decorators, ``@guard``'s kept breaker, fallback routing)."""
 
     def __init__(self, registry: BreakerRegistry | None = None) -> None:
-        self._registry = registry
-
-    @property
-    def registry(self) -> BreakerRegistry:
-        return self._registry if self._registry is not None else default_registry()
+        #: The registry whose breakers the calls go through (the process's by default).
+        self.registry = registry if registry is not None else default_registry()
 
     def breaker_for(self, call: ToolCall, config: CircuitBreakerConfig | None = None) -> CircuitBreaker | None:
         """The tool's breaker, or None when finding it failed (the call then runs unguarded)."""
@@ -152,6 +134,23 @@ class CallPath:
         except Exception:
             bookkeeping_failed("finding a breaker")
             return None
+
+    def find(
+        self, call: ToolCall, config: CircuitBreakerConfig | None = None
+    ) -> tuple[CircuitBreaker | None, CircuitBreaker | None]:
+        """(the tool's breaker, the upstream breaker it runs behind), with one look at the
+        registry and its settings. (None, None) when finding the breaker failed: the call
+        then runs unguarded."""
+        registry = self.registry
+        try:
+            settings = registry.settings
+            breaker = registry.breaker_for(call, config, settings)
+        except Exception:
+            bookkeeping_failed("finding a breaker")
+            return None, None
+        if call.source is None and not settings.upstreams:
+            return breaker, None  # the common case: not an MCP tool, no upstream configured
+        return breaker, _upstream.breaker_for_call(registry, call)
 
     def upstream_for(self, call: ToolCall) -> CircuitBreaker | None:
         """The upstream breaker the tool runs behind, or None. Looked up only for a tool
@@ -189,10 +188,10 @@ class CallPath:
         """Run ``fn(*args, **kwargs)`` as tool call ``call`` (``config`` for a breaker created now)."""
         if kwargs is None:
             kwargs = {}
-        breaker = self.breaker_for(call, config)
+        breaker, upstream = self.find(call, config)
         if breaker is None:
             return fn(*args, **kwargs)
-        return self.drive(breaker, fn, args, kwargs, call, adapter, self.upstream_for(call))
+        return self.drive(breaker, fn, args, kwargs, call, adapter, upstream)
 
     async def arun(
         self,
@@ -206,11 +205,11 @@ class CallPath:
         """Run ``fn(*args, **kwargs)`` (awaited when it returns an awaitable) as tool call ``call``."""
         if kwargs is None:
             kwargs = {}
-        breaker = self.breaker_for(call, config)
+        breaker, upstream = self.find(call, config)
         if breaker is None:
             result = fn(*args, **kwargs)
             return await result if inspect.isawaitable(result) else result
-        return await self.adrive(breaker, fn, args, kwargs, call, adapter, self.upstream_for(call))
+        return await self.adrive(breaker, fn, args, kwargs, call, adapter, upstream)
 
     # -- the drivers -----------------------------------------------------------------------
 
@@ -227,21 +226,36 @@ class CallPath:
         """Run ``fn(*args, **kwargs)`` through ``breaker`` (and ``upstream``) with plain calls.
         Sync calls are never interrupted: one that runs past ``timeout`` counts as a
         failure when it returns."""
+        # Whether anybody watches, read inline: it is read on every call.
+        try:
+            unwatched = (
+                _explicit_slot[_explicit_key] is None
+                and _tracer_slot[_tracer_key] is None
+                and _meter_slot[_meter_key] is None
+                and _logger_slot[_logger_key] is None
+            )
+        except KeyError:  # a slot whose name was deleted: somebody may watch
+            unwatched = False
         if (
             adapter is None
             and upstream is None
             and breaker.plain
             and RUN_VARIABLE.get() is None
+            and unwatched
             and not LATENCY.enabled
-            and quiet()
         ):
             # The short form: nothing to do before the admission, nothing to read of a success.
-            permit = _admit(breaker)
+            try:  # admit(breaker), written out: the short form is the cheapest call there is
+                permit = breaker.try_acquire()
+            except Exception:
+                bookkeeping_failed("acquiring a permit")
+                permit = None
             if permit == REJECTED:
                 run_anyway, value = reject(breaker, call, None, None, False)
                 if not run_anyway:
                     return value
-                return self._carry_out(steps(breaker, call, None, None, False, args, kwargs, SHADOW), fn, args, kwargs)
+                shadow = steps(breaker, call, None, None, False, args, kwargs, SHADOW)
+                return self._carry_out(shadow, fn, args, kwargs)
             try:
                 result = fn(*args, **kwargs)
             except BaseException as exc:
@@ -253,7 +267,7 @@ class CallPath:
                 except Exception:
                     bookkeeping_failed("recording an outcome")
             return result
-        sequence = steps(breaker, call, adapter, upstream, not quiet(), args, kwargs)
+        sequence = steps(breaker, call, adapter, upstream, not unwatched, args, kwargs)
         return self._carry_out(sequence, fn, args, kwargs)
 
     def _carry_out(
@@ -277,7 +291,7 @@ class CallPath:
                     else:
                         effect = sequence.send(result)
                 elif kind == ADMIT:
-                    effect = sequence.send(_admit(effect[1]))
+                    effect = sequence.send(admit(effect[1]))
                 elif kind == SETTLE:
                     settle(effect[1], effect[2], effect[3])
                     effect = next(sequence)
@@ -285,7 +299,10 @@ class CallPath:
                     _retry_policy.TIMING.sleep(effect[1])
                     effect = next(sequence)
         except StopIteration as done:
-            return _value(done.value)
+            value = done.value
+        if value.__class__ is Raised:
+            raise value.exc
+        return value
 
     async def adrive(
         self,
@@ -300,16 +317,29 @@ class CallPath:
         """:meth:`drive`'s steps, awaiting the call (a coroutine function or a plain one), a
         store's asyncio client and ``timeout``, at which a coroutine is cancelled and
         counted as a failure."""
+        try:
+            unwatched = (
+                _explicit_slot[_explicit_key] is None
+                and _tracer_slot[_tracer_key] is None
+                and _meter_slot[_meter_key] is None
+                and _logger_slot[_logger_key] is None
+            )
+        except KeyError:
+            unwatched = False
         if (
             adapter is None
             and upstream is None
             and breaker.plain
-            and not breaker.awaits_store
             and RUN_VARIABLE.get() is None
+            and unwatched
             and not LATENCY.enabled
-            and quiet()
+            and not breaker.awaits_store
         ):
-            permit = _admit(breaker)
+            try:  # admit(breaker), written out: the short form is the cheapest call there is
+                permit = breaker.try_acquire()
+            except Exception:
+                bookkeeping_failed("acquiring a permit")
+                permit = None
             if permit == REJECTED:
                 run_anyway, value = reject(breaker, call, None, None, False)
                 if not run_anyway:
@@ -329,7 +359,7 @@ class CallPath:
                 except Exception:
                     bookkeeping_failed("recording an outcome")
             return result
-        sequence = steps(breaker, call, adapter, upstream, not quiet(), args, kwargs)
+        sequence = steps(breaker, call, adapter, upstream, not unwatched, args, kwargs)
         return await self._acarry_out(sequence, fn, args, kwargs)
 
     async def _acarry_out(
@@ -366,7 +396,10 @@ class CallPath:
                     await _retry_policy.TIMING.asleep(effect[1])
                     effect = next(sequence)
         except StopIteration as done:
-            return _value(done.value)
+            value = done.value
+        if value.__class__ is Raised:
+            raise value.exc
+        return value
 
     def decorate(self, breaker: CircuitBreaker, fn: Callable[..., Any]) -> Callable[..., Any]:
         """``fn`` behind ``breaker`` (``@breaker``, ``@guard(clock=...)``): sync or async."""

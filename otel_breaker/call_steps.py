@@ -28,9 +28,10 @@ from otel_breaker import retry_policy as _retry_policy
 from otel_breaker import upstream_gate as _upstream_gate
 from otel_breaker.breaker import REJECTED, SHADOW, CircuitBreaker, State
 from otel_breaker.classify import FAILURE, IGNORED, OUTCOME_NAMES, SUCCESS, UPSTREAM, Verdict, result_text
+from otel_breaker.effects import effects_of
 from otel_breaker.latency import LATENCY
 from otel_breaker.loglines import bookkeeping_failed
-from otel_breaker.runs import current_run
+from otel_breaker.runs import RUN_VARIABLE, current_run
 from otel_breaker.sanitize import bounded, exception_message, safe_name, sanitize
 from otel_breaker.semconv import ATTR_EFFECTS, ATTR_OUTCOME_UNKNOWN, ATTR_RETRY_ATTEMPT
 from otel_breaker.telemetry import TELEMETRY
@@ -44,12 +45,13 @@ from otel_breaker.verdicts import (  # noqa: F401 - importable from here (adapte
     judge_returned,
 )
 
-#: What :func:`steps` asks of a driver: ``(ADMIT, breaker)`` -> send the permit
-#: (None when admission failed); ``(SETTLE, breaker, permit, outcome)`` -> send None;
-#: ``(CALL, timeout, tool)`` -> send the result, or :class:`Raised` holding what the call
-#: raised (an async driver cancels an awaitable at ``timeout`` with
-#: :class:`ToolTimeoutError`). What a call raised is sent, never thrown in: a tool may
-#: raise ``GeneratorExit`` or ``StopIteration``, which a generator cannot take.
+#: What :func:`steps` asks of a driver: ``(CALL, timeout, tool)`` -> send the result, or
+#: :class:`Raised` holding what the call raised (an async driver cancels an awaitable at
+#: ``timeout`` with :class:`ToolTimeoutError`). What a call raised is sent, never thrown
+#: in: a tool may raise ``GeneratorExit`` or ``StopIteration``, which a generator cannot
+#: take. For a breaker whose store the async driver awaits (``awaits_store``) also
+#: ``(ADMIT, breaker)`` -> send the permit (None when admission failed) and
+#: ``(SETTLE, breaker, permit, outcome)`` -> send None; any other breaker is asked here.
 ADMIT = 0
 SETTLE = 1
 CALL = 2
@@ -187,53 +189,39 @@ def retry_hint(breaker: CircuitBreaker, outcome: int, exc: BaseException) -> Non
         bookkeeping_failed("reading a retry hint")
 
 
+def admit(breaker: CircuitBreaker) -> Any:
+    """Ask ``breaker`` to admit a call (sync); None when our bookkeeping failed (the call
+    then runs unguarded, and nothing is settled for it)."""
+    try:
+        return breaker.try_acquire()
+    except Exception:
+        bookkeeping_failed("acquiring a permit")
+        return None
+
+
 def settle(breaker: CircuitBreaker, permit: Any, outcome: int) -> None:
     """Report an outcome to ``breaker`` (sync); a failure of ours is logged."""
     if permit is None:
         return
     try:
-        breaker.on_outcome(permit, outcome)
+        if outcome == SUCCESS:
+            breaker.on_success(permit)
+        else:
+            breaker.on_outcome(permit, outcome)
     except Exception:
         bookkeeping_failed("recording an outcome")
 
 
-def _start(breaker: CircuitBreaker, call: ToolCall | None, first: Any = None, number: int = 1) -> tuple[ToolCall, Any]:
-    """Start telemetry for a call while anything watches: (call, span handle or None).
-    The span carries the tool's side-effect class; a retry's (``first``: the logical
-    call's first attempt) its number and a link to the first attempt's span."""
-    if call is None:
-        call = default_call(breaker)
-    try:
-        extra: dict[str, Any] = {ATTR_EFFECTS: _retry_policy.tool_effects(breaker, call)}
-        if first is None:
-            return call, TELEMETRY.start(call, breaker, extra=extra)
-        extra[ATTR_RETRY_ATTEMPT] = number
-        return call, TELEMETRY.start(call, breaker, extra=extra, linked=first.span)
-    except Exception:
-        bookkeeping_failed("starting a span")
-        return call, None
-
-
-def _end(
-    breaker: CircuitBreaker,
-    call: ToolCall,
-    span: Any,
-    elapsed: float,
-    err: str | None,
-    exc: BaseException | None,
-    permit: Any,
-    verdict: Verdict,
-) -> None:
-    try:
-        TELEMETRY.finish(span, call, breaker, elapsed, err, exc, permit, verdict=verdict)
-    except Exception:
-        bookkeeping_failed("ending a span")
+def _settle(breaker: CircuitBreaker, permit: Any, outcome: int) -> Generator[Effect, Any, None]:
+    """Settle an outcome: here, or by the driver for a store the async driver awaits."""
+    if breaker.awaits_store:
+        yield (SETTLE, breaker, permit, outcome)
+    else:
+        settle(breaker, permit, outcome)
 
 
 def _slow(breaker: CircuitBreaker, elapsed: float) -> None:
     """The slow-call rule (``slow_call_seconds``), when configured: off by default."""
-    if breaker.config.slow_call_seconds is None:
-        return
     try:
         breaker.record_duration(elapsed)
     except Exception:
@@ -297,9 +285,10 @@ def steps(
     if admitted is NOT_ASKED:
         if call is None:
             call = default_call(breaker)
-        answer = run_budget.check(call, breaker, adapter)
-        if answer is not run_budget.RUN:
-            return answer
+        if RUN_VARIABLE.get() is not None:  # the waste budget counts within a run only
+            answer = run_budget.check(call, breaker, adapter)
+            if answer is not run_budget.RUN:
+                return answer
         answer, entry = loops.check(call, breaker, adapter, args, kwargs or {})
         if answer is not loops.RUN:
             return answer
@@ -331,7 +320,10 @@ def _attempt(
     if upstream is not None:
         if call is None:
             call = default_call(breaker)
-        up_permit = yield (ADMIT, upstream)
+        if upstream.awaits_store:
+            up_permit = yield (ADMIT, upstream)
+        else:
+            up_permit = admit(upstream)
         if up_permit == REJECTED:
             if first is not None:
                 return _NOT_ADMITTED
@@ -343,28 +335,48 @@ def _attempt(
             escalated_upstream = True
     span = None
     if observed:
-        call, span = _start(breaker, call, first, number)
+        # Telemetry for a call somebody watches: the span carries the tool's side-effect
+        # class; a retry's (``first``: the logical call's first attempt) its number and a
+        # link to the first attempt's span.
+        if call is None:
+            call = default_call(breaker)
+        try:
+            extra: dict[str, Any] = {ATTR_EFFECTS: effects_of(call.tool, call.source, breaker.config.effects)}
+            if first is None:
+                span = TELEMETRY.start(call, breaker, extra=extra)
+            else:
+                extra[ATTR_RETRY_ATTEMPT] = number
+                span = TELEMETRY.start(call, breaker, extra=extra, linked=first.span)
+        except Exception:
+            bookkeeping_failed("starting a span")
+            span = None
     try:
         if escalated_upstream:
             TELEMETRY.escalated(span, call, upstream)
-        if admitted is NOT_ASKED:
-            permit = yield (ADMIT, breaker)
-        else:
+        if admitted is not NOT_ASKED:
             permit = admitted
+        elif breaker.awaits_store:
+            permit = yield (ADMIT, breaker)  # the async driver awaits the store's asyncio client
+        else:
+            try:  # admit(breaker), written out: every call passes here
+                permit = breaker.try_acquire()
+            except Exception:
+                bookkeeping_failed("acquiring a permit")
+                permit = None
         if permit == REJECTED:
             if first is not None:
                 if up_permit is not None:
-                    yield (SETTLE, upstream, up_permit, IGNORED)
+                    yield from _settle(upstream, up_permit, IGNORED)
                 return _NOT_ADMITTED
             try:
                 run_anyway, value = reject(breaker, call, adapter, span, observed)
             except BaseException:
                 if up_permit is not None:
-                    yield (SETTLE, upstream, up_permit, IGNORED)  # never reached the upstream
+                    yield from _settle(upstream, up_permit, IGNORED)  # never reached the upstream
                 raise
             if not run_anyway:
                 if up_permit is not None:
-                    yield (SETTLE, upstream, up_permit, IGNORED)
+                    yield from _settle(upstream, up_permit, IGNORED)
                 return Attempt(value, None, None, span, 0.0)
             permit = SHADOW
         config = breaker.config
@@ -380,32 +392,51 @@ def _attempt(
         if result.__class__ is Raised:
             exc = result.exc
             if up_permit is not None:
-                yield (SETTLE, upstream, up_permit, _upstream_gate.outcome_of_exception(upstream, exc))
+                yield from _settle(upstream, up_permit, _upstream_gate.outcome_of_exception(upstream, exc))
             verdict, err = judge_raised(breaker, call, adapter, exc)
             if timed and LATENCY.enabled:  # a call begun before an endpoint switched latency on has no start
                 LATENCY.record(breaker, breaker.clock() - start)
-            yield (SETTLE, breaker, permit, verdict.outcome)
+            if breaker.awaits_store:
+                yield (SETTLE, breaker, permit, verdict.outcome)
+            else:
+                settle(breaker, permit, verdict.outcome)
             if verdict.outcome == IGNORED:
                 _count_neutral(breaker, verdict)
             retry_hint(breaker, verdict.outcome, exc)
             value = failed_value(breaker, call, adapter, verdict, exc, span)
             if observed:
-                _end(breaker, call, span, breaker.clock() - start, err, exc, permit, verdict)
+                try:
+                    TELEMETRY.finish(span, call, breaker, breaker.clock() - start, err, exc, permit, verdict=verdict)
+                except Exception:
+                    bookkeeping_failed("ending a span")
             return _failed_attempt(value, verdict, exc, span, start)
         if up_permit is not None:
-            yield (SETTLE, upstream, up_permit, _upstream_gate.outcome_of_answer(adapter, call, result))
+            yield from _settle(upstream, up_permit, _upstream_gate.outcome_of_answer(adapter, call, result))
         verdict, err, elapsed = judge_returned(breaker, call, adapter, result, start, timed)
         if timed and LATENCY.enabled:
             LATENCY.record(breaker, elapsed)
-        yield (SETTLE, breaker, permit, verdict.outcome)
+        if breaker.awaits_store:
+            yield (SETTLE, breaker, permit, verdict.outcome)
+        elif permit is not None:
+            try:  # settle(...), written out: every call that returns passes here
+                if verdict.outcome == SUCCESS:
+                    breaker.on_success(permit)
+                else:
+                    breaker.on_outcome(permit, verdict.outcome)
+            except Exception:
+                bookkeeping_failed("recording an outcome")
         if verdict.outcome == IGNORED:
             _count_neutral(breaker, verdict)
-        _slow(breaker, elapsed)
+        if breaker.config.slow_call_seconds is not None:
+            _slow(breaker, elapsed)
         answer = result
         if verdict.outcome == FAILURE and adapter is not None:
             answer = failed_result(breaker, call, adapter, verdict, result, span)
         if observed:
-            _end(breaker, call, span, elapsed, err, None, permit, verdict)
+            try:
+                TELEMETRY.finish(span, call, breaker, elapsed, err, None, permit, verdict=verdict)
+            except Exception:
+                bookkeeping_failed("ending a span")
         return Attempt(answer, verdict, None, span, start, answer is not result)
     finally:
         if span is not None:

@@ -171,7 +171,9 @@ def effects_of(tool: str, source: str | None, configured: str | None) -> str:
         for pattern, effects in _registered:
             if fnmatch.fnmatchcase(tool, pattern):
                 return effects
-    found = announced(source, tool)
+    found = _announced.get((source, tool))  # as :func:`announced`, read here: every traced call asks
+    if found is None and source is not None:
+        found = _announced.get((None, tool))
     return found if found is not None else UNKNOWN
 
 

@@ -29,7 +29,7 @@ from otel_breaker import outcome_rules
 from otel_breaker.call_path import NO_OUTPUT, CallPath
 from otel_breaker.classify import FAILURE, IGNORED, SUCCESS, is_excluded_name
 from otel_breaker.registry import BreakerRegistry, default_registry
-from otel_breaker.semconv import ATTR_AGENT, ATTR_GUARDED
+from otel_breaker.semconv import ATTR_AGENT, ATTR_GUARDED, ATTR_TOOL
 from otel_breaker.telemetry import TELEMETRY
 from otel_breaker.tokens import TokenEstimator
 from otel_breaker.toolcall import ToolCall, active_call
@@ -181,36 +181,42 @@ class BreakerSpanProcessor(SpanProcessor):
         """Nothing to do when spans start."""
 
     def on_end(self, span: ReadableSpan) -> None:
+        """Note a tool or inference span for the token estimate, and count a foreign tool
+        span's outcome. It runs for every span the SDK ends, ours included, so it reads
+        what it needs in one frame, and our own tool spans (marked ``guarded``) are noted
+        without looking for usage or a foreign tool name. Never raises."""
         try:
-            self._on_end(span)
+            attributes = span.attributes or {}
+            context = span.context
+            if context is None:
+                return
+            estimator = self._estimator if self._estimator is not None else TELEMETRY.metrics.estimator
+            if attributes.get(ATTR_GUARDED):
+                tool = attributes.get(ATTR_TOOL)
+                if not isinstance(tool, str):
+                    return
+                estimator.note_tool(context.trace_id, span.start_time or 0, tool)
+                self._guarded.add((context.trace_id, context.span_id, tool))
+                if span.parent is not None:
+                    self._guarded.add((context.trace_id, span.parent.span_id, tool))
+                return
+            usage = usage_of(attributes)
+            if usage is not None:
+                estimator.note_inference(context.trace_id, span.end_time or 0, *usage)
+                return
+            tool = tool_name_of(attributes)
+            if tool is None:
+                return
+            estimator.note_tool(context.trace_id, span.start_time or 0, tool)
+            if (context.trace_id, context.span_id, tool) in self._guarded:
+                return  # a foreign span around one of our guarded calls of the same tool
+            if span.parent is not None and (context.trace_id, span.parent.span_id, tool) in self._guarded:
+                return  # a foreign span inside one of ours (our span ends after it, see below)
+            if self._inside_guarded_call(tool):
+                return
+            self._record(tool, span, attributes)
         except Exception:
             logger.debug("otel-breaker: span processor failed on %r", span.name, exc_info=True)
-
-    def _on_end(self, span: ReadableSpan) -> None:
-        attributes = span.attributes or {}
-        context = span.context
-        if context is None:
-            return
-        usage = usage_of(attributes)
-        if usage is not None:
-            self.estimator.note_inference(context.trace_id, span.end_time or 0, *usage)
-            return
-        tool = tool_name_of(attributes)
-        if tool is None:
-            return
-        self.estimator.note_tool(context.trace_id, span.start_time or 0, tool)
-        if attributes.get(ATTR_GUARDED):
-            self._guarded.add((context.trace_id, context.span_id, tool))
-            if span.parent is not None:
-                self._guarded.add((context.trace_id, span.parent.span_id, tool))
-            return
-        if (context.trace_id, context.span_id, tool) in self._guarded:
-            return  # a foreign span around one of our guarded calls of the same tool
-        if span.parent is not None and (context.trace_id, span.parent.span_id, tool) in self._guarded:
-            return  # a foreign span inside one of ours (our span ends after it, see below)
-        if self._inside_guarded_call(tool):
-            return
-        self._record(tool, span, attributes)
 
     @staticmethod
     def _inside_guarded_call(tool: str) -> bool:

@@ -193,12 +193,17 @@ class BreakerRegistry:
         agent = None if self.settings.scope == "process" else call.agent_name
         return ToolKey(agent, call.tool, call.source if call.source is not None else call.origin)
 
-    def breaker_for(self, call: ToolCall, config: CircuitBreakerConfig | None = None) -> CircuitBreaker:
-        """The breaker that guards ``call``, by the configured scope."""
+    def breaker_for(
+        self, call: ToolCall, config: CircuitBreakerConfig | None = None, settings: Settings | None = None
+    ) -> CircuitBreaker:
+        """The breaker that guards ``call``, by the configured scope (``settings``: this
+        registry's, when the caller has read them already)."""
         session = _session.get()
         if session is not None:
             return self._session_breaker(session, call, config)
-        scope = self.settings.scope
+        if settings is None:
+            settings = self.settings
+        scope = settings.scope
         if scope == "agent":
             agent_name = call.agent_name
         elif scope == "process":
