@@ -11,10 +11,15 @@ framework's top-level invocation as a run (``run_patch``):
   framework sends one per request; with ``stop`` the run ends with ``RunBudgetError``;
 * the next run starts with its budget whole, and another run keeps its menu;
 * with no tool open, nothing changes.
+
+A framework's ``test_runs.py`` goes beyond the contract (an agent run inside another's run
+joins it; another entry point is a run too) with the helpers below: the breakers they open
+and what the model must read are the same in every framework.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import pytest
@@ -28,6 +33,54 @@ from otel_breaker.run_budget import RunBudgetError
 UNAVAILABLE = "is temporarily unavailable"
 #: What the model reads once the waste budget answers a call.
 SPENT = "unavailable for the rest of this run"
+
+
+def open_echo_for(driver: FrameworkDriver, instrument: Callable[..., object], *agents: str) -> Tool:
+    """The driver's framework instrumented (``instrument`` is the fixture) with breakers that
+    open at the first failure and stay open (a long cooldown); ``echo`` fails once for each
+    agent in an earlier run, so its breaker is open for each (breakers are per agent)."""
+    breaker_settings(failure_threshold="1", recovery_timeout="600")
+    instrument(driver.framework)
+    echo = Tool.flaky("echo", failures=len(agents))
+    for name in agents:
+        assert driver.run(driver.build([echo], [call("echo", 1), "done"], name=name)) == "done"
+    assert echo.runs == len(agents)
+    return echo
+
+
+def assert_budget_answers(read: list[str], calls: int) -> None:
+    """What one run's model read of ``calls`` calls of an open tool: the breaker's answer to
+    the first three, the waste budget's to the rest."""
+    assert len(read) == calls, read
+    assert all(UNAVAILABLE in text for text in read[:3]), read
+    assert all(SPENT in text for text in read[3:]), read
+
+
+def assert_inner_agent_joined(inner_read: list[str], echo: Tool, outer_read: list[str] | None = None) -> None:
+    """An outer agent called the open ``echo`` twice, then an inner agent twice, all in one run
+    (``echo`` opened for both by :func:`open_echo_for`): had the inner agent started a run of
+    its own, its second call would not read the waste budget's answer."""
+    if outer_read is not None:
+        assert len(outer_read) == 2 and all(UNAVAILABLE in text for text in outer_read), outer_read
+    # The inner agent's first call is the run's 3rd, its second the 4th.
+    assert len(inner_read) == 2, inner_read
+    assert UNAVAILABLE in inner_read[0] and SPENT in inner_read[1], inner_read
+    assert echo.runs == 2, "the open tool ran only in the runs that opened its breakers"
+
+
+def assert_each_run_budgeted(
+    driver: FrameworkDriver, echo: Tool, run_to_end: Callable[[Any], None], calls: int = 6
+) -> None:
+    """Two agents in a row keep calling the open ``echo``, each run to its end by
+    ``run_to_end(agent)`` (the entry point under test): each is a run of its own, cut by the
+    waste budget after three rejections, and the second starts with its budget whole."""
+    steps = [call("echo", i) for i in range(2, 2 + calls)]
+    ran = echo.runs
+    for _ in range(2):
+        agent = driver.build([echo], [*steps, "done"])
+        run_to_end(agent)
+        assert echo.runs == ran, "the open tool never ran"
+        assert_budget_answers(driver.sent(agent)[-1].tool_results, calls)
 
 
 class RunContract:
@@ -85,9 +138,7 @@ class RunContract:
         tool = self._open_echo()
         agent, read = self._stubborn(tool)
         assert tool.runs == 1  # the open tool never ran again
-        assert len(read) == self.stubborn_calls
-        assert all(UNAVAILABLE in r for r in read[:3]), read[:3]
-        assert all(SPENT in r for r in read[3:]), read[3:]
+        assert_budget_answers(read, self.stubborn_calls)
         menus = self.driver.tools_sent(agent)
         if menus and any(menus):
             assert all("echo" in menu for menu in menus[:4])

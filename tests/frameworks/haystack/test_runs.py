@@ -12,30 +12,18 @@ import pytest
 pytest.importorskip("haystack")
 sys.path.insert(0, str(Path(__file__).parent))
 
-from contract import Tool, call
+from contract import call
 from driver import HaystackDriver, haystack_tool
+from haystack.components.agents import Agent
 from haystack.dataclasses import ChatMessage
 from haystack.tools import create_tool_from_function
-from run_contract import SPENT, UNAVAILABLE
-from status_prompt import breaker_settings
+from run_contract import assert_each_run_budgeted, assert_inner_agent_joined, open_echo_for
 
 DRIVER = HaystackDriver()
 
 
-def _open_echo(*agents: str) -> Tool:
-    """``echo`` fails once for each agent in an earlier run: its breaker opens for each
-    (breakers are per agent; threshold 1, a long cooldown)."""
-    echo = Tool.flaky("echo", failures=len(agents))
-    for name in agents:
-        assert DRIVER.run(DRIVER.build([echo], [call("echo", 1), "done"], name=name)) == "done"
-    assert echo.runs == len(agents)
-    return echo
-
-
 def test_an_agent_a_tool_runs_joins_its_callers_run(instrument):
-    breaker_settings(failure_threshold="1", recovery_timeout="600")
-    instrument("haystack")
-    echo = _open_echo("outer", "inner")
+    echo = open_echo_for(DRIVER, instrument, "outer", "inner")
     inner = DRIVER.build([echo], [call("echo", 4), call("echo", 5), "helped"], name="inner")
 
     def helper(x: int) -> str:
@@ -47,22 +35,13 @@ def test_an_agent_a_tool_runs_joins_its_callers_run(instrument):
     assert DRIVER.run(outer) == "done"
     before = DRIVER.sent(outer)[2].tool_results  # the outer request before the helper ran
     after = DRIVER.sent(inner)[-1].tool_results
-    # Two rejections in the outer agent; the inner agent's first call is the run's 3rd, its second the 4th.
-    assert len(before) == 2 and all(UNAVAILABLE in text for text in before), before
-    assert len(after) == 2, after
-    assert UNAVAILABLE in after[0] and SPENT in after[1], after
-    assert echo.runs == 2
+    assert_inner_agent_joined(after, echo, outer_read=before)
 
 
 def test_run_async_is_a_run(instrument):
-    breaker_settings(failure_threshold="1", recovery_timeout="600")
-    instrument("haystack")
-    echo = _open_echo("assistant")
-    steps = [call("echo", i) for i in range(2, 8)]
-    for _ in range(2):  # the next run starts with its budget whole
-        agent = DRIVER.build([echo], [*steps, "done"])
+    echo = open_echo_for(DRIVER, instrument, "assistant")
+
+    def run_async(agent: Agent) -> None:
         assert asyncio.run(DRIVER.arun(agent)) == "done"
-        read = DRIVER.sent(agent)[-1].tool_results
-        assert len(read) == 6 and echo.runs == 1
-        assert all(UNAVAILABLE in text for text in read[:3]), read
-        assert all(SPENT in text for text in read[3:]), read
+
+    assert_each_run_budgeted(DRIVER, echo, run_async)

@@ -14,23 +14,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from agents import Agent, Runner
 from agents.testing import ScriptedModel, assistant_message, function_call
-from contract import Tool, call
+from contract import call
 from driver import OpenAIAgentsDriver, script, sdk_tool
-from run_contract import SPENT, UNAVAILABLE
-from status_prompt import breaker_settings
+from run_contract import SPENT, UNAVAILABLE, assert_budget_answers, open_echo_for
 
 DRIVER = OpenAIAgentsDriver()
-
-
-def _open_echo(*agents: str) -> Tool:
-    """``echo`` fails once for each agent in an earlier run: its breaker opens for each
-    (breakers are per agent; threshold 1, a long cooldown)."""
-    tool = Tool.flaky("echo", failures=len(agents))
-    for name in agents:
-        agent = DRIVER.build([tool], [call("echo", 1), "done"], name=name)
-        assert DRIVER.run(agent) == "done"
-    assert tool.runs == len(agents)
-    return tool
 
 
 def _outputs(agent: Agent) -> list[str]:
@@ -39,9 +27,7 @@ def _outputs(agent: Agent) -> list[str]:
 
 
 def test_a_handoff_is_a_turn_of_the_same_run(instrument):
-    breaker_settings(failure_threshold="1", recovery_timeout="600")
-    instrument("openai_agents")
-    tool = _open_echo("first", "second")
+    tool = open_echo_for(DRIVER, instrument, "first", "second")
     second = DRIVER.build([tool], [], name="second")
     # Call ids of its own: the SDK refuses one an earlier turn of the run used.
     second.model = ScriptedModel(
@@ -65,9 +51,7 @@ def test_a_handoff_is_a_turn_of_the_same_run(instrument):
 
 
 def test_a_streamed_run_is_a_run(instrument):
-    breaker_settings(failure_threshold="1", recovery_timeout="600")
-    instrument("openai_agents")
-    tool = _open_echo("assistant")
+    tool = open_echo_for(DRIVER, instrument, "assistant")
 
     async def streamed(steps: list) -> Agent:
         agent = Agent(name="assistant", instructions="Use tools.", model=script(steps), tools=[sdk_tool(tool)])
@@ -79,10 +63,8 @@ def test_a_streamed_run_is_a_run(instrument):
 
     steps = [call("echo", i) for i in range(2, 8)]
     agent = asyncio.run(streamed([*steps, "done"]))
-    read = _outputs(agent)
-    assert len(read) == 6 and tool.runs == 1
-    assert all(UNAVAILABLE in text for text in read[:3]), read
-    assert all(SPENT in text for text in read[3:]), read
+    assert_budget_answers(_outputs(agent), 6)
+    assert tool.runs == 1
     # The next streamed run starts with its budget whole.
     again = _outputs(asyncio.run(streamed([*steps, "done"])))
     assert all(UNAVAILABLE in text for text in again[:3]) and SPENT in again[3], again

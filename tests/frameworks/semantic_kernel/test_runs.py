@@ -8,7 +8,7 @@ from typing import Any
 
 import test_contract as sk
 from contract import Tool, call
-from run_contract import SPENT, UNAVAILABLE
+from run_contract import assert_each_run_budgeted
 from status_prompt import breaker_settings
 
 DRIVER = sk.SemanticKernelDriver()
@@ -26,12 +26,9 @@ def test_invoke_stream_is_a_run(instrument):
     instrument("semantic_kernel")
     echo = Tool.flaky("echo", failures=1)
     assert DRIVER.run(DRIVER.build([echo], [call("echo", 1), "done"])) == "done"
-    # Four calls: the kernel's own limit (5 auto-invoke attempts) ends a longer run.
-    steps = [call("echo", i) for i in range(2, 6)]
-    for _ in range(2):  # the next run starts with its budget whole
-        agent = DRIVER.build([echo], [*steps, "done"])
+
+    def stream(agent: Any) -> None:
         assert "done" in _streamed(agent)
-        read = DRIVER.sent(agent)[-1].tool_results
-        assert len(read) == 4 and echo.runs == 1, read
-        assert all(UNAVAILABLE in text for text in read[:3]), read
-        assert SPENT in read[3], read
+
+    # Four calls: the kernel's own limit (5 auto-invoke attempts) ends a longer run.
+    assert_each_run_budgeted(DRIVER, echo, stream, calls=4)
