@@ -1,5 +1,6 @@
 """Shared fixtures for the framework suites: a real SDK with in-memory exporters
-(``otel``, from tests/otel_support.py) and an instrumentor per test."""
+(``otel``, from tests/otel_support.py), an instrumentor per test, and a real OTLP
+receiver for the scripts run in a subprocess (``receiver``)."""
 
 from __future__ import annotations
 
@@ -42,3 +43,13 @@ def instrument():
     yield _instrument
     if instrumentor.is_instrumented_by_opentelemetry:
         instrumentor.uninstrument()
+
+
+@pytest.fixture
+def receiver():
+    """A real OTLP receiver on 127.0.0.1 (gRPC and HTTP) for a script's exports."""
+    from otlp_receiver import OtlpReceiver
+
+    receiver = OtlpReceiver().start()
+    yield receiver
+    receiver.stop()

@@ -13,8 +13,15 @@ import pathlib
 import shutil
 import subprocess
 import sys
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from otlp_receiver import OtlpReceiver
+
+#: Traces over OTLP, and nothing else exported: the receiver counts spans.
+TRACES_OVER_OTLP = {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_METRICS_EXPORTER": "none", "OTEL_LOGS_EXPORTER": "none"}
 
 
 def script_env(*, drop: tuple[str, ...] = (), **extra: str) -> dict[str, str]:
@@ -51,3 +58,21 @@ def run_script(
     assert lines, f"no report line starting with {marker!r} in:\n{done.stdout[-3000:]}"
     report = lines[-1] if marker.startswith("{") else lines[-1].removeprefix(marker)
     return json.loads(report), done.stdout
+
+
+def exported_span_names(
+    script: pathlib.Path,
+    receiver: OtlpReceiver,
+    protocol: str,
+    body_runs: int,
+    *,
+    launch: list[str] | None = None,
+    **env: str,
+) -> dict[str, int]:
+    """Run ``script`` (a ``{...}`` report line with ``body_runs``, the tool body's runs), its
+    traces exported over OTLP ``protocol`` to ``receiver``: the received spans' names, counted."""
+    report, _ = run_script(
+        script, script_env(**TRACES_OVER_OTLP, **receiver.endpoint(protocol), **env), marker="{", launch=launch
+    )
+    assert report["body_runs"] == body_runs
+    return receiver.names()

@@ -13,32 +13,19 @@ from __future__ import annotations
 import pathlib
 
 import pytest
-from otlp_receiver import OtlpReceiver
-from zero_code import launcher, run_script, script_env
+from zero_code import exported_span_names, launcher
 
 SCRIPT = pathlib.Path(__file__).with_name("questions_script.py")
 QUESTIONS = 3
-EXPORT = {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_METRICS_EXPORTER": "none", "OTEL_LOGS_EXPORTER": "none"}
-
-
-@pytest.fixture
-def receiver():
-    receiver = OtlpReceiver().start()
-    yield receiver
-    receiver.stop()
-
-
-def _run(receiver: OtlpReceiver, protocol: str, *, launch: list[str] | None = None, **env: str) -> dict[str, int]:
-    out, _ = run_script(SCRIPT, script_env(**EXPORT, **receiver.endpoint(protocol), **env), marker="{", launch=launch)
-    assert out["body_runs"] == QUESTIONS
-    return receiver.names()
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
 def test_the_first_run_exports_every_span_with_the_switch_on_and_off(receiver, protocol):
-    reference = _run(receiver, protocol, launch=launcher(), OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="otel_breaker")
+    reference = exported_span_names(
+        SCRIPT, receiver, protocol, QUESTIONS, launch=launcher(), OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="otel_breaker"
+    )
     receiver.spans.clear()
-    guarded = _run(receiver, protocol, OTEL_BREAKER_ENABLED="true")
+    guarded = exported_span_names(SCRIPT, receiver, protocol, QUESTIONS, OTEL_BREAKER_ENABLED="true")
     assert guarded == {**reference, "execute_tool": reference.get("execute_tool", 0) + QUESTIONS}
     tools = [s for s in receiver.spans if s.name == "execute_tool weather"]
     assert len(tools) == QUESTIONS

@@ -12,34 +12,21 @@ from __future__ import annotations
 import pathlib
 
 import pytest
-from otlp_receiver import OtlpReceiver
-from zero_code import launcher, run_script, script_env
+from zero_code import exported_span_names, launcher
 
 SCRIPT = pathlib.Path(__file__).with_name("questions_script.py")
 QUESTIONS = 3
-EXPORT = {"OTEL_TRACES_EXPORTER": "otlp", "OTEL_METRICS_EXPORTER": "none", "OTEL_LOGS_EXPORTER": "none"}
-
-
-@pytest.fixture
-def receiver():
-    receiver = OtlpReceiver().start()
-    yield receiver
-    receiver.stop()
-
-
-def _run(receiver: OtlpReceiver, protocol: str, *, launch: list[str] | None = None, **env: str) -> dict[str, int]:
-    out, _ = run_script(SCRIPT, script_env(**EXPORT, **receiver.endpoint(protocol), **env), marker="{", launch=launch)
-    assert out["body_runs"] == QUESTIONS
-    return receiver.names()
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
 def test_the_first_run_exports_every_span_with_the_switch_on_and_off(receiver, protocol):
-    reference = _run(receiver, protocol, launch=launcher(), OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="otel_breaker")
+    reference = exported_span_names(
+        SCRIPT, receiver, protocol, QUESTIONS, launch=launcher(), OTEL_PYTHON_DISABLED_INSTRUMENTATIONS="otel_breaker"
+    )
     assert reference["invoke_agent"] == QUESTIONS and reference["execute_tool"] == QUESTIONS
     assert reference["chat"] == 2 * QUESTIONS  # a tool call, then the answer
     receiver.spans.clear()
-    guarded = _run(receiver, protocol, OTEL_BREAKER_ENABLED="true")
+    guarded = exported_span_names(SCRIPT, receiver, protocol, QUESTIONS, OTEL_BREAKER_ENABLED="true")
     # The same spans: Strands traces each tool call itself, so ours is its span, annotated.
     assert guarded == reference
     tools = [s for s in receiver.spans if s.name.startswith("execute_tool")]

@@ -10,7 +10,6 @@ from __future__ import annotations
 import pathlib
 
 import pytest
-from otlp_receiver import OtlpReceiver
 from zero_code import run_script, script_env
 
 HERE = pathlib.Path(__file__).parent
@@ -21,13 +20,6 @@ EXPORT = {
     "OTEL_METRIC_EXPORT_INTERVAL": "100",
     "OTEL_BREAKER_ENABLED": "true",
 }
-
-
-@pytest.fixture
-def receiver():
-    receiver = OtlpReceiver().start()
-    yield receiver
-    receiver.stop()
 
 
 def _states(export: dict, tool: str) -> dict[str, float]:
