@@ -123,24 +123,8 @@ class Outage:
 PAGE = _PAGE
 #: What the model reads of a destructive tool's call in doubt.
 OUTCOME_UNKNOWN = "outcome unknown: the call may have taken effect; check before calling again"
-
-
-def no_sleep_retries() -> None:
-    """Back-offs that return at once (the clock they wait on is the breakers' own real
-    one, so a wait is skipped, never slept); undone by :func:`real_retry_timing`."""
-    from otel_breaker import retry_policy
-
-    async def skip(seconds: float) -> None:
-        return None
-
-    retry_policy.set_retry_timing(lambda seconds: None, skip)
-
-
-def real_retry_timing() -> None:
-    from otel_breaker import effects, retry_policy
-
-    retry_policy.set_retry_timing()
-    effects.clear_registered_effects()
+#: What the model reads at the end of the last failure of a call tried three times.
+THREE_ATTEMPTS = "(otel-breaker: the call failed 3 times; retried 2 times below the model)"
 
 
 def failure_counts(tool: str) -> list[int]:
@@ -439,3 +423,22 @@ def backends(workdir: pathlib.Path) -> Iterator[Backends]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=60)
+
+
+@contextlib.contextmanager
+def retry_backends(workdir: pathlib.Path) -> Iterator[Backends]:
+    """:func:`backends` for the retries tests: while they live, back-offs return at once (the
+    clock they wait on is the breakers' own real one, so a wait is skipped, never slept);
+    after, the real timing is back and the side effects registered for tools are forgotten."""
+    from otel_breaker import effects, retry_policy
+
+    async def skip(seconds: float) -> None:
+        return None
+
+    retry_policy.set_retry_timing(lambda seconds: None, skip)
+    try:
+        with backends(workdir) as found:
+            yield found
+    finally:
+        retry_policy.set_retry_timing()
+        effects.clear_registered_effects()

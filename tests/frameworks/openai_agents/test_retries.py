@@ -26,11 +26,10 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 from outcome_scenarios import (
     OUTCOME_UNKNOWN,
     PAGE,
+    THREE_ATTEMPTS,
     Backends,
-    backends,
-    no_sleep_retries,
     page_tool,
-    real_retry_timing,
+    retry_backends,
     send_tool,
 )
 from status_prompt import breaker_settings
@@ -40,17 +39,13 @@ from otel_breaker.breaker import State
 from otel_breaker.registry import default_registry
 
 CALLS = 10
-#: What the model reads at the end of the last failure of a call tried three times.
-THREE_ATTEMPTS = "(otel-breaker: the call failed 3 times; retried 2 times below the model)"
 UNAVAILABLE = "is temporarily unavailable"
 
 
 @pytest.fixture
 def live(tmp_path: Path) -> Iterator[Backends]:
-    no_sleep_retries()
-    with backends(tmp_path) as found:
+    with retry_backends(tmp_path) as found:
         yield found
-    real_retry_timing()
 
 
 def fetch() -> object:
