@@ -130,7 +130,8 @@ def reject(
         and (not observed or (span is None and not TELEMETRY.logs_on()))
     ):
         # Nothing to report to and nothing framework-specific: the cached rejection.
-        count_run_rejection(breaker, call)
+        if RUN_VARIABLE.get() is not None:
+            count_run_rejection(breaker, call)
         return False, rejection.rejection_result(breaker, call)
     if call is None:
         call = default_call(breaker)

@@ -82,16 +82,13 @@ class _Kept:
     cannot change (no session scope, the same settings, no upstream): a healthy call then
     skips the lookup and goes straight to the call path's driver."""
 
-    __slots__ = ("breaker", "settings")
+    __slots__ = ("breaker", "settings_version")
 
     def __init__(self) -> None:
         self.breaker: CircuitBreaker | None = None
-        #: The settings the breaker was found under: new settings may give another breaker.
-        self.settings: Any = None
-
-    def holds(self, breaker: CircuitBreaker) -> bool:
-        """Whether ``breaker`` still answers this call's lookup."""
-        return not breaker.retired and _config.get_settings() is self.settings and _session() is None
+        #: The version of the settings the breaker was found under: new settings may give
+        #: another breaker (``config.settings_version``).
+        self.settings_version = -1
 
 
 def guard(
@@ -132,13 +129,14 @@ def guard(
 
         def find() -> tuple[CircuitBreaker | None, CircuitBreaker | None]:
             """(breaker, upstream) from the registry, keeping the breaker when it holds for good."""
+            settings_version = _config.settings_version  # before the lookup: a change during it is seen next time
             breaker = path.breaker_for(call, config)
             if breaker is None:
                 return None, None
             upstream = path.upstream_for(call)
             if upstream is None and _holds_for_good(reg, call, breaker):
                 kept.breaker = breaker
-                kept.settings = _config.get_settings()
+                kept.settings_version = settings_version
             else:
                 kept.breaker = None
             return breaker, upstream
@@ -148,7 +146,12 @@ def guard(
             @functools.wraps(fn)
             async def async_guarded(*args: Any, **kwargs: Any) -> Any:
                 breaker = kept.breaker
-                if breaker is not None and kept.holds(breaker):
+                if (
+                    breaker is not None
+                    and not breaker.retired
+                    and kept.settings_version == _config.settings_version
+                    and _session() is None
+                ):
                     return await path.adrive(breaker, fn, args, kwargs, call)
                 breaker, upstream = find()
                 if breaker is None:
@@ -160,7 +163,14 @@ def guard(
         @functools.wraps(fn)
         def guarded(*args: Any, **kwargs: Any) -> Any:
             breaker = kept.breaker
-            if breaker is not None and kept.holds(breaker):
+            # The kept breaker still answers the lookup: not retired, the same settings, no
+            # session scope (read inline: every call asks).
+            if (
+                breaker is not None
+                and not breaker.retired
+                and kept.settings_version == _config.settings_version
+                and _session() is None
+            ):
                 return path.drive(breaker, fn, args, kwargs, call)
             breaker, upstream = find()
             if breaker is None:

@@ -30,6 +30,10 @@ from otel_breaker.config.values import (
 
 _lock = threading.Lock()
 _settings: Settings | None = None
+#: Bumped each time the settings are replaced (``set_settings``, ``configure``): a caller
+#: that keeps something found under the settings (``@guard`` keeps its breaker) compares
+#: this number on every call instead of asking for the settings.
+settings_version = 0
 
 
 def _reinit_after_fork() -> None:
@@ -56,9 +60,10 @@ def get_settings() -> Settings:
 
 def set_settings(settings: Settings | None) -> None:
     """Replace the process-wide settings (``None``: re-read the environment on next use)."""
-    global _settings
+    global _settings, settings_version
     with _lock:
         _settings = settings
+        settings_version += 1
 
 
 def configure(**changes: Any) -> Settings:
