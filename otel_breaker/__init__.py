@@ -91,15 +91,30 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 
-def _finish_our_imports_before_fork() -> None:
-    """Wait, in the forking thread, for every module of ours another thread is importing.
+#: The module whose import loads the whole call path (the guard, the call path and its steps).
+_CALL_PATH = "otel_breaker.guards"
 
-    Such a module would stay half-imported in the child, its import lock held forever
-    by a thread the child does not have, and the child's first use would wait on it. A
-    breaker's calls import nothing, but a framework's adapter loads the call path at the
-    framework's first tool call, in whatever thread makes it (a framework's import must
-    not pay for it). Importing a module another thread is importing waits for that
-    import to end; one the forking thread itself is importing is handed back at once."""
+
+def _finish_our_imports_before_fork() -> None:
+    """Load the call path, and wait for every module of ours another thread is importing,
+    in the forking thread.
+
+    A module another thread is importing at the fork stays half-imported in the child,
+    its import lock held forever by a thread the child does not have, and the child's
+    first use of it waits on that lock. A breaker's calls import nothing, but a
+    framework's adapter loads the call path at the framework's first tool call, in
+    whatever thread makes it (a framework's import must not pay for it). That import
+    holds its module lock while it finds and compiles the module, before the module
+    shows in ``sys.modules``: a scan of ``sys.modules`` alone misses it, and a thread may
+    also start it after any scan. Importing the call path here closes both gaps: it
+    waits for a thread's import of it to end (whatever stage it is at), or makes the
+    import itself; once it is loaded, no call imports it again. Importing a module
+    another thread is importing waits for that import to end; one the forking thread
+    itself is importing is handed back at once."""
+    try:
+        importlib.import_module(_CALL_PATH)
+    except Exception:  # the fork goes ahead whatever happened here
+        pass
     for name, module in list(sys.modules.items()):
         if not name.startswith("otel_breaker") or module is None:
             continue
@@ -108,6 +123,21 @@ def _finish_our_imports_before_fork() -> None:
                 importlib.import_module(name)
             except Exception:  # the fork goes ahead whatever happened here
                 pass
+    _hold_recording_for_fork()
+
+
+def _hold_recording_for_fork() -> None:
+    """Take the telemetry's recording lock for the fork if its own handler did not.
+
+    Its module may have been imported just now, by the call path's import above or by a
+    thread's import waited for: a handler registered while a fork's ``before`` handlers
+    run is not run for that fork (its ``after`` handlers are). The threads that waited
+    for that import are making calls by now, perhaps inside the SDK's locks, which this
+    lock keeps them out of while the process forks."""
+    providers = sys.modules.get("otel_breaker.telemetry.providers")
+    recording = getattr(providers, "RECORDING", None)
+    if recording is not None and not recording.held_for_fork:
+        recording.before_fork()
 
 
 if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
