@@ -158,8 +158,13 @@ class Metrics:
             if self.ready:
                 return True
             self._read_settings()
-            meter = provider.get_meter(semconv.SCOPE_NAME, __version__, schema_url=semconv.SCHEMA_URL)
-            self._create_instruments(meter)
+            # The SDK takes locks of its own to hand out a meter and register instruments, and
+            # does not re-create them in a forked child: made under the lock our fork handlers
+            # take, no thread of ours is inside them when the process forks (the child, which
+            # makes the instruments again, would wait on them forever).
+            with RECORDING.lock:
+                meter = provider.get_meter(semconv.SCOPE_NAME, __version__, schema_url=semconv.SCHEMA_URL)
+                self._create_instruments(meter)
             self.ready = True
         return True
 
