@@ -462,3 +462,53 @@ def test_a_fork_loads_the_call_path_before_the_child_exists():
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["False", "0", "True"]
+
+
+def test_a_child_forked_while_a_thread_is_finding_the_guard_gets_the_guard_whole():
+    """The window the storms above hit now and then, held open: a thread's first call
+    imports the guard and holds the guard's module lock while the module is still being
+    found, before ``sys.modules`` shows it. The fork waits for that import to end; a child
+    forked in the middle of it would wait on that lock forever."""
+    program = textwrap.dedent(
+        """
+        import importlib, importlib.abc, os, signal, sys, threading, time
+
+        import otel_breaker
+
+        finding, go_on = threading.Event(), threading.Event()
+
+
+        class SlowToFind(importlib.abc.MetaPathFinder):
+            def find_spec(self, name, path, target=None):
+                if name == "otel_breaker.guards" and threading.current_thread() is not threading.main_thread():
+                    finding.set()
+                    go_on.wait(10)
+                return None  # the ordinary finders find it
+
+
+        sys.meta_path.insert(0, SlowToFind())
+        threading.Thread(target=importlib.import_module, args=("otel_breaker.guards",), daemon=True).start()
+        finding.wait(10)
+        threading.Timer(0.3, go_on.set).start()  # the thread's import goes on while the process forks
+        pid = os.fork()
+        if pid == 0:
+            from otel_breaker.guards import default_guard
+
+            os._exit(0)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                print("exit", os.waitstatus_to_exitcode(status))
+                break
+            time.sleep(0.01)  # polling the child, bounded by the deadline
+        else:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            print("hung")
+        """
+    )
+    env = {name: value for name, value in os.environ.items() if name != "OTEL_BREAKER_ENABLED"}
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["exit", "0"]
