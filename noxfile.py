@@ -31,6 +31,11 @@ CATALOGUE = runpy.run_path(str(ROOT / "otel_breaker" / "catalogue.py"))
 FRAMEWORKS = list(CATALOGUE["TEST_SESSIONS"])
 #: The frameworks the benchmarks import (LangChain's tool call; importing each with the switch off and on).
 BENCHMARK_FRAMEWORKS = ("langchain", "pydantic_ai", "strands")
+#: The framework suites whose test files run on two workers, a file each at a time: their tests
+#: mostly wait on real server processes, each listening on a port found free as it starts, with
+#: its files under its own tmp_path (Redis keys under a prefix of their own), so two files at
+#: once share nothing but the machine.
+PARALLEL_FRAMEWORKS = ("mcp_proxy",)
 TEST_DEPS = [
     "pytest>=8",
     "pytest-xdist>=3.5",
@@ -100,7 +105,8 @@ def api_only(session: nox.Session) -> None:
 def framework(session: nox.Session, name: str) -> None:
     """One agent framework's real offline agent loops, in its own environment."""
     session.install("-e", ".", *TEST_DEPS, "-r", f"tests/frameworks/{name}/requirements.txt")
-    session.run("pytest", f"tests/frameworks/{name}", "-q", *session.posargs)
+    workers = ["-n", "2", "--dist", "loadfile"] if name in PARALLEL_FRAMEWORKS else []
+    session.run("pytest", f"tests/frameworks/{name}", "-q", *workers, *session.posargs)
     example = ROOT / "examples" / f"{name}_flaky_tool.py"
     if example.exists():
         session.run("python", str(example), env={"CREWAI_DISABLE_TELEMETRY": "true", "OTEL_SDK_DISABLED": "true"})
