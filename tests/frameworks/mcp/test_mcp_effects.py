@@ -14,12 +14,10 @@
 
 from __future__ import annotations
 
-import http.server
 import logging
 import os
 import signal
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,6 +25,7 @@ import pytest
 
 pytest.importorskip("mcp")
 
+from effects_backend import EFFECTS_SERVER, OUTCOME_UNKNOWN, THREE_ATTEMPTS, Backend, Runs, serving_backend
 from mcp.client.client import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.server.mcpserver import MCPServer
@@ -38,10 +37,7 @@ from otel_breaker.breaker import State
 from otel_breaker.config import load_settings, set_settings
 from otel_breaker.registry import default_registry
 
-SERVER = Path(__file__).parent.parent / "mcp_proxy" / "effects_server.py"
 SERVER_ID = "effects-server@1.0.0"
-OUTCOME_UNKNOWN = "outcome unknown: the call may have taken effect; check before calling again"
-THREE_ATTEMPTS = "(otel-breaker: the call failed 3 times; retried 2 times below the model)"
 UNAVAILABLE = "is temporarily unavailable"
 #: The client's read timeout of a call the server never finishes: generous for a busy machine.
 READ_TIMEOUT = 3.0
@@ -127,56 +123,10 @@ async def test_without_retries_the_annotations_change_nothing(instrument):
 # -- a real server subprocess -------------------------------------------------------------
 
 
-class _Pages(http.server.BaseHTTPRequestHandler):
-    """``/down/...``: 503 every time; ``/gateway/...``: 504 every time (counted)."""
-
-    server: Pages
-
-    def do_GET(self) -> None:
-        with self.server.lock:
-            self.server.hits[self.path] = self.server.hits.get(self.path, 0) + 1
-        status = 504 if self.path.startswith("/gateway/") else 503
-        body = b"the server is down"
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        """Quiet: pytest's output is for the tests."""
-
-
-class Pages(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Pages)
-        self.hits: dict[str, int] = {}
-        self.lock = threading.Lock()
-        self.url = f"http://127.0.0.1:{self.server_address[1]}"
-
-
 @pytest.fixture
-def pages() -> Iterator[Pages]:
-    backend = Pages()
-    thread = threading.Thread(target=backend.serve_forever, name="mcp-effects-http", daemon=True)
-    thread.start()
-    try:
+def pages() -> Iterator[Backend]:
+    with serving_backend() as backend:
         yield backend
-    finally:
-        backend.shutdown()
-        backend.server_close()
-        thread.join(timeout=60)
-
-
-class Runs:
-    """The server's runs file: the tools that really ran."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def of(self, tool: str) -> int:
-        return self.path.read_text().splitlines().count(tool) if self.path.exists() else 0
 
 
 @pytest.fixture
@@ -185,7 +135,7 @@ def runs(tmp_path: Path) -> Runs:
 
 
 def server(runs: Runs, **client: float) -> Client:
-    params = StdioServerParameters(command=sys.executable, args=[str(SERVER), "--runs", str(runs.path)])
+    params = StdioServerParameters(command=sys.executable, args=[str(EFFECTS_SERVER), "--runs", str(runs.path)])
     return Client(params, **client)
 
 
@@ -198,7 +148,7 @@ def settings(**env: str) -> None:
 
 
 async def test_a_read_only_tool_that_stays_down_reads_its_last_answer_with_the_attempts(
-    instrument, pages: Pages, runs: Runs
+    instrument, pages: Backend, runs: Runs
 ):
     settings(retry="transient", failure_threshold="50")
     instrument("mcp")
@@ -209,7 +159,7 @@ async def test_a_read_only_tool_that_stays_down_reads_its_last_answer_with_the_a
     assert runs.of("fetch_page") == pages.hits["/down/page"] == 3, "read-only by its annotation: retried twice"
 
 
-async def test_without_retries_the_answer_is_the_servers_own(instrument, pages: Pages, runs: Runs):
+async def test_without_retries_the_answer_is_the_servers_own(instrument, pages: Backend, runs: Runs):
     async with server(runs) as client:
         await client.list_tools()
         alone = await client.call_tool("fetch_page", {"url": f"{pages.url}/down/alone"})
@@ -243,7 +193,7 @@ async def test_a_destructive_tool_that_times_out_runs_once_and_reads_outcome_unk
     assert runs.of("post_message") == 1, "a destructive tool is never run twice by us"
 
 
-async def test_a_destructive_tools_gateway_timeout_answer_reads_outcome_unknown(instrument, pages: Pages, runs: Runs):
+async def test_a_destructive_tools_gateway_timeout_answer_reads_outcome_unknown(instrument, pages: Backend, runs: Runs):
     """The server's own ``isError`` answer that says a gateway timed out: the request may
     have been served. The user's word makes the fetch destructive (it wins over the annotation)."""
     settings(retry="transient", tool_effects="fetch_page=destructive")
