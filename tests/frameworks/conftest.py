@@ -1,8 +1,11 @@
 """Shared fixtures for the framework suites: a real SDK with in-memory exporters
-(``otel``, from tests/otel_support.py), an instrumentor per test, and a real OTLP
-receiver for the scripts run in a subprocess (``receiver``)."""
+(``otel``, from tests/otel_support.py), an instrumentor per test, a real OTLP
+receiver for the scripts run in a subprocess (``receiver``), and quiet logs for the
+suites whose servers log each failing call (``quiet_logs``)."""
 
 from __future__ import annotations
+
+import logging
 
 import pytest
 
@@ -53,3 +56,13 @@ def receiver():
     receiver = OtlpReceiver().start()
     yield receiver
     receiver.stop()
+
+
+@pytest.fixture
+def quiet_logs():
+    """Logging off up to ERROR for one test: MCP servers and clients in the test's process log
+    a line or a traceback per failing call, which the tests make on purpose. A module takes it
+    with ``pytestmark = pytest.mark.usefixtures("quiet_logs")``."""
+    logging.disable(logging.ERROR)
+    yield
+    logging.disable(logging.NOTSET)

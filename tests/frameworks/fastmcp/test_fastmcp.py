@@ -9,7 +9,6 @@ as FastMCP's own ``ToolError`` (or an ``is_error`` result), like a failing tool.
 
 from __future__ import annotations
 
-import logging
 import pathlib
 import sys
 
@@ -33,12 +32,7 @@ REPORT = '{"body_runs"'
 BOTH = ("mcp", "fastmcp")
 
 
-@pytest.fixture(autouse=True)
-def quiet_server():
-    """The server logs a traceback per failing tool."""
-    logging.disable(logging.ERROR)
-    yield
-    logging.disable(logging.NOTSET)
+pytestmark = pytest.mark.usefixtures("quiet_logs")
 
 
 @pytest.fixture

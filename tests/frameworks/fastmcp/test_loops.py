@@ -6,7 +6,6 @@ instrumented: its logical call (``call_tool_mcp``) is what the loop guard sees."
 from __future__ import annotations
 
 import asyncio
-import logging
 import pathlib
 import sys
 from dataclasses import dataclass, field
@@ -21,13 +20,7 @@ from fastmcp import Client, FastMCP
 from loop_contract import LoopContract
 from run_contract import RunContract
 
-
-@pytest.fixture(autouse=True)
-def quiet_server():
-    """The server logs a warning per refused call."""
-    logging.disable(logging.ERROR)
-    yield
-    logging.disable(logging.NOTSET)
+pytestmark = pytest.mark.usefixtures("quiet_logs")
 
 
 def tool_function(tool: Tool):

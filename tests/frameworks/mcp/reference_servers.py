@@ -88,6 +88,13 @@ def git_repository(folder: Path) -> Path:
     return folder
 
 
+def allowed_folder(folder: Path) -> Path:
+    """The filesystem server's one allowed folder, holding ``exists.txt``."""
+    folder.mkdir(parents=True)
+    (folder / "exists.txt").write_text("hello\n")
+    return folder
+
+
 def text_of(result: Any) -> str:
     return "\n".join(block.text for block in result.content if isinstance(block, TextContent))
 

@@ -9,7 +9,6 @@ Both anyio backends (asyncio and trio) drive the client.
 
 from __future__ import annotations
 
-import logging
 import warnings
 
 import anyio
@@ -29,11 +28,7 @@ from otel_breaker.registry import default_registry
 CALLS = 7
 
 
-@pytest.fixture(autouse=True)
-def quiet_server():
-    logging.disable(logging.ERROR)
-    yield
-    logging.disable(logging.NOTSET)
+pytestmark = pytest.mark.usefixtures("quiet_logs")
 
 
 @pytest.fixture(autouse=True)

@@ -3,8 +3,6 @@ tool listing (``Client.list_tools``, ``ClientSession.list_tools``) until its pro
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 from status_prompt import COOLDOWN, quick_breaker_settings
 
@@ -17,12 +15,7 @@ from mcp.types import TextContent
 UNAVAILABLE = "is temporarily unavailable"
 
 
-@pytest.fixture(autouse=True)
-def quiet_server():
-    """The server logs a traceback per failing tool."""
-    logging.disable(logging.ERROR)
-    yield
-    logging.disable(logging.NOTSET)
+pytestmark = pytest.mark.usefixtures("quiet_logs")
 
 
 def make_server() -> tuple[MCPServer, dict]:

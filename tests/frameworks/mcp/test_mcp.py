@@ -6,8 +6,6 @@ way an agent loop does and records what it was shown.
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 
 pytest.importorskip("mcp")
@@ -26,12 +24,7 @@ UNAVAILABLE = "is temporarily unavailable"
 N_CALLS = 4
 
 
-@pytest.fixture(autouse=True)
-def quiet_server():
-    """The server logs a traceback per failing tool."""
-    logging.disable(logging.ERROR)
-    yield
-    logging.disable(logging.NOTSET)
+pytestmark = pytest.mark.usefixtures("quiet_logs")
 
 
 @pytest.fixture

@@ -4,8 +4,6 @@ Real client and server (the SDK's ``Client`` over its in-process transport)."""
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 
 pytest.importorskip("mcp")
@@ -20,11 +18,7 @@ from otel_breaker.instrumentation.mcp import RUN_META_KEY
 LOOP = "this exact call, with the same arguments"
 
 
-@pytest.fixture(autouse=True)
-def quiet_server():
-    logging.disable(logging.ERROR)
-    yield
-    logging.disable(logging.NOTSET)
+pytestmark = pytest.mark.usefixtures("quiet_logs")
 
 
 def server() -> MCPServer:

@@ -7,7 +7,6 @@ With per-tool breakers only: 20 x ``failure_threshold``.
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import sys
@@ -34,11 +33,7 @@ TOOLS = [f"tool_{i:02d}" for i in range(20)]
 UNAVAILABLE = "is temporarily unavailable"
 
 
-@pytest.fixture(autouse=True)
-def quiet():
-    logging.disable(logging.ERROR)
-    yield
-    logging.disable(logging.NOTSET)
+pytestmark = pytest.mark.usefixtures("quiet_logs")
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ polling server of this folder (``polling_server.py``).
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import anyio
@@ -20,6 +19,7 @@ pytest.importorskip("mcp_server_git")
 from mcp.client.client import Client
 from polling_server import NOT_FOUND_LOOKS, RETRY_AFTER_SECONDS, build
 from reference_servers import (
+    allowed_folder,
     answer,
     answers,
     filesystem_command,
@@ -39,21 +39,12 @@ THRESHOLD = 5  # the default failure_threshold
 PATIENCE = 120.0
 
 
-@pytest.fixture(autouse=True)
-def quiet_servers():
-    """The servers log a line per failing call."""
-    logging.disable(logging.ERROR)
-    yield
-    logging.disable(logging.NOTSET)
+pytestmark = pytest.mark.usefixtures("quiet_logs")
 
 
 @pytest.fixture
 def allowed(tmp_path: Path) -> Path:
-    """The filesystem server's one allowed folder, holding ``exists.txt``."""
-    folder = tmp_path / "allowed"
-    folder.mkdir()
-    (folder / "exists.txt").write_text("hello\n")
-    return folder
+    return allowed_folder(tmp_path / "allowed")
 
 
 def breaker_states(tool: str) -> list[str]:

@@ -3,7 +3,6 @@ HTTP, the proxy listening on HTTP, and a counter of the failing tool's real runs
 
 from __future__ import annotations
 
-import re
 import subprocess
 import sys
 import uuid
@@ -12,7 +11,7 @@ import pytest
 
 pytest.importorskip("mcp")
 
-from proxy_support import breaker_env, free_port, server_command, stop, wait_for_port
+from proxy_support import announced_url, breaker_env, free_port, server_command, stop, wait_for_port
 
 
 @pytest.fixture
@@ -75,12 +74,7 @@ def listening_proxy():
             text=True,
         )
         started.append(proc)
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            match = re.search(r"serving MCP at (http://\S+)", line)
-            if match:
-                return match.group(1)
-        raise RuntimeError(f"the proxy exited ({proc.wait()}) without serving")
+        return announced_url(proc)
 
     yield start
     for proc in started:

@@ -4,6 +4,7 @@ command (``python -m otel_breaker mcp-proxy``) and their environments."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -52,6 +53,16 @@ def proxy_with(*proxy_args: str, env: dict[str, str] | None = None) -> StdioServ
         args=["-m", "otel_breaker", "mcp-proxy", *proxy_args],
         env=env if env is not None else breaker_env(),
     )
+
+
+def announced_url(proxy: subprocess.Popen) -> str:
+    """The URL a proxy started with ``--listen`` (stderr in a text pipe) says it serves MCP at."""
+    assert proxy.stderr is not None
+    for line in proxy.stderr:
+        match = re.search(r"serving MCP at (http://\S+)", line)
+        if match:
+            return match.group(1)
+    raise RuntimeError(f"the proxy exited ({proxy.wait()}) without serving")
 
 
 def free_port() -> int:

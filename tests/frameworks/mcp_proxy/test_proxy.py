@@ -7,12 +7,10 @@ The sessions compared with a direct one are handshake sessions on both sides
 from __future__ import annotations
 
 import json
-import logging
 import os
 import signal
 import subprocess
 import sys
-import urllib.request
 import uuid
 
 import anyio
@@ -31,16 +29,13 @@ from proxy_scenarios import (
     tool_names,
 )
 from proxy_support import THRESHOLD, breaker_env, direct, free_port, proxied, proxy_with, server_command
+from proxy_wire import HELLO, status_rows, stdio_proxy, wire
 
 HIDING = {"OTEL_BREAKER_HIDE_OPEN_TOOLS": "true", "OTEL_BREAKER_RECOVERY_TIMEOUT": "2"}
 FAST_WATCH = ("--watch-interval", "0.05")
 
 
-@pytest.fixture(autouse=True)
-def quiet():
-    logging.disable(logging.ERROR)
-    yield
-    logging.disable(logging.NOTSET)
+pytestmark = pytest.mark.usefixtures("quiet_logs")
 
 
 # -- over stdio --------------------------------------------------------------------------------------
@@ -227,7 +222,7 @@ async def test_a_killed_server_is_restarted_and_its_upstream_opens_and_recovers(
         # The proxy's status endpoint answers from the board's snapshot, read once a second.
         with anyio.fail_after(PATIENCE):
             while True:
-                rows = {row["tool"]: row for row in _status(status_port)}
+                rows = {row["tool"]: row for row in status_rows(status_port)}
                 if rows["upstream:proxy-test-server@3.1.4"]["state"] == "closed":
                     break
                 await anyio.sleep(0.2)
@@ -237,44 +232,16 @@ async def test_a_killed_server_is_restarted_and_its_upstream_opens_and_recovers(
     assert rows["echo"]["state"] == "closed"  # a dead server leaves its tools no failure streak
 
 
-def _status(port: int) -> list[dict]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=10) as response:
-        body = json.load(response)
-    return body["breakers"] if isinstance(body, dict) else body
-
-
 def test_closing_stdin_ends_the_proxy_and_the_server_within_5_seconds():
-    proxy = subprocess.Popen(
-        [sys.executable, "-m", "otel_breaker", "mcp-proxy", "--", *server_command()],
-        env=breaker_env(),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
+    proxy = stdio_proxy()
     try:
-        assert proxy.stdin is not None and proxy.stdout is not None
+        send, receive = wire(proxy)
 
-        def send(message: dict) -> None:
-            proxy.stdin.write(json.dumps(message) + "\n")
-            proxy.stdin.flush()
-
-        send(
-            {
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-11-25",
-                    "capabilities": {},
-                    "clientInfo": {"name": "t", "version": "1"},
-                },
-            }
-        )
-        assert json.loads(proxy.stdout.readline())["result"]["serverInfo"]["name"] == "proxy-test-server"
+        send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": HELLO})
+        assert receive()["result"]["serverInfo"]["name"] == "proxy-test-server"
         send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "pid", "arguments": {}}})
-        server_pid = int(json.loads(proxy.stdout.readline())["result"]["content"][0]["text"])
+        server_pid = int(receive()["result"]["content"][0]["text"])
         proxy.stdin.close()
         assert proxy.wait(timeout=5) == 0
         assert not _alive(server_pid)
@@ -284,14 +251,7 @@ def test_closing_stdin_ends_the_proxy_and_the_server_within_5_seconds():
 
 
 def test_sigterm_ends_the_proxy_and_the_server():
-    proxy = subprocess.Popen(
-        [sys.executable, "-m", "otel_breaker", "mcp-proxy", "--", *server_command()],
-        env=breaker_env(),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
+    proxy = stdio_proxy()
     try:
         server_pid = _server_pid_through(proxy)
         proxy.send_signal(signal.SIGTERM)
@@ -305,9 +265,8 @@ def test_sigterm_ends_the_proxy_and_the_server():
 def _server_pid_through(proxy: subprocess.Popen) -> int:
     """Initialize over the proxy's stdio and ask the server for its process id."""
     assert proxy.stdin is not None and proxy.stdout is not None
-    hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
     for message in (
-        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello},
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": HELLO},
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
         {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "pid", "arguments": {}}},
     ):

@@ -6,56 +6,38 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
-import urllib.error
-import urllib.request
 
 import anyio
 import mcp.types as types
 import pytest
 from mcp.shared.exceptions import MCPError
 from proxy_scenarios import PATIENCE, connect, text
-from proxy_support import breaker_env, free_port, proxied, server_command
-
-HELLO = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+from proxy_support import breaker_env, free_port, proxied
+from proxy_wire import HELLO, end, http_post, status_rows, stdio_proxy, wire
 
 
 @pytest.mark.parametrize("params", ["a string", ["a", "list"], 7])
 def test_a_request_whose_params_are_not_an_object_is_answered_invalid_request(params):
-    proxy = subprocess.Popen(
-        [sys.executable, "-m", "otel_breaker", "mcp-proxy", "--", *server_command()],
-        env=breaker_env(),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
+    proxy = stdio_proxy()
     try:
-        assert proxy.stdin is not None and proxy.stdout is not None
-
-        def send(message: dict) -> None:
-            proxy.stdin.write(json.dumps(message) + "\n")
-            proxy.stdin.flush()
+        send, receive = wire(proxy)
 
         send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": HELLO})
-        assert json.loads(proxy.stdout.readline())["id"] == 1
+        assert receive()["id"] == 1
         send({"jsonrpc": "2.0", "method": "notifications/initialized"})
         send({"jsonrpc": "2.0", "id": "bad-1", "method": "tools/call", "params": params})
-        answer = json.loads(proxy.stdout.readline())
+        answer = receive()
         assert answer["id"] == "bad-1" and answer["error"]["code"] == -32600
         # The session goes on.
         send(
             {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "ok"}}}
         )
-        assert json.loads(proxy.stdout.readline())["result"]["content"][0]["text"] == "echo: ok"
+        assert receive()["result"]["content"][0]["text"] == "echo: ok"
         proxy.stdin.close()
         assert proxy.wait(timeout=30) == 0
     finally:
-        if proxy.poll() is None:
-            proxy.kill()
-            proxy.wait()
+        end(proxy)
 
 
 @pytest.mark.parametrize("params", ["a string", ["a", "list"], 7])
@@ -131,9 +113,9 @@ async def test_an_answer_over_64_mib_answers_its_request_with_an_error_and_count
 
 
 def test_a_request_over_64_mib_from_the_client_is_answered_invalid_request():
-    proxy = _stdio_proxy()
+    proxy = stdio_proxy()
     try:
-        send, receive = _wire(proxy)
+        send, receive = wire(proxy)
         send({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": HELLO})
         assert receive()["id"] == 1
         send({"jsonrpc": "2.0", "method": "notifications/initialized"})
@@ -146,7 +128,7 @@ def test_a_request_over_64_mib_from_the_client_is_answered_invalid_request():
         )
         assert receive()["result"]["content"][0]["text"] == "echo: ok"
     finally:
-        _end(proxy)
+        end(proxy)
 
 
 # -- a server that dies mid-call -------------------------------------------------------------------
@@ -175,62 +157,7 @@ async def test_a_call_in_flight_when_the_server_dies_is_answered_at_once(runs):
     assert waited < 20, f"the call was answered {waited:.1f}s after the server died"
 
 
-# -- helpers ---------------------------------------------------------------------------------------
-
-
-def http_post(url: str, message: dict, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], str]:
-    """One JSON-RPC message POSTed as a streamable-HTTP client does: status, headers, body."""
-    request = urllib.request.Request(
-        url,
-        data=json.dumps(message).encode(),
-        method="POST",
-        headers={
-            "Content-Type": "application/json",
-            "Accept": "application/json, text/event-stream",
-            **(headers or {}),
-        },
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, dict(response.headers), response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, dict(exc.headers), exc.read().decode()
-
-
-def status_rows(port: int) -> list[dict]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=10) as response:
-        body = json.load(response)
-    return body["breakers"] if isinstance(body, dict) else body
-
-
-def _stdio_proxy() -> subprocess.Popen:
-    return subprocess.Popen(
-        [sys.executable, "-m", "otel_breaker", "mcp-proxy", "--", *server_command()],
-        env=breaker_env(),
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-
-
-def _wire(proxy: subprocess.Popen):
-    assert proxy.stdin is not None and proxy.stdout is not None
-
-    def send(message: dict) -> None:
-        proxy.stdin.write(json.dumps(message) + "\n")
-        proxy.stdin.flush()
-
-    def receive() -> dict:
-        return json.loads(proxy.stdout.readline())
-
-    return send, receive
-
-
-def _end(proxy: subprocess.Popen) -> None:
-    if proxy.poll() is None:
-        proxy.kill()
-        proxy.wait()
+# -- a server's request too large to read ----------------------------------------------------------
 
 
 async def test_a_server_request_over_64_mib_is_answered_so_the_server_is_not_left_waiting():

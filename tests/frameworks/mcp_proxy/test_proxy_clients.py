@@ -8,7 +8,6 @@ test server's ``ask_when`` tool writes and waits for, not with sleeps.
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import anyio
@@ -17,12 +16,7 @@ import pytest
 from mcp.shared.exceptions import MCPError
 from proxy_scenarios import PATIENCE, connect, text
 
-
-@pytest.fixture(autouse=True)
-def quiet():
-    logging.disable(logging.ERROR)
-    yield
-    logging.disable(logging.NOTSET)
+pytestmark = pytest.mark.usefixtures("quiet_logs")
 
 
 class Client:

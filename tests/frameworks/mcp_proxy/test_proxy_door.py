@@ -7,53 +7,32 @@ on 127.0.0.1 only: these tests never send traffic off the machine's loopback.
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from urllib.parse import urlsplit
 
 import pytest
 from proxy_support import breaker_env
+from proxy_wire import HELLO, http_post
 
 TOKEN = "s3cret-token-0123456789"
 INITIALIZE = {
     "jsonrpc": "2.0",
     "id": 1,
     "method": "initialize",
-    "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+    "params": HELLO,
 }
-
-
-def post(url: str, message: dict, headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], str]:
-    """One JSON-RPC message POSTed as a streamable-HTTP client does: status, headers, body."""
-    request = urllib.request.Request(
-        url,
-        data=json.dumps(message).encode(),
-        method="POST",
-        headers={
-            "Content-Type": "application/json",
-            "Accept": "application/json, text/event-stream",
-            **(headers or {}),
-        },
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, dict(response.headers), response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, dict(exc.headers), exc.read().decode()
 
 
 def call_echo(url: str, headers: dict[str, str] | None = None) -> str:
     """Initialize, then ``tools/call echo``: the answer's body."""
-    status, answer_headers, _ = post(url, INITIALIZE, headers)
+    status, answer_headers, _ = http_post(url, INITIALIZE, headers)
     assert status == 200
     session = {"Mcp-Session-Id": answer_headers["mcp-session-id"], **(headers or {})}
-    post(url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
+    http_post(url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
     call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "hi"}}}
-    status, _, body = post(url, call, session)
+    status, _, body = http_post(url, call, session)
     assert status == 200
     return body
 
@@ -67,11 +46,11 @@ def on_loopback(url: str) -> str:
 def test_a_loopback_address_other_than_127_0_0_1_checks_host_and_origin(listening_proxy):
     url = listening_proxy(listen="127.0.0.2:0")
     assert "127.0.0.2" in url
-    assert post(url, INITIALIZE, {"Host": "evil.example"})[0] == 421
-    assert post(url, INITIALIZE, {"Origin": "http://evil.example"})[0] == 403
-    assert post(url, INITIALIZE, {"Host": "evil.example", "Origin": "http://evil.example"})[0] == 421
-    assert post(url, INITIALIZE, {"Origin": "http://127.0.0.2:1234"})[0] == 200
-    assert post(url, INITIALIZE, {"Host": "localhost"})[0] == 200
+    assert http_post(url, INITIALIZE, {"Host": "evil.example"})[0] == 421
+    assert http_post(url, INITIALIZE, {"Origin": "http://evil.example"})[0] == 403
+    assert http_post(url, INITIALIZE, {"Host": "evil.example", "Origin": "http://evil.example"})[0] == 421
+    assert http_post(url, INITIALIZE, {"Origin": "http://127.0.0.2:1234"})[0] == 200
+    assert http_post(url, INITIALIZE, {"Host": "localhost"})[0] == 200
     assert "echo: hi" in call_echo(url)
 
 
@@ -82,15 +61,15 @@ def test_a_token_is_required_on_every_request_and_never_shown(listening_proxy, t
     url = listening_proxy(listen="127.0.0.2:0", proxy_args=("--token-file", str(token_file)))
     good = {"Authorization": f"Bearer {TOKEN}"}
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": f"Basic {TOKEN}"}):
-        status, answer_headers, body = post(url, INITIALIZE, headers)
+        status, answer_headers, body = http_post(url, INITIALIZE, headers)
         assert status == 401 and answer_headers.get("www-authenticate") == "Bearer"
         assert TOKEN not in body
-    assert post(url, INITIALIZE, {**good, "Host": "evil.example"})[0] == 421
+    assert http_post(url, INITIALIZE, {**good, "Host": "evil.example"})[0] == 421
     assert "echo: hi" in call_echo(url, good)
     # A request of the session without the token is refused too.
-    status, answer_headers, _ = post(url, INITIALIZE, good)
+    status, answer_headers, _ = http_post(url, INITIALIZE, good)
     call = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "echo", "arguments": {"text": "x"}}}
-    assert post(url, call, {"Mcp-Session-Id": answer_headers["mcp-session-id"]})[0] == 401
+    assert http_post(url, call, {"Mcp-Session-Id": answer_headers["mcp-session-id"]})[0] == 401
 
 
 def test_the_token_from_the_environment_and_a_wildcard_address(listening_proxy):
@@ -99,9 +78,9 @@ def test_the_token_from_the_environment_and_a_wildcard_address(listening_proxy):
     )
     local = on_loopback(url)
     good = {"Authorization": f"Bearer {TOKEN}"}
-    assert post(local, INITIALIZE)[0] == 401
-    assert post(local, INITIALIZE, {**good, "Host": "evil.example"})[0] == 421
-    assert post(local, INITIALIZE, {**good, "Origin": "http://evil.example"})[0] == 403
+    assert http_post(local, INITIALIZE)[0] == 401
+    assert http_post(local, INITIALIZE, {**good, "Host": "evil.example"})[0] == 421
+    assert http_post(local, INITIALIZE, {**good, "Origin": "http://evil.example"})[0] == 403
     assert "echo: hi" in call_echo(local, good)
 
 
@@ -114,9 +93,10 @@ def test_allow_host_adds_a_name(listening_proxy):
     local = on_loopback(url)
     good = {"Authorization": f"Bearer {TOKEN}"}
     assert (
-        post(local, INITIALIZE, {**good, "Host": "proxy.internal:8765", "Origin": "https://proxy.internal"})[0] == 200
+        http_post(local, INITIALIZE, {**good, "Host": "proxy.internal:8765", "Origin": "https://proxy.internal"})[0]
+        == 200
     )
-    assert post(local, INITIALIZE, {**good, "Host": "other.internal"})[0] == 421
+    assert http_post(local, INITIALIZE, {**good, "Host": "other.internal"})[0] == 421
 
 
 @pytest.mark.parametrize(

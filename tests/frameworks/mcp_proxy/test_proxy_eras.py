@@ -12,12 +12,8 @@ endpoint shows the breakers. The SDK's own client is pinned to each era.
 from __future__ import annotations
 
 import contextlib
-import json
-import logging
-import re
 import subprocess
 import sys
-import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -37,7 +33,8 @@ from proxy_scenarios import (
     text,
     tool_names,
 )
-from proxy_support import breaker_env, free_port, stop, wait_for_port
+from proxy_support import announced_url, breaker_env, free_port, stop, wait_for_port
+from proxy_wire import status_rows
 
 sys.path.append(str(Path(__file__).parents[1] / "mcp"))  # the real servers, shared with the MCP client suite
 
@@ -55,11 +52,7 @@ pairings = pytest.mark.parametrize(
 )
 
 
-@pytest.fixture(autouse=True)
-def quiet():
-    logging.disable(logging.ERROR)
-    yield
-    logging.disable(logging.NOTSET)
+pytestmark = pytest.mark.usefixtures("quiet_logs")
 
 
 @pytest.fixture
@@ -89,12 +82,7 @@ def proxies():
             text=True,
         )
         started.append(proc)
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            match = re.search(r"serving MCP at (http://\S+)", line)
-            if match:
-                return match.group(1)
-        raise RuntimeError(f"the proxy exited ({proc.wait()}) without serving")
+        return announced_url(proc)
 
     yield start
     for proc in started:
@@ -132,10 +120,7 @@ def in_era(client: Client, client_era: str) -> bool:
 
 
 def status(port: int) -> dict[str, dict]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=10) as response:
-        body = json.load(response)
-    rows = body["breakers"] if isinstance(body, dict) else body
-    return {row["tool"]: row for row in rows}
+    return {row["tool"]: row for row in status_rows(port)}
 
 
 async def status_when(port: int, tool: str, state: str) -> dict[str, dict]:

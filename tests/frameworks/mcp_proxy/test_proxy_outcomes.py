@@ -9,7 +9,6 @@ polling server of the MCP client suite (``tests/frameworks/mcp/polling_server.py
 from __future__ import annotations
 
 import json
-import logging
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +24,7 @@ sys.path.append(str(Path(__file__).parents[1] / "mcp"))  # the real servers, sha
 from mcp.client.client import Client
 from proxy_support import THRESHOLD, breaker_env
 from reference_servers import (
+    allowed_folder,
     answer,
     answers,
     filesystem_command,
@@ -42,20 +42,12 @@ UNAVAILABLE = "is temporarily unavailable"
 PATIENCE = 180.0
 
 
-@pytest.fixture(autouse=True)
-def quiet():
-    logging.disable(logging.ERROR)
-    yield
-    logging.disable(logging.NOTSET)
+pytestmark = pytest.mark.usefixtures("quiet_logs")
 
 
 @pytest.fixture
 def allowed(tmp_path: Path) -> Path:
-    """The filesystem server's one allowed folder, holding ``exists.txt``."""
-    folder = tmp_path / "allowed"
-    folder.mkdir()
-    (folder / "exists.txt").write_text("hello\n")
-    return folder
+    return allowed_folder(tmp_path / "allowed")
 
 
 def through_proxy(command: list[str], *proxy_args: str, env: dict[str, str] | None = None):

@@ -20,13 +20,9 @@ every time.
 
 from __future__ import annotations
 
-import http.server
-import json
 import os
 import signal
 import sys
-import threading
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,11 +31,12 @@ import pytest
 
 pytest.importorskip("mcp")
 
+from effects_backend import EFFECTS_SERVER, OUTCOME_UNKNOWN, PAGE, THREE_ATTEMPTS, Backend, Runs, serving_backend
 from mcp.client.stdio import StdioServerParameters
 from proxy_scenarios import connect, text
 from proxy_support import breaker_env, free_port
+from proxy_wire import status_rows
 
-SERVER = Path(__file__).with_name("effects_server.py")
 #: A bound on one scenario against real processes; never reached by a healthy run.
 PATIENCE = 180.0
 CALLS = 10
@@ -47,87 +44,10 @@ CALLS = 10
 SETTLE = 30.0
 
 
-PAGE = "<h1>Pricing</h1><p>The team plan costs 12 EUR per seat.</p>"
-#: What the client reads of a destructive tool's call in doubt.
-OUTCOME_UNKNOWN = "outcome unknown: the call may have taken effect; check before calling again"
-#: What the client reads at the end of the last failure of a call tried three times.
-THREE_ATTEMPTS = "(otel-breaker: the call failed 3 times; retried 2 times below the model)"
-
-
-class _Handler(http.server.BaseHTTPRequestHandler):
-    """``/blip/...``: 503 the first time, then the page; ``/down/...``: 503 every time;
-    ``/gateway/...``: 504 every time."""
-
-    server: Backend
-
-    def do_GET(self) -> None:
-        first = self.server.hit(self.path) == 1
-        status = 503 if self.path.startswith("/down/") or first else 200
-        if self.path.startswith("/gateway/"):
-            status = 504
-        body = (PAGE if status == 200 else "the server is restarting").encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "text/html; charset=utf-8")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        """Quiet: pytest's output is for the tests."""
-
-
-class Backend(http.server.ThreadingHTTPServer):
-    """The page server the tools behind the proxy fetch from, on 127.0.0.1 (port 0)."""
-
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.hits: dict[str, int] = {}
-        self.lock = threading.Lock()
-        self.url = f"http://127.0.0.1:{self.server_address[1]}"
-
-    def hit(self, path: str) -> int:
-        with self.lock:
-            self.hits[path] = self.hits.get(path, 0) + 1
-            return self.hits[path]
-
-    def hits_under(self, prefix: str) -> int:
-        with self.lock:
-            return sum(n for path, n in self.hits.items() if path.startswith(prefix))
-
-    def forget_hits(self) -> None:
-        with self.lock:
-            self.hits.clear()
-
-    def blip(self, name: str) -> str:
-        return f"{self.url}/blip/{name}"
-
-    def down(self, name: str) -> str:
-        return f"{self.url}/down/{name}"
-
-
 @pytest.fixture
 def live() -> Iterator[Backend]:
-    backend = Backend()
-    thread = threading.Thread(target=backend.serve_forever, name="proxy-retries-http", daemon=True)
-    thread.start()
-    try:
+    with serving_backend() as backend:
         yield backend
-    finally:
-        backend.shutdown()
-        backend.server_close()
-        thread.join(timeout=60)
-
-
-class Runs:
-    """The server's runs file: the tools that really ran, in order."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def of(self, tool: str) -> int:
-        return self.path.read_text().splitlines().count(tool) if self.path.exists() else 0
 
 
 @pytest.fixture
@@ -136,7 +56,7 @@ def runs(tmp_path: Path) -> Runs:
 
 
 def server_args(runs: Runs, *extra: str) -> list[str]:
-    return [sys.executable, str(SERVER), "--runs", str(runs.path), *extra]
+    return [sys.executable, str(EFFECTS_SERVER), "--runs", str(runs.path), *extra]
 
 
 def direct(runs: Runs) -> StdioServerParameters:
@@ -279,8 +199,5 @@ async def test_a_half_open_server_is_probed_with_ping_before_a_destructive_call(
 
 
 def _upstream(port: int) -> dict:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=10) as response:
-        body = json.load(response)
-    rows = body["breakers"] if isinstance(body, dict) else body
-    found = [row for row in rows if row["tool"] == "upstream:effects-server@1.0.0"]
+    found = [row for row in status_rows(port) if row["tool"] == "upstream:effects-server@1.0.0"]
     return found[0] if found else {}  # none yet: the board has not read the breakers since the start

@@ -9,7 +9,6 @@ connects it before any client can arrive) must end up allowing the client's fold
 
 from __future__ import annotations
 
-import logging
 import re
 import subprocess
 import sys
@@ -31,11 +30,7 @@ from reference_servers import filesystem_command, stdio, text_of
 PATIENCE = 120.0
 
 
-@pytest.fixture(autouse=True)
-def quiet():
-    logging.disable(logging.ERROR)
-    yield
-    logging.disable(logging.NOTSET)
+pytestmark = pytest.mark.usefixtures("quiet_logs")
 
 
 async def allowed_after_connect(server, roots: list[Path]) -> str:

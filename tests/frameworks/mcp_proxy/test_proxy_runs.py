@@ -5,8 +5,6 @@ the loop guard and the waste budget count per client session, and a breaker is s
 
 from __future__ import annotations
 
-import logging
-
 import pytest
 from proxy_scenarios import connect, text
 from proxy_support import THRESHOLD
@@ -16,11 +14,7 @@ SPENT = "unavailable for the rest of this run"
 NO_TOOL = "no tool of that name exists"
 
 
-@pytest.fixture(autouse=True)
-def quiet():
-    logging.disable(logging.ERROR)
-    yield
-    logging.disable(logging.NOTSET)
+pytestmark = pytest.mark.usefixtures("quiet_logs")
 
 
 async def names(client) -> set[str]:

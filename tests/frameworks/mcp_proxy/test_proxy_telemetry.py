@@ -18,6 +18,7 @@ import urllib.request
 from typing import Any
 
 from proxy_support import THRESHOLD, breaker_env, free_port, server_command
+from proxy_wire import status_rows
 
 HOSTILE = "\x1b[31mevil\x07\n\x00" + "z" * 100_000
 #: The longest text the proxy puts in a span, a log record or a status row.
@@ -107,12 +108,6 @@ def call(name: str, arguments: dict, request_id: int, meta: dict | None = None) 
     if meta is not None:
         params["_meta"] = meta
     return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
-
-
-def status_rows(port: int) -> list[dict]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=10) as response:
-        body = json.load(response)
-    return body["breakers"] if isinstance(body, dict) else body
 
 
 def test_one_execute_tool_span_per_call_with_the_mcp_attributes_and_nothing_hostile_gets_through():
