@@ -437,12 +437,15 @@ def _port_owner(addr: str) -> str:
     )
 
 
-def _after_fork() -> None:  # a child has no server thread; let it start its own
-    global _running, _tried, _serving, _serving_lock
+def _after_fork() -> None:
+    """A forked child has no server thread, and a lock another thread held at the fork
+    stays held there forever: forget the parent's server and replace both locks."""
+    global _running, _tried, _serving, _serving_lock, _lock
     _running = None
     _tried = False
     _serving = 0
     _serving_lock = threading.Lock()
+    _lock = threading.Lock()
     LATENCY.disable()  # nothing shows the child's latency until it starts an endpoint of its own
 
 

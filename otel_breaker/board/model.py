@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
@@ -143,6 +145,7 @@ class Board:
         self._cache: dict[tuple[str, str], tuple[bytes, str]] = {}
         self._sampler: threading.Thread | None = None
         self._stop = threading.Event()
+        _BOARDS.add(self)
         self.snapshots = 0  # how many times the source was read (tests and benchmarks look)
 
     # -- snapshots ---------------------------------------------------------------------------------
@@ -172,6 +175,14 @@ class Board:
                 self.sample()
             except Exception:  # a store that does not answer: the next second tries again
                 logger.debug("otel-breaker: board sample failed", exc_info=True)
+
+    def after_fork_in_child(self) -> None:
+        """A forked child has only the forking thread: the sampler is gone, and a lock the
+        sampler or a request held at the fork stays held there forever. Fresh lock and
+        stop flag, and no sampler (:meth:`start_sampling` starts the child's own)."""
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._sampler = None
 
     def _fresh(self) -> _Snapshot:
         now = self._clock()
@@ -448,6 +459,20 @@ def _compact_row(row: dict[str, Any], window: Window, key: str, now: float) -> l
         row.get("latency_p50_ms"),
         row.get("latency_p99_ms"),
     ]
+
+
+#: Every board made in this process, weakly: the fork handler gives each a fresh lock.
+_BOARDS: weakref.WeakSet[Board] = weakref.WeakSet()
+
+
+def _reinit_after_fork() -> None:
+    """See :meth:`Board.after_fork_in_child`."""
+    for board in list(_BOARDS):
+        board.after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_reinit_after_fork)
 
 
 def _identity(row: list[Any]) -> tuple[str, str, str]:

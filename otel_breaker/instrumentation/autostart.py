@@ -29,6 +29,18 @@ _sdk_lock = threading.Lock()
 _sdk_checked = False
 
 
+def _reinit_after_fork() -> None:
+    """A thread checking the SDK at the fork holds this lock in the child forever (the
+    child has only the forking thread), and the child's first call that checks it would
+    wait on it: the child gets a fresh lock."""
+    global _sdk_lock
+    _sdk_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_reinit_after_fork)
+
+
 def autostart() -> None:
     """Instrument lazily from the environment (idempotent)."""
     global _started

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import os
 import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -73,6 +74,19 @@ def _run_first_use() -> None:
             except Exception:
                 logger.exception("otel-breaker: start-up step %r failed", callback)
         _first_use_pending = False
+
+
+def _reinit_first_use_lock_after_fork() -> None:
+    """In a forked child only the forking thread exists: a thread that was running the
+    start-up steps at the fork holds this lock there forever, and the child's first
+    guarded call would wait on it. The child gets a fresh lock (the steps not yet run
+    stay queued and run at its first call)."""
+    global _first_use_lock
+    _first_use_lock = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_reinit_first_use_lock_after_fork)
 
 
 class _OuterCall(GuardedCall):

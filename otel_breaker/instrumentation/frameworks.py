@@ -70,6 +70,13 @@ class Frameworks:
         #: Set when the switch started it (``BreakerInstrumentor`` then reports itself instrumented).
         self.started_by_switch = False
 
+    def after_fork_in_child(self) -> None:
+        """A thread patching a framework (or hooking its import) at the fork holds this
+        lock in the child forever (the child has only the forking thread), and the
+        child's next instrument, uninstrument or framework import would wait on it: the
+        child gets a fresh lock."""
+        self._lock = threading.RLock()
+
     def enable(self, requested: Iterable[str] | None, *, lazy: bool, lenient: bool) -> None:
         """Patch (or, ``lazy``, hook the import of) the frameworks named, or every one
         installed; asking by name for one that is missing raises unless ``lenient``."""
@@ -250,3 +257,6 @@ def target_modules(adapter: FrameworkAdapter) -> Iterable[str]:
 
 
 FRAMEWORKS = Frameworks()
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=FRAMEWORKS.after_fork_in_child)

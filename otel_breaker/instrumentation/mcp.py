@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import os
 import threading
 import time
+import weakref
 from typing import Any
 
 from otel_breaker import loops, runs
@@ -78,6 +80,7 @@ class MCPAdapter(MCPAnswers, SpecAdapter):
         super().__init__(*args, **kwargs)
         self._confirmed: set[tuple[str | None, str]] = set()  # (server, name) answered as a real tool
         self._confirmed_lock = threading.Lock()
+        _ADAPTERS.add(self)
 
     def describe(self, instance: Any, args: tuple, kwargs: dict) -> ToolCall | None:
         name = argument(args, kwargs, 0, "name")
@@ -218,3 +221,19 @@ def _first_page(kwargs: dict) -> bool:
     """Whether a session's ``list_tools`` asked for the first page (no ``params.cursor``):
     a later page adds to the listing noted before."""
     return getattr(kwargs.get("params"), "cursor", None) is None
+
+
+#: Every MCP adapter made in this process, weakly: the fork handler replaces their locks.
+_ADAPTERS: weakref.WeakSet[MCPAdapter] = weakref.WeakSet()
+
+
+def _reinit_after_fork() -> None:
+    """A thread noting a confirmed tool at the fork holds its adapter's lock in the child
+    forever (the child has only the forking thread), and the child's next first call of a
+    never-listed tool would wait on it: every adapter gets a fresh lock."""
+    for adapter in list(_ADAPTERS):
+        adapter._confirmed_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_reinit_after_fork)

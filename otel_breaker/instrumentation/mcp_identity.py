@@ -29,6 +29,7 @@ does not list.
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 import weakref
 from collections import OrderedDict
@@ -193,6 +194,7 @@ class ToolSources:
         #: id(tool) -> (a weak reference to it, its server): empty until a tool is made from an MCP server.
         self.sources: dict[int, tuple[weakref.ref, str]] = {}
         self._lock = threading.Lock()
+        _LOCK_HOLDERS.add(self)
 
     def remember(self, tool: Any, source: str) -> None:
         """Note ``tool``'s server identity."""
@@ -251,6 +253,7 @@ class ToolListings:
     def __init__(self) -> None:
         self._names: OrderedDict[str, set[str]] = OrderedDict()
         self._lock = threading.Lock()
+        _LOCK_HOLDERS.add(self)
 
     def note(self, source: str | None, names: Iterable[Any], *, first_page: bool) -> None:
         """Note a listing of ``source``'s tools: a first page replaces what was known,
@@ -283,6 +286,22 @@ class ToolListings:
         with self._lock:
             self._names.clear()
 
+
+#: Every tool-source table and listing table made in this process, weakly: the fork
+#: handler replaces their locks.
+_LOCK_HOLDERS: weakref.WeakSet[ToolSources | ToolListings] = weakref.WeakSet()
+
+
+def _reinit_after_fork() -> None:
+    """A thread noting a tool's server, or a server's listing, at the fork holds that
+    table's lock in the child forever (the child has only the forking thread), and the
+    child's next MCP tool call would wait on it: every table gets a fresh lock."""
+    for holder in list(_LOCK_HOLDERS):
+        holder._lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_reinit_after_fork)
 
 #: The listings every adapter that sees a ``tools/list`` answer notes.
 LISTINGS = ToolListings()

@@ -12,6 +12,7 @@ before its importer sees it).
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections.abc import Callable
@@ -23,6 +24,18 @@ Hook = Callable[[ModuleType], Any]
 _hooks: dict[str, list[Hook]] = {}
 _lock = threading.RLock()
 _finder: _PostImportFinder | None = None
+
+
+def _reinit_after_fork() -> None:
+    """A thread registering a hook, or importing a hooked module, at the fork holds this
+    lock in the child forever (the child has only the forking thread), and the child's
+    next import of a hooked module would wait on it: the child gets a fresh lock."""
+    global _lock
+    _lock = threading.RLock()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_reinit_after_fork)
 
 
 def when_imported(name: str, hook: Hook) -> None:

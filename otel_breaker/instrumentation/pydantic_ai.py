@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import os
 import threading
 import weakref
 from collections import OrderedDict
@@ -77,6 +78,19 @@ _CHARGED = "charged"
 _MAX_FORMS = 4096
 _forms: OrderedDict[tuple[str, str | None], str] = OrderedDict()
 _forms_lock = threading.Lock()
+
+
+def _reinit_after_fork() -> None:
+    """A thread noting a tool's failure at the fork holds this lock in the child forever
+    (the child has only the forking thread), and the child's next tool failure would wait
+    on it: the child gets a fresh lock."""
+    global _forms_lock
+    _forms_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):  # not on Windows, which has no fork
+    os.register_at_fork(after_in_child=_reinit_after_fork)
+
 #: Set while ``ModelRequestNode._prepare_request`` prepares a request (and the status block is on).
 _preparing: contextvars.ContextVar[bool] = contextvars.ContextVar("otel_breaker_pydantic_ai_request", default=False)
 
