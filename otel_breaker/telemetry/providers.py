@@ -222,9 +222,13 @@ class _Recording:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        #: Whether this process holds the lock for a fork in progress. This module may be
-        #: imported while a fork's ``before`` handlers run (the package's waits for an
-        #: import of ours another thread is making): its ``after`` handlers then run alone.
+        #: Whether this process holds the lock for a fork in progress, so that it is taken
+        #: once and released once. This module may be imported while a fork's ``before``
+        #: handlers run (the package's waits for an import of ours another thread is
+        #: making): handlers registered then miss that fork's ``before`` but get its
+        #: ``after``. The package's ``before`` handler, which runs after this one, then
+        #: takes the lock in its place (when this says it is not held), so the fork still
+        #: happens with the lock held and the ``after`` handlers release it as usual.
         self.held_for_fork = False
 
     def before_fork(self) -> None:
