@@ -8,6 +8,7 @@ background machinery in the child.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import json
 import os
@@ -18,6 +19,7 @@ import textwrap
 import threading
 import time
 import traceback
+from pathlib import Path
 
 import pytest
 
@@ -512,3 +514,57 @@ def test_a_child_forked_while_a_thread_is_finding_the_guard_gets_the_guard_whole
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["exit", "0"]
+
+
+#: Modules that make a lock at module level or in an ``__init__`` with no fork handler of
+#: their own, and why a child is safe all the same.
+LOCKS_WITHOUT_OWN_FORK_HANDLER = {
+    "otel_breaker/store/redis_feed.py": "a store's change feed: the Redis store's fork handler calls its after_fork",
+    "otel_breaker/store/redis_setup.py": "a store's clients: the Redis store's fork handler calls their after_fork",
+    "otel_breaker/store/redis_report.py": "a store's reporter: the Redis store's fork handler calls its after_fork",
+    "otel_breaker/telemetry/metrics.py": "the telemetry's metrics: its fork handler calls their after_fork_in_child",
+    "otel_breaker/board/server.py": (
+        "a board server's locks belong to its serving threads; a forked child never serves on its "
+        "parent's socket (the status endpoint forgets the parent's server at the fork)"
+    ),
+}
+
+
+def test_every_module_that_keeps_a_lock_registers_a_fork_handler():
+    """A lock that lives for the process (made at module level, or in an ``__init__`` of an
+    object the process keeps) must be re-created in a forked child: a thread that held it
+    at the fork does not exist there, and the child's first use would wait forever. Each
+    module that makes one calls ``os.register_at_fork``, or says above why it need not."""
+    package = Path(__file__).resolve().parent.parent / "otel_breaker"
+    lock_kinds = {"Lock", "RLock", "Condition", "Semaphore", "BoundedSemaphore"}
+    offenders = []
+    unneeded = []
+    for path in sorted(package.rglob("*.py")):
+        module = path.relative_to(package.parent).as_posix()
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        lock_lines = []
+        registers = False
+        # (node, the function it is in: None at module level and in class bodies)
+        pending: list[tuple[ast.AST, str | None]] = [(node, None) for node in tree.body]
+        while pending:
+            node, function = pending.pop()
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                owner = node.func.value
+                owner_name = owner.id if isinstance(owner, ast.Name) else None
+                if owner_name == "os" and node.func.attr == "register_at_fork":
+                    registers = True
+                made_here = function is None or function == "__init__"
+                if owner_name == "threading" and node.func.attr in lock_kinds and made_here:
+                    lock_lines.append(node.lineno)
+            inner = node.name if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) else function
+            if isinstance(node, ast.Lambda):
+                inner = "<lambda>"
+            pending.extend((child, inner) for child in ast.iter_child_nodes(node))
+        if lock_lines and not registers and module not in LOCKS_WITHOUT_OWN_FORK_HANDLER:
+            offenders.extend(f"{module}:{line}" for line in sorted(lock_lines))
+        if module in LOCKS_WITHOUT_OWN_FORK_HANDLER and (registers or not lock_lines):
+            unneeded.append(module)
+    for offender in offenders:
+        print("lock with no fork handler:", offender)
+    assert not offenders, f"locks kept with no os.register_at_fork handler in their module: {offenders}"
+    assert not unneeded, f"listed as without a fork handler, but need no entry now: {unneeded}"
