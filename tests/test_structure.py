@@ -52,11 +52,6 @@ FOREIGN_PRIVATES: dict[tuple[str, str], ForeignPrivate] = {
         "agno 3.1 (Function._team)",
         "the team a tool was given to, which keys its breaker; Function has no public owner",
     ),
-    ("instrumentation/autostart.py", "_is_instrumented_by_opentelemetry"): ForeignPrivate(
-        "opentelemetry-instrumentation 0.48b0+ (BaseInstrumentor)",
-        "whether opentelemetry-instrument already instrumented us, read on the class; "
-        "the public is_instrumented_by_opentelemetry is an instance property",
-    ),
     ("instrumentation/crewai/adapter.py", "_check_tool_repeated_usage"): ForeignPrivate(
         "crewai 1.x (ToolUsage._check_tool_repeated_usage)",
         "CrewAI's own test for a repeated action, which it refuses without running the tool",

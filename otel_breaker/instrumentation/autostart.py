@@ -85,10 +85,9 @@ def _launcher_instrumented() -> bool:
     import sys
 
     module = sys.modules.get("otel_breaker.instrumentation.instrumentor")
-    # opentelemetry-instrumentation's own private (``BaseInstrumentor``, 0.48b0 on): the
-    # flag ``instrument()`` sets, read on the class; the public ``is_instrumented_by_opentelemetry``
-    # is a property of the instance.
-    return module is not None and module.BreakerInstrumentor._is_instrumented_by_opentelemetry
+    # ``instrument()`` sets the flag on the instance (``BaseInstrumentor`` is a singleton:
+    # this is the one the launcher made), never on the class.
+    return module is not None and module.BreakerInstrumentor().is_instrumented_by_opentelemetry
 
 
 def export_asked(environ: Mapping[str, str] | None = None) -> bool:
