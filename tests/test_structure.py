@@ -236,3 +236,29 @@ def test_every_foreign_private_names_its_framework_and_reason() -> None:
         if not entry.framework.strip() or not entry.reason.strip()
     ]
     report(vague, "allow-list entries without a framework or a reason")
+
+
+#: The one module that drives the step sequence (``call_steps.steps``): every entrance
+#: (``breaker.call``, decorators, ``@guard``, ``Guard.call``, fallback routing, adapters)
+#: reaches it through ``CallPath``.
+STEP_SEQUENCE_DRIVER = "otel_breaker.call_path"
+
+
+def test_the_call_path_is_the_only_driver_of_the_step_sequence() -> None:
+    offences = []
+    for module in package_modules():
+        if module.name in (STEP_SEQUENCE_DRIVER, "otel_breaker.call_steps"):
+            continue
+        for node in ast.walk(module.tree):
+            if isinstance(node, ast.ImportFrom) and node.module == "otel_breaker.call_steps":
+                for alias in node.names:
+                    if alias.name in ("steps", "after_failure"):
+                        offences.append(f"{module.where}:{node.lineno}: imports call_steps.{alias.name}")
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr in ("steps", "after_failure")
+                and isinstance(node.value, ast.Name)
+                and node.value.id in ("call_steps", "_call_steps")
+            ):
+                offences.append(f"{module.where}:{node.lineno}: reads call_steps.{node.attr}")
+    report(offences, "drivers of the step sequence other than the call path")
