@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from otel_breaker.degrade import STATUS_HEADER
 from otel_breaker.simulation.world import (
     FETCH,
     MAX_ATTEMPTS,
@@ -101,7 +102,6 @@ class ScriptedModel:
     @staticmethod
     def listed_open(system_prompt: str) -> frozenset[str]:
         """Tools the tool-status block in ``system_prompt`` lists as open."""
-        from otel_breaker.degrade import STATUS_HEADER
 
         if STATUS_HEADER not in system_prompt:
             return frozenset()

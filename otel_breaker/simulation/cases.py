@@ -21,6 +21,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from otel_breaker import degrade, menu
+from otel_breaker.config import get_settings, load_settings, set_settings
+from otel_breaker.guards import Guard
+from otel_breaker.registry import default_registry
 from otel_breaker.simulation.agent import SYSTEM_PROMPT, Agent, Ledger, Turn
 from otel_breaker.simulation.runs import guarded, install_breakers, unguarded
 from otel_breaker.simulation.world import AGENT, DEFAULT_STEPS, TOOLS, SimClock, SimStore, World
@@ -63,7 +67,6 @@ class CaseResult:
 def configured_request() -> Turn:
     """A model request as the adapters build it under the current settings,
     with the tools open at that moment noted for checking."""
-    from otel_breaker import degrade, menu
 
     menu_ = tuple(menu.visible_tools(TOOLS, str, agent=AGENT))
     system_prompt = degrade.augment_instructions(SYSTEM_PROMPT, agent=AGENT) or SYSTEM_PROMPT
@@ -79,9 +82,6 @@ def run_case(case: Case, steps: int = DEFAULT_STEPS, on_step: Callable[[int], No
     State changes reach the process's telemetry like any breaker's: run the
     cases before telemetry is set up, or forget them after (the demo does).
     """
-    from otel_breaker.config import get_settings, load_settings, set_settings
-    from otel_breaker.guards import Guard
-    from otel_breaker.registry import default_registry
 
     ledger = Ledger(case.label)
     clock = SimClock()

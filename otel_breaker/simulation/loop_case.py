@@ -25,8 +25,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from otel_breaker import loops
+from otel_breaker.classify import MISTAKE
+from otel_breaker.config import get_settings, load_settings, set_settings
+from otel_breaker.guards import Guard
+from otel_breaker.loops import ToolLoopError
+from otel_breaker.registry import default_registry
 from otel_breaker.simulation.world import text_tokens
 from otel_breaker.tokens import DEFAULT_TOKENS_PER_CALL, repeated_turns_tokens
+from otel_breaker.toolcall import ToolCall
 
 TOOL = "lookup_order"
 PROMPT_TOKENS = 1500
@@ -61,7 +68,6 @@ class _Adapter:
         return info.message
 
     def exception_hint(self, call: Any, exc: BaseException) -> str | None:
-        from otel_breaker.classify import MISTAKE
 
         return MISTAKE if isinstance(exc, _ArgumentError) else None
 
@@ -93,12 +99,6 @@ class LoopResult:
 def run_loop_case(key: str, label: str, env: dict[str, str]) -> LoopResult:
     """One case on the default registry, cleared before and after; the process's
     settings are put back afterwards."""
-    from otel_breaker import loops
-    from otel_breaker.config import get_settings, load_settings, set_settings
-    from otel_breaker.guards import Guard
-    from otel_breaker.loops import ToolLoopError
-    from otel_breaker.registry import default_registry
-    from otel_breaker.toolcall import ToolCall
 
     result = LoopResult(key, label)
     settings = get_settings()

@@ -11,6 +11,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from otel_breaker import breaker as breaker_module
+from otel_breaker import degrade
+from otel_breaker.breaker import CircuitBreakerConfig
+from otel_breaker.guards import Guard
+from otel_breaker.registry import default_registry
 from otel_breaker.simulation.agent import Agent, Invoke, Ledger
 from otel_breaker.simulation.world import (
     AGENT,
@@ -23,6 +28,8 @@ from otel_breaker.simulation.world import (
     World,
     round_trip_tokens,
 )
+from otel_breaker.telemetry import TELEMETRY
+from otel_breaker.toolcall import ToolCall
 
 
 def unguarded(tool: str, fn: Callable[[str], str], query: str) -> tuple[str, Any]:
@@ -37,7 +44,6 @@ def install_breakers(registry: Any) -> None:
     """The demo's breakers: ``fast_api`` (3 failures, 30 s cooldown) for every
     tool, ``web_search`` falling back to ``backup_search``; keyed as the agent's
     calls find them (agent name and tool)."""
-    from otel_breaker.breaker import CircuitBreakerConfig
 
     registry.breaker_for(agent_call(PRIMARY), CircuitBreakerConfig.preset("fast_api", fallbacks=(BACKUP,)))
     registry.breaker_for(agent_call(BACKUP), CircuitBreakerConfig.preset("fast_api"))
@@ -46,7 +52,6 @@ def install_breakers(registry: Any) -> None:
 
 def agent_call(tool: str, call_id: str | None = None) -> Any:
     """A call of the demo's agent to ``tool``."""
-    from otel_breaker.toolcall import ToolCall
 
     return ToolCall(tool, agent_name=AGENT, call_id=call_id)
 
@@ -92,11 +97,6 @@ def run_with_breakers(
     ``prompt_sample`` the tool-status block and the rejection message at the
     first rejection. Its breakers stay in the default registry (for the
     telemetry to export); the registry's store is put back afterwards."""
-    from otel_breaker import breaker as breaker_module
-    from otel_breaker import degrade
-    from otel_breaker.guards import Guard
-    from otel_breaker.registry import default_registry
-    from otel_breaker.telemetry import TELEMETRY
 
     ledger = Ledger("with breakers")
     clock = SimClock()

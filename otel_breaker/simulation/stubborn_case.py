@@ -22,8 +22,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from otel_breaker import loops, menu, run_budget
+from otel_breaker.config import get_settings, load_settings, set_settings
+from otel_breaker.guards import Guard
+from otel_breaker.registry import default_registry
+from otel_breaker.run_budget import RunBudgetError
+from otel_breaker.runs import run
 from otel_breaker.simulation.loop_case import ANSWER_TOKENS, CALL_TOKENS, PROMPT_TOKENS, TURN_LIMIT
 from otel_breaker.simulation.world import text_tokens
+from otel_breaker.toolcall import ToolCall
 
 TOOL = "track_parcel"
 OTHER_TOOL = "contact_carrier"
@@ -71,13 +78,6 @@ class StubbornResult:
 def run_stubborn_case(key: str, label: str, env: dict[str, str]) -> StubbornResult:
     """One case on the default registry, cleared before and after; the process's
     settings are put back afterwards."""
-    from otel_breaker import loops, menu, run_budget
-    from otel_breaker.config import get_settings, load_settings, set_settings
-    from otel_breaker.guards import Guard
-    from otel_breaker.registry import default_registry
-    from otel_breaker.run_budget import RunBudgetError
-    from otel_breaker.runs import run
-    from otel_breaker.toolcall import ToolCall
 
     result = StubbornResult(key, label)
     settings = get_settings()

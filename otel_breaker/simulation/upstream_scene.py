@@ -16,7 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from otel_breaker.breaker import CircuitBreakerConfig
+from otel_breaker.guards import Guard
 from otel_breaker.simulation.world import AGENT, MODEL, SimClock, SimStore, round_trip_tokens
+from otel_breaker.telemetry import TELEMETRY
+from otel_breaker.toolcall import ToolCall
+from otel_breaker.upstream import UPSTREAM_PREFIX
 
 UPSTREAM = "pages_host"
 TOOLS = ("page_read", "page_links")
@@ -52,8 +57,6 @@ def upstreams() -> dict[str, tuple[str, ...]]:
 def prepare(registry: Any) -> None:
     """Make the scene's breakers (``fast_api``, on the scene's simulated clock) in ``registry``."""
     global _scene
-    from otel_breaker.breaker import CircuitBreakerConfig
-    from otel_breaker.upstream import UPSTREAM_PREFIX
 
     _scene = _Scene()
     store = registry.store
@@ -69,9 +72,6 @@ def prepare(registry: Any) -> None:
 
 def run(registry: Any, on_call: Callable[[int], None] | None = None) -> SceneResult:
     """Play the scene through the real guarded call path (after :func:`prepare`)."""
-    from otel_breaker.guards import Guard
-    from otel_breaker.telemetry import TELEMETRY
-    from otel_breaker.toolcall import ToolCall
 
     scene = _scene or _Scene()
     result = SceneResult()

@@ -10,6 +10,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+from otel_breaker.breaker import CircuitBreaker
+
 AGENT = "research_agent"
 PRIMARY = "web_search"
 BACKUP = "backup_search"
@@ -71,7 +73,6 @@ class SimStore:
     def create(
         self, key: str, config: Any, *, clock: Any = None, agent_name: Any = None, session_id: Any = None, **_: Any
     ):
-        from otel_breaker.breaker import CircuitBreaker
 
         agent_name = agent_name or self.agent_name
         return CircuitBreaker(key, config, clock=self.clock, agent_name=agent_name, session_id=session_id)
