@@ -28,15 +28,8 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
-from otel_breaker import __version__
 from otel_breaker.cli._common import one_line_errors
-from otel_breaker.config import ConfigError, describe_sources, load_settings
-from otel_breaker.config.environment import closest_variable
-from otel_breaker.instrumentation import ADAPTERS, BreakerInstrumentor, load_adapter_class
-from otel_breaker.instrumentation.base import DidNotEnable
 from otel_breaker.sanitize import bounded
-from otel_breaker.sdk_setup import check_signals, plan_export
-from otel_breaker.store.redis import RedisStore, StoreError, mask_url
 
 OTEL_ENV = (
     "OTEL_SDK_DISABLED",
@@ -141,6 +134,7 @@ _UNKNOWN_VARIABLE = re.compile(r"^(OTEL_BREAKER_[A-Z0-9_]+) is not an otel-break
 
 def _config_fix(problem: str) -> str:
     """What to do about one problem the settings loader reports."""
+    from otel_breaker.config.environment import closest_variable
 
     unknown = _UNKNOWN_VARIABLE.match(problem)
     if unknown:
@@ -157,11 +151,14 @@ def _config_fix(problem: str) -> str:
 def _masked_value(var: str, value: str) -> str:
     """A setting's value as shown: a store URL without its password."""
     if var == "OTEL_BREAKER_STORE" and "://" in value:
+        from otel_breaker.store.redis_setup import mask_url
+
         return mask_url(value)
     return value
 
 
 def check_configuration(report: Report) -> Any:
+    from otel_breaker.config import ConfigError, describe_sources, load_settings
 
     logger = logging.getLogger("otel_breaker")
     disabled, logger.disabled = logger.disabled, True  # each problem is reported below instead
@@ -213,6 +210,8 @@ def check_timeouts(report: Report, settings: Any) -> None:
 
 def check_frameworks(report: Report, settings: Any) -> None:
     """Each supported framework once: installed ones with their patch points, the rest in one line."""
+    from otel_breaker.instrumentation import ADAPTERS, load_adapter_class
+    from otel_breaker.instrumentation.base import DidNotEnable
 
     requested = set(settings.frameworks) if settings.frameworks else None
     how = (
@@ -311,6 +310,7 @@ def _started_status() -> dict[str, str]:
     watch = next((f for f in sys.meta_path if getattr(f, "otel_breaker_watch", False)), None)
     if watch is None or not watch.fired:
         return {}
+    from otel_breaker.instrumentation import BreakerInstrumentor
 
     return BreakerInstrumentor().status()
 
@@ -451,6 +451,7 @@ def _split_fix(detail: str) -> Problem:
 
 
 def check_telemetry(report: Report) -> None:
+    from otel_breaker.sdk_setup import check_signals, plan_export
 
     report.section(
         "Export (zero-code, at the first import of a supported framework, when the program set no provider):"
@@ -541,6 +542,11 @@ def check_store(report: Report, settings: Any) -> None:
     url = settings.store
     if not url or url == "memory":
         return
+    try:
+        from otel_breaker.store.redis import RedisStore, StoreError, mask_url
+    except ImportError as exc:  # pragma: no cover - the redis extra is missing
+        report.problem(f"OTEL_BREAKER_STORE names Redis, but {exc}", "pip install redis (the [redis] extra)")
+        return
     report.section(f"Shared store: {bounded(mask_url(url), 2 * MAX_CELL_CHARS)}")
     try:
         store = RedisStore.from_url(url, socket_timeout=STORE_TIMEOUT)
@@ -580,6 +586,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from otel_breaker import __version__
 
     report = Report(verbose=args.verbose)
     report.add(f"otel-breaker {__version__} on Python {sys.version.split()[0]} ({sys.executable})")
