@@ -12,8 +12,6 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from otel_breaker import __version__
-
 # Modules that add verbs; a module that is missing adds nothing.
 VERB_MODULES = ("demo", "tune", "doctor", "store", "mcp_proxy")
 
@@ -35,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="otel-breaker",
         description="Circuit breakers for AI agent tool calls, visible in OpenTelemetry.",
     )
+    from otel_breaker import __version__
 
     parser.add_argument("--version", action="version", version=f"otel-breaker {__version__}")
     subparsers = parser.add_subparsers(dest="verb", metavar="VERB", parser_class=_OneLineParser)

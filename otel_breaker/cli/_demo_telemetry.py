@@ -12,11 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from otel_breaker import sdk_exporters, sdk_setup, telemetry
 from otel_breaker.cli import UsageError
-from otel_breaker.simulation.world import MODEL, PRICE_PER_TOKEN
-from otel_breaker.token_prices import Price
-from otel_breaker.tokens import TokenEstimator
 
 
 @dataclass
@@ -58,6 +54,11 @@ def set_up_telemetry(serve_metrics: int | None, otlp: bool, metrics_host: str = 
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
     from opentelemetry.sdk.trace import TracerProvider
 
+    from otel_breaker import telemetry
+    from otel_breaker.simulation.world import MODEL, PRICE_PER_TOKEN
+    from otel_breaker.token_prices import Price
+    from otel_breaker.tokens import TokenEstimator
+
     readers: list[Any] = [InMemoryMetricReader()]
     port = None
     if serve_metrics is not None:
@@ -94,6 +95,8 @@ def _add_otlp(exporters: Exporters, readers: list[Any]) -> None:
     line and never holds the demo."""
     from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    from otel_breaker import sdk_exporters, sdk_setup
 
     try:
         plan = sdk_setup.plan_export(force_otlp=True)
@@ -132,6 +135,7 @@ def _add_otlp(exporters: Exporters, readers: list[Any]) -> None:
 
 def close(exporters: Exporters) -> None:
     """Flush and shut down, never waiting long for a collector that is not there."""
+    from otel_breaker import sdk_setup
 
     budget = sdk_setup.exit_budget()
     if budget == sdk_setup.EXIT_BUDGET:  # no OTLP timeout given: an interactive command waits less

@@ -28,15 +28,12 @@ from otel_breaker.cli import UsageError
 from otel_breaker.cli._common import number, one_line_errors
 from otel_breaker.cli._demo_telemetry import close, metrics_url, serve, set_up_telemetry
 from otel_breaker.cli._demo_text import NEXT_STEPS, as_json, duration, render, render_scene, scene_json
-from otel_breaker.config import Settings, set_settings
-from otel_breaker.registry import default_registry
 from otel_breaker.simulation import upstream_scene
 from otel_breaker.simulation.cases import CASES, run_case
 from otel_breaker.simulation.loop_case import compare_loop_cases
 from otel_breaker.simulation.runs import Moment, run_with_breakers, run_without_breakers
 from otel_breaker.simulation.stubborn_case import compare_stubborn_cases
 from otel_breaker.simulation.world import DEFAULT_STEPS
-from otel_breaker.telemetry import TELEMETRY
 
 
 class Pacer:
@@ -173,6 +170,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--hold only applies with --serve-metrics")
     if args.metrics_host != "127.0.0.1" and args.serve_metrics is None:
         raise UsageError("--metrics-host only applies with --serve-metrics")
+    from otel_breaker.config import Settings, set_settings
+    from otel_breaker.registry import default_registry
+    from otel_breaker.telemetry import TELEMETRY
 
     # The demo's breakers are configured here, not by the environment; two tools of the
     # second scene run behind an upstream.

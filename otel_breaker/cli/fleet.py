@@ -20,7 +20,6 @@ from otel_breaker.board.server import BoardServer, matches
 from otel_breaker.cli import UsageError
 from otel_breaker.config import get_settings
 from otel_breaker.status_server import MIN_TOKEN_CHARS, StatusAddressError, parse_address
-from otel_breaker.store.redis import mask_url
 from otel_breaker.upstream import label_of
 
 
@@ -41,6 +40,7 @@ class FleetSource:
         self.store = store
 
     def header(self) -> dict[str, Any]:
+        from otel_breaker.store.redis import mask_url
 
         return {"source": "fleet", "store": mask_url(self.store.url or ""), "prefix": self.store.prefix}
 

@@ -12,14 +12,6 @@ import sys
 from typing import Any
 
 from otel_breaker.cli import UsageError
-from otel_breaker.mcp_proxy import OptionsError, build
-
-try:  # the MCP SDK is the [mcp] extra: without it the verb still parses and says what to install
-    from otel_breaker.mcp_proxy.serve import run
-except ModuleNotFoundError as exc:
-    if (exc.name or "otel_breaker").startswith("otel_breaker"):
-        raise  # one of ours missing is a broken install, not a missing extra
-    run = None  # type: ignore[assignment]
 
 INSTALL_HINT = (
     'the MCP proxy needs the MCP SDK: pip install "mcp>=2.3,<3" (or, in a clone of otel-breaker, '
@@ -105,6 +97,8 @@ def register(subparsers: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from otel_breaker.mcp_proxy import OptionsError, build
+
     try:
         options = build(
             args.command,
@@ -122,9 +116,13 @@ def _run(args: argparse.Namespace) -> int:
         )
     except OptionsError as exc:
         raise UsageError(str(exc)) from None
-    if run is None:
-        raise UsageError(INSTALL_HINT)
+    try:
+        import mcp.server.lowlevel  # noqa: F401 - only to say what to install when it is missing
+    except ImportError:
+        raise UsageError(INSTALL_HINT) from None
     _log_to_stderr()
+    from otel_breaker.mcp_proxy import run
+
     return run(options)
 
 

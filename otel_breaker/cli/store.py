@@ -17,9 +17,8 @@ import os
 import sys
 from typing import Any
 
-from otel_breaker.cli import UsageError, fleet, remote
+from otel_breaker.cli import UsageError
 from otel_breaker.sanitize import bounded
-from otel_breaker.store.redis import RedisStore, StoreError, describe_error, mask_url
 
 #: Socket timeout of the command line's Redis client: longer than a worker's,
 #: since a person is waiting, not a tool call.
@@ -85,6 +84,10 @@ def _connect(args: argparse.Namespace) -> Any:
             "breakers live inside each agent process: pass --url http://127.0.0.1:PORT to ask one through "
             "its status endpoint (OTEL_BREAKER_STATUS_ADDR)"
         )
+    try:
+        from otel_breaker.store.redis import RedisStore, StoreError
+    except ImportError as exc:  # pragma: no cover
+        raise UsageError(str(exc)) from None
     prefix = args.prefix or os.environ.get("OTEL_BREAKER_REDIS_PREFIX", "").strip() or None
     password = os.environ.get("OTEL_BREAKER_REDIS_PASSWORD") or None
     try:
@@ -110,6 +113,7 @@ def _use_status_addr(args: argparse.Namespace) -> None:
 
 
 def _run(store: Any, action: Any) -> Any:
+    from otel_breaker.store.redis import describe_error
 
     try:
         return action()
@@ -126,6 +130,8 @@ def _status(args: argparse.Namespace) -> int:
     if args.url and args.serve:
         raise UsageError("--serve shows the shared store; a process's own board is already at its --url")
     if args.url:
+        from otel_breaker.cli import remote
+
         document = remote.status(args)
         if args.json:
             json.dump(document, sys.stdout, indent=2)
@@ -137,6 +143,8 @@ def _status(args: argparse.Namespace) -> int:
         return 0
     store = _connect(args)
     if args.serve:
+        from otel_breaker.cli import fleet
+
         try:
             return fleet.serve(args, store)
         finally:
@@ -207,6 +215,7 @@ def _ago(seconds: float) -> str:
 
 
 def _masked(store: Any) -> str:
+    from otel_breaker.store.redis import mask_url
 
     return mask_url(store.url or "")
 
@@ -225,6 +234,8 @@ def _apply(args: argparse.Namespace, op: str, tool: str | None, *extra: Any, cre
     done = {"reset": "reset", "open": "opened", "close": "closed"}[op]
     _use_status_addr(args)
     if args.url:
+        from otel_breaker.cli import remote
+
         count = remote.control(args, op, tool)
         print(f"{done} {count} breaker{'s' if count != 1 else ''}" + (f" of tool {tool!r}" if tool else ""))
         return 0

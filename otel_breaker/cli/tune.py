@@ -43,8 +43,6 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from otel_breaker import classify
-from otel_breaker.breaker import REJECTED, CircuitBreaker, State
 from otel_breaker.cli import UsageError
 from otel_breaker.cli._common import number, number_list, one_line_errors
 from otel_breaker.cli._tune_outcomes import (
@@ -57,7 +55,6 @@ from otel_breaker.cli._tune_outcomes import (
     kind_of_span,
     tool_mix,
 )
-from otel_breaker.config import ConfigError, load_settings, validate_tool_name
 from otel_breaker.sanitize import bounded
 
 #: Failure thresholds tried unless ``--thresholds`` says otherwise. Not 1: a breaker that
@@ -133,6 +130,7 @@ def _json_line(path: str, number: int, line: str) -> Any:
 
 
 def _read_record(path: str, number: int, record: dict) -> Outcome:
+    from otel_breaker.config import validate_tool_name
 
     missing = [key for key in ("tool", "ts", "ok") if key not in record]
     if missing:
@@ -209,6 +207,8 @@ def replay(outcomes: list[Outcome], base: Any, threshold: int, cooldown: float, 
 
     A neutral outcome (a mistake, control flow) is recorded as ignored, as the breaker would
     record it; rejected, it is neither a failure avoided nor a healthy call lost."""
+    from otel_breaker import classify
+    from otel_breaker.breaker import REJECTED, CircuitBreaker, State
 
     clock = _Clock()
     config = base.with_changes(failure_threshold=threshold, recovery_timeout=cooldown, mode="enforce", timeout=None)
@@ -398,6 +398,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from otel_breaker.config import ConfigError, load_settings
 
     try:
         settings = load_settings(strict=True)

@@ -16,7 +16,6 @@ from typing import Any
 import anyio
 from mcp.server.transport_security import TransportSecuritySettings
 
-from otel_breaker.mcp_proxy import guarding_from_env, start_outputs
 from otel_breaker.mcp_proxy.door import Door, allowed_hosts
 from otel_breaker.mcp_proxy.eras import serve_stdio
 from otel_breaker.mcp_proxy.forward import Forwarder, ProxyServer
@@ -30,37 +29,6 @@ logger = logging.getLogger("otel_breaker")
 
 class StartError(Exception):
     """A server could not be connected the first time: one line for the user."""
-
-
-def run(options: ProxyOptions) -> int:
-    """Run the proxy until its client leaves; the exit code. Needs the ``mcp`` SDK."""
-    guarding = guarding_from_env()
-    if guarding:
-        start_outputs()
-    try:
-        anyio.run(_main, options, guarding)
-    except BaseException as exc:
-        start_error = _find(exc, StartError)
-        if start_error is None:
-            raise
-        logger.error("otel-breaker mcp-proxy: %s", start_error)
-        return 1
-    return 0
-
-
-def _find(exc: BaseException, kind: type[BaseException]) -> BaseException | None:
-    """``exc`` or the first ``kind`` inside it (task groups wrap what their tasks raise)."""
-    if isinstance(exc, kind):
-        return exc
-    for inner in getattr(exc, "exceptions", None) or ():
-        found = _find(inner, kind)
-        if found is not None:
-            return found
-    return None
-
-
-async def _main(options: ProxyOptions, guarding: bool) -> None:
-    await serve(options, guarding=guarding)
 
 
 async def serve(options: ProxyOptions, *, guarding: bool) -> None:
