@@ -53,19 +53,6 @@ health.install()
 NO_OUTPUT: Any = object()
 
 
-def quiet() -> bool:
-    """True while no telemetry provider exists anywhere (the short form's condition)."""
-    try:
-        return (
-            _explicit_slot[_explicit_key] is None
-            and _tracer_slot[_tracer_key] is None
-            and _meter_slot[_meter_key] is None
-            and _logger_slot[_logger_key] is None
-        )
-    except KeyError:  # a slot whose name was deleted: somebody may watch
-        return False
-
-
 async def _aadmit(breaker: CircuitBreaker) -> Any:
     try:
         return await breaker.atry_acquire()
